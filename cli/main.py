@@ -1,0 +1,28 @@
+"""The ``fleetflow`` command."""
+
+from __future__ import annotations
+
+import click
+
+from fleetflow.cli import db as db_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
+              help="oslo.config file; may be given more than once.")
+@click.pass_context
+def cli(ctx: click.Context, config_files: tuple[str, ...]) -> None:
+    """fleetflow: durable task graphs for a compute cloud."""
+    from fleetflow.common import config
+
+    args: list[str] = []
+    for path in config_files:
+        args += ["--config-file", path]
+    ctx.obj = config.load(args=args)
+
+
+cli.add_command(db_cmd.db)
+
+
+def main() -> None:
+    cli(prog_name="fleetflow")

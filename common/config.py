@@ -1,0 +1,190 @@
+"""Configuration: oslo.config options, a config file, and FLEETFLOW_<GROUP>_<OPTION>.
+
+Every option can be given three ways, the later winning: its default, a config
+file (``fleetflow --config-file F``), and an environment variable named
+``FLEETFLOW_<GROUP>_<OPTION>`` (``FLEETFLOW_DATABASE_CONNECTION``,
+``FLEETFLOW_API_PORT``; options of ``[DEFAULT]`` are ``FLEETFLOW_<OPTION>``).
+
+Each process builds its own ``ConfigOpts`` with :func:`load`, so tests can run
+several differently configured clouds side by side.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from oslo_config import cfg, types
+
+ENV_PREFIX = "FLEETFLOW_"
+
+DEFAULT_OPTS = [
+    cfg.StrOpt("state_dir", default=".",
+               help="Directory for the embedded mode's files (database, simulated hosts)."),
+    cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
+]
+
+DATABASE_OPTS = [
+    cfg.StrOpt("connection", default="sqlite:///fleetflow.db",
+               help="SQLAlchemy URL of the fleetflow database. A relative SQLite path is "
+                    "resolved in the working directory; SQLite runs in WAL mode."),
+    cfg.IntOpt("pool_size", default=10, min=1, help="Connection pool size (PostgreSQL)."),
+    cfg.IntOpt("max_overflow", default=20, min=0, help="Connections beyond pool_size."),
+]
+
+API_OPTS = [
+    cfg.HostAddressOpt("host", default="127.0.0.1", help="Address the API listens on."),
+    cfg.PortOpt("port", default=8774, help="Port the API listens on."),
+    cfg.StrOpt("auth_strategy", default="noauth", choices=["noauth", "keystone"],
+               help="noauth: identity from X-Project-Id / X-User-Id / X-Roles headers "
+                    "(development and tests only); keystone: keystonemiddleware tokens."),
+    cfg.IntOpt("max_body_bytes", default=112 * 1024, min=1024,
+               help="Largest request body accepted; larger ones answer 413."),
+    cfg.IntOpt("max_reservation_count", default=1000, min=1,
+               help="Largest count one reservation may ask for."),
+    cfg.IntOpt("page_size", default=100, min=1, help="Default page size of list routes."),
+    cfg.StrOpt("policy_file", default="policy.yaml",
+               help="oslo.policy overrides; the defaults apply when it does not exist."),
+]
+
+MESSAGING_OPTS = [
+    cfg.StrOpt("transport_url", default="fake:",
+               help="oslo.messaging transport. 'fake:' serves the simulated hosts "
+                    "in-process; rabbit://guest:guest@127.0.0.1:5672/ crosses processes."),
+    cfg.StrOpt("topic", default="fleetflow-compute", help="RPC topic of the compute hosts."),
+    cfg.IntOpt("rpc_timeout", default=60, min=1,
+               help="Seconds before an RPC call gives up; its outcome is then unknown."),
+]
+
+JOBBOARD_OPTS = [
+    cfg.StrOpt("backend", default="sql", choices=["sql", "redis"],
+               help="sql: jobs live in the fleetflow database (embedded, no server); "
+                    "redis: TaskFlow's Redis jobboard (distributed)."),
+    cfg.StrOpt("redis_url", default="redis://127.0.0.1:6379/0", help="Redis of the board."),
+    cfg.StrOpt("board_name", default="fleetflow", help="Name (and Redis namespace) of the board."),
+    cfg.IntOpt("claim_expiry", default=30, min=2,
+               help="Seconds a conductor's claim lasts unless its keep-alive extends it."),
+    cfg.FloatOpt("keepalive_interval", default=10.0, min=0.1,
+                 help="Seconds between a conductor's claim extensions."),
+]
+
+CONDUCTOR_OPTS = [
+    cfg.IntOpt("workers", default=2, min=0,
+               help="Conductor threads inside 'fleetflow serve' (0: run none)."),
+    cfg.IntOpt("engine_workers", default=64, min=1,
+               help="Threads of one flow's parallel engine (boots block on hosts)."),
+    cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
+]
+
+COMPUTE_OPTS = [
+    cfg.FloatOpt("boot_seconds", default=0.0, min=0.0,
+                 help="Simulated boot latency of the fake driver."),
+    cfg.IntOpt("max_concurrent_builds", default=10, min=1,
+               help="Builds one simulated host runs at once (as Nova's option)."),
+    cfg.StrOpt("state_path", default="fleetflow-hosts.db",
+               help="Where simulated hosts keep their guests, so they outlive the process "
+                    "(relative to state_dir)."),
+    cfg.BoolOpt("simulate", default=True,
+                help="'fleetflow serve' serves every host of the fleet in-process."),
+]
+
+FLEET_OPTS = [
+    cfg.StrOpt("file", default=None,
+               help="Fleet YAML loaded into an empty database by 'fleetflow serve'; "
+                    "the shipped default fleet when unset."),
+]
+
+PLACEMENT_OPTS = [
+    cfg.StrOpt("backend", default="local", choices=["local", "http"],
+               help="local: the allocation store in the fleetflow database; "
+                    "http: any OpenStack Placement endpoint."),
+    cfg.StrOpt("endpoint", default=None, help="Placement URL when backend = http."),
+    cfg.StrOpt("token", default="admin", help="X-Auth-Token sent to an http endpoint."),
+    cfg.IntOpt("max_retries", default=10, min=0,
+               help="Retries of a write that lost a generation race."),
+]
+
+SCHEDULER_OPTS = [
+    cfg.IntOpt("alternates", default=2, min=0, help="Alternate hosts given per instance."),
+    cfg.StrOpt("weigher", default="spread", choices=["spread", "pack"],
+               help="spread: least used host first; pack: most used host first."),
+]
+
+QUOTA_OPTS = [
+    cfg.IntOpt("instances", default=10000, min=-1, help="Instances per tenant (-1: no limit)."),
+    cfg.IntOpt("vcpus", default=40000, min=-1, help="VCPUs per tenant (-1: no limit)."),
+    cfg.IntOpt("ram_mb", default=80 * 1024 * 1024, min=-1,
+               help="RAM in MB per tenant (-1: no limit)."),
+]
+
+OPTS: dict[str | None, list[cfg.Opt]] = {
+    None: DEFAULT_OPTS,
+    "database": DATABASE_OPTS,
+    "api": API_OPTS,
+    "messaging": MESSAGING_OPTS,
+    "jobboard": JOBBOARD_OPTS,
+    "conductor": CONDUCTOR_OPTS,
+    "compute": COMPUTE_OPTS,
+    "fleet": FLEET_OPTS,
+    "placement": PLACEMENT_OPTS,
+    "scheduler": SCHEDULER_OPTS,
+    "quota": QUOTA_OPTS,
+}
+
+
+def list_opts():
+    """For oslo-config-generator: every group with its options."""
+    return [(group or "DEFAULT", opts) for group, opts in OPTS.items()]
+
+
+def env_name(group: str | None, option: str) -> str:
+    parts = [ENV_PREFIX.rstrip("_")] + ([group] if group else []) + [option]
+    return "_".join(parts).upper().replace("-", "_")
+
+
+def _apply_environment(conf: cfg.ConfigOpts, environ: Mapping[str, str]) -> None:
+    for group, opts in OPTS.items():
+        for opt in opts:
+            value = environ.get(env_name(group, opt.dest))
+            if value is None:
+                continue
+            # NOTE: set_override stores the value as given; convert it with the
+            # option's own type so a bad value fails here, naming the variable.
+            try:
+                converted = opt.type(value) if opt.type is not None else value
+            except ValueError as exc:
+                raise cfg.ConfigFileValueError(
+                    f"{env_name(group, opt.dest)}={value!r}: {exc}") from exc
+            if isinstance(opt.type, types.String) and value == "":
+                converted = None
+            conf.set_override(opt.dest, converted, group=group)
+
+
+def make_conf() -> cfg.ConfigOpts:
+    """A fresh ConfigOpts with every fleetflow option registered, nothing parsed."""
+    conf = cfg.ConfigOpts()
+    for group, opts in OPTS.items():
+        conf.register_opts(opts, group=group)
+    return conf
+
+
+def load(args: Sequence[str] = (), config_files: Sequence[str] | None = None,
+         environ: Mapping[str, str] | None = None) -> cfg.ConfigOpts:
+    """Build the configuration of one process.
+
+    ``args`` are oslo.config command-line arguments (``--config-file F``);
+    ``config_files`` (when given) are read in that order; then ``environ``
+    (``os.environ`` by default) overrides both.
+    """
+    conf = make_conf()
+    conf(list(args), project="fleetflow", default_config_files=list(config_files or []),
+         default_config_dirs=[], validate_default_values=True)
+    _apply_environment(conf, os.environ if environ is None else environ)
+    return conf
+
+
+def state_path(conf: cfg.ConfigOpts, name: str) -> str:
+    """A path inside [DEFAULT] state_dir, unless ``name`` is already absolute."""
+    if os.path.isabs(name):
+        return name
+    return os.path.join(conf.state_dir, name)

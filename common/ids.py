@@ -1,0 +1,25 @@
+"""Identifiers. A reservation id is never an instance id (seed 000, point 1)."""
+
+import uuid
+
+RESERVATION_PREFIX = "r-"
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def new_reservation_id() -> str:
+    return RESERVATION_PREFIX + uuid.uuid4().hex[:12]
+
+
+def is_reservation_id(value: str) -> bool:
+    return isinstance(value, str) and value.startswith(RESERVATION_PREFIX)
+
+
+def is_uuid(value) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True

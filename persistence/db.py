@@ -1,0 +1,127 @@
+"""SQLAlchemy engine, sessions and schema upgrades for every fleetflow table.
+
+One ``Database`` per process and URL. SQLite (the embedded default) runs in WAL
+mode with ``synchronous=NORMAL`` and a busy timeout, so API threads, conductor
+threads and other processes can share the file; PostgreSQL uses a pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event, orm
+
+# Naming convention so alembic migrations can name (and later drop) constraints
+# the same way on SQLite and PostgreSQL.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(orm.DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING)
+
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def _sqlite_begin_immediate(conn) -> None:
+    # NOTE: pysqlite's deferred BEGIN lets two writers both read, then one
+    # fails with "database is locked" on its first write without waiting for
+    # the busy timeout. BEGIN IMMEDIATE takes the write lock up front (and
+    # waits for it), which is what compare-and-swap writers need.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Engine:
+    """An engine for ``url`` with fleetflow's per-dialect settings applied."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        memory = parsed.database in (None, "", ":memory:")
+        if not memory:
+            directory = os.path.dirname(os.path.abspath(parsed.database))
+            os.makedirs(directory, exist_ok=True)
+        kwargs: dict = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+        if memory:
+            kwargs["poolclass"] = sa.pool.StaticPool
+        engine = sa.create_engine(parsed, **kwargs)
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin.
+        engine.dialect.isolation_level = None
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, record):
+            dbapi_conn.isolation_level = None
+            _sqlite_pragmas(dbapi_conn, record)
+
+        event.listen(engine, "begin", _sqlite_begin_immediate)
+        return engine
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", None):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return sa.create_engine(parsed, pool_size=pool_size, max_overflow=max_overflow,
+                            pool_pre_ping=True)
+
+
+class Database:
+    """An engine plus a session factory; share one per process and URL."""
+
+    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20):
+        self.url = url
+        self.engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow)
+        self.sessionmaker = orm.sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def from_conf(cls, conf) -> Database:
+        return cls(conf.database.connection, conf.database.pool_size,
+                   conf.database.max_overflow)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[orm.Session]:
+        """A session in one transaction: committed on success, rolled back on error."""
+        with self.sessionmaker() as session, session.begin():
+            yield session
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest migration (idempotent)."""
+        from fleetflow.persistence import migrate
+
+        migrate.upgrade(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+_lock = threading.Lock()
+_databases: dict[str, Database] = {}
+
+
+def get_database(conf) -> Database:
+    """The process-wide Database for ``conf``'s connection URL."""
+    url = conf.database.connection
+    with _lock:
+        db = _databases.get(url)
+        if db is None:
+            db = _databases[url] = Database.from_conf(conf)
+        return db

@@ -1,0 +1,46 @@
+"""Alembic, driven from code: ``upgrade`` brings any database to the newest schema.
+
+The history has one branch per part of the system (``fleet`` is the base;
+placement and the engine add their own branches that depend on it), so parts
+can add migrations without serialising on one chain; ``heads`` upgrades all.
+"""
+
+from __future__ import annotations
+
+import os
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
+
+
+def alembic_config(engine: sa.Engine | None = None, connection=None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", MIGRATIONS_DIR)
+    cfg.attributes["connection"] = connection
+    if engine is not None:
+        cfg.set_main_option("sqlalchemy.url",
+                            engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(engine: sa.Engine, revision: str = "heads") -> None:
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(engine, connection), revision)
+
+
+def current_heads(engine: sa.Engine) -> set[str]:
+    with engine.connect() as connection:
+        return set(MigrationContext.configure(connection).get_current_heads())
+
+
+def script_heads() -> set[str]:
+    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def is_current(engine: sa.Engine) -> bool:
+    return current_heads(engine) == script_heads()

@@ -1,0 +1,199 @@
+"""Domain tables: the fleet (hosts, storage backends, catalogs) and what tenants own.
+
+Placement's tables (providers, inventories, consumers, allocations) live in
+``persistence.placement``; the engine's (jobs, logbooks) in their own modules.
+All share ``db.Base`` and one alembic history.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+from sqlalchemy.orm import Mapped, mapped_column
+
+from fleetflow.common import states
+from fleetflow.persistence.db import Base
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+class Timestamps:
+    created_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=utcnow,
+                                                    onupdate=utcnow)
+
+
+class Host(Timestamps, Base):
+    """A compute host; also a placement resource provider with the same uuid."""
+
+    __tablename__ = "hosts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255), unique=True)
+    state: Mapped[str] = mapped_column(sa.String(16), default=states.HOST_UP)
+    region: Mapped[str] = mapped_column(sa.String(64), index=True)
+    zone: Mapped[str] = mapped_column(sa.String(64))
+    rack: Mapped[str] = mapped_column(sa.String(64))
+    # {"VCPU": {"total": 64, "allocation_ratio": 4.0, "reserved": 0}, ...}
+    inventory: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    capabilities: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    traits: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # Why the host is in its state (set with the state by the operator).
+    state_reason: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+
+    @property
+    def topology(self) -> dict:
+        return {"region": self.region, "zone": self.zone, "rack": self.rack}
+
+
+class StorageBackend(Timestamps, Base):
+    """Block storage: host-local (scope ``host``) or shared by a rack (scope ``rack``)."""
+
+    __tablename__ = "storage_backends"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    uuid: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    name: Mapped[str] = mapped_column(sa.String(255), unique=True)
+    scope: Mapped[str] = mapped_column(sa.String(16))
+    region: Mapped[str] = mapped_column(sa.String(64))
+    zone: Mapped[str] = mapped_column(sa.String(64))
+    rack: Mapped[str] = mapped_column(sa.String(64))
+    host_name: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    capacity_gb: Mapped[int] = mapped_column(sa.Integer)
+    volume_types: Mapped[list] = mapped_column(sa.JSON, default=list)
+
+
+class Flavor(Base):
+    __tablename__ = "flavors"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(255), unique=True)
+    vcpus: Mapped[int] = mapped_column(sa.Integer)
+    ram_mb: Mapped[int] = mapped_column(sa.Integer)
+    disk_gb: Mapped[int] = mapped_column(sa.Integer)
+    # Capabilities every host of this flavor must have, e.g. {"gpu": "true"}.
+    extra_specs: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+
+    @property
+    def resources(self) -> dict[str, int]:
+        res = {"VCPU": self.vcpus, "MEMORY_MB": self.ram_mb, "DISK_GB": self.disk_gb}
+        gpus = int(self.extra_specs.get("resources:GPU", 0) or 0)
+        if gpus:
+            res["GPU"] = gpus
+        return {k: v for k, v in res.items() if v}
+
+
+class Image(Base):
+    __tablename__ = "images"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(255), unique=True)
+    min_disk_gb: Mapped[int] = mapped_column(sa.Integer, default=0)
+    min_ram_mb: Mapped[int] = mapped_column(sa.Integer, default=0)
+
+
+class ServerGroup(Timestamps, Base):
+    """Seed 003's instance group: policies, metadata and read-only members."""
+
+    __tablename__ = "server_groups"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    name: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    policies: Mapped[list] = mapped_column(sa.JSON, default=list)
+    scope: Mapped[str] = mapped_column(sa.String(16), default="host")
+    max_per_host: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    # Capability requirements of the host-capabilities policy.
+    capabilities: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    metadata_: Mapped[dict] = mapped_column("metadata", sa.JSON, default=dict)
+
+    members: Mapped[list[GroupMember]] = orm.relationship(
+        back_populates="group", cascade="all, delete-orphan", lazy="selectin")
+
+
+class GroupMember(Base):
+    __tablename__ = "server_group_members"
+    __table_args__ = (sa.UniqueConstraint("group_id", "instance_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    group_id: Mapped[str] = mapped_column(sa.ForeignKey("server_groups.id", ondelete="CASCADE"))
+    instance_id: Mapped[str] = mapped_column(sa.String(36), index=True)
+    # Where the member runs (None until placed): group rules are checked against it.
+    host: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+
+    group: Mapped[ServerGroup] = orm.relationship(back_populates="members")
+
+
+class Reservation(Timestamps, Base):
+    """N instances asked for together (seed 000). Its id is never an instance id."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "idempotency_key"),)
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    user_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    name: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    status: Mapped[str] = mapped_column(sa.String(16), default=states.PENDING, index=True)
+    policy: Mapped[str] = mapped_column(sa.String(16), default=states.ALL_OR_NOTHING)
+    request: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    flow_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+
+    instances: Mapped[list[Instance]] = orm.relationship(
+        back_populates="reservation", order_by="Instance.index")
+
+
+class Instance(Timestamps, Base):
+    __tablename__ = "instances"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    reservation_id: Mapped[str | None] = mapped_column(
+        sa.ForeignKey("reservations.id"), nullable=True, index=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    # Position inside its reservation; atom names derive from it.
+    index: Mapped[int] = mapped_column(sa.Integer, default=0)
+    host: Mapped[str | None] = mapped_column(sa.String(255), nullable=True, index=True)
+    status: Mapped[str] = mapped_column(sa.String(16), default=states.PENDING, index=True)
+    task_state: Mapped[str | None] = mapped_column(sa.String(32), nullable=True)
+    flavor_id: Mapped[str] = mapped_column(sa.String(36))
+    image_id: Mapped[str] = mapped_column(sa.String(36))
+    group_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    hosts_tried: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # {"code", "message", "step", "host", "time"} when it failed.
+    fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
+
+    reservation: Mapped[Reservation | None] = orm.relationship(back_populates="instances")
+
+
+class Volume(Timestamps, Base):
+    __tablename__ = "volumes"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    name: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    size_gb: Mapped[int] = mapped_column(sa.Integer)
+    volume_type: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    backend: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    status: Mapped[str] = mapped_column(sa.String(16), default=states.VOLUME_CREATING)
+    instance_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    reservation_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+
+
+class Quota(Base):
+    """A tenant's limits; tenants without a row get the [quota] defaults."""
+
+    __tablename__ = "quotas"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    instances: Mapped[int] = mapped_column(sa.Integer)
+    vcpus: Mapped[int] = mapped_column(sa.Integer)
+    ram_mb: Mapped[int] = mapped_column(sa.Integer)

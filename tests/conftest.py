@@ -1,0 +1,118 @@
+"""Fixtures shared by every test layer.
+
+Tests that need a real server (PostgreSQL, Redis, RabbitMQ on 127.0.0.1) ask for
+its fixture. Outside CI a missing server skips them with the reason; with
+FLEETFLOW_REQUIRE_SERVICES=1 (what .ci/run sets) a missing server fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import pytest
+
+from fleetflow.common import config
+
+PG_ADMIN_URL = os.environ.get("FLEETFLOW_TEST_PG_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("FLEETFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+RABBIT_URL = os.environ.get("FLEETFLOW_TEST_RABBIT_URL",
+                            "rabbit://guest:guest@127.0.0.1:5672/")
+
+SERVICES = {
+    "postgresql": ("127.0.0.1", 5432),
+    "redis": ("127.0.0.1", 6379),
+    "rabbitmq": ("127.0.0.1", 5672),
+}
+
+
+def services_required() -> bool:
+    return os.environ.get("FLEETFLOW_REQUIRE_SERVICES", "") not in ("", "0", "false")
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def need_service(name: str) -> None:
+    """Skip (or, under CI, fail) the calling test when ``name`` is not reachable."""
+    host, port = SERVICES[name]
+    if _reachable(host, port):
+        return
+    reason = f"{name} is not reachable on {host}:{port}"
+    if services_required():
+        pytest.fail(reason + " and FLEETFLOW_REQUIRE_SERVICES is set", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def make_conf(tmp_path):
+    """Build a configuration rooted in the test's own directory.
+
+    ``make_conf(database={"connection": ...}, compute={"boot_seconds": 0.1})``
+    """
+    def _make(**groups):
+        conf = config.load(args=[], environ={})
+        conf.set_override("state_dir", str(tmp_path))
+        conf.set_override("connection", f"sqlite:///{tmp_path / 'fleetflow.db'}",
+                          group="database")
+        conf.set_override("policy_file", str(tmp_path / "policy.yaml"), group="api")
+        for group, values in groups.items():
+            for key, value in values.items():
+                conf.set_override(key, value, group=None if group == "DEFAULT" else group)
+        return conf
+
+    return _make
+
+
+@pytest.fixture
+def conf(make_conf):
+    return make_conf()
+
+
+@pytest.fixture
+def db(conf):
+    """An upgraded SQLite database in the test's directory."""
+    from fleetflow.persistence.db import Database
+
+    database = Database.from_conf(conf)
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, empty PostgreSQL database for this test; dropped afterwards."""
+    need_service("postgresql")
+    import sqlalchemy as sa
+
+    name = "fleetflow_test_" + uuid.uuid4().hex[:10]
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    yield url
+    with admin.connect() as c:
+        c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.fixture
+def redis_url():
+    """The real Redis; tests use a unique key namespace of their own."""
+    need_service("redis")
+    return REDIS_URL
+
+
+@pytest.fixture
+def rabbit_url():
+    """The real RabbitMQ (tests use unique topics of their own)."""
+    need_service("rabbitmq")
+    return RABBIT_URL

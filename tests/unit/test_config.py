@@ -1,0 +1,48 @@
+"""Configuration from defaults, a file and FLEETFLOW_<GROUP>_<OPTION> variables."""
+
+import pytest
+from oslo_config import cfg
+
+from fleetflow.common import config
+
+
+def test_defaults_are_the_embedded_mode():
+    conf = config.load(environ={})
+    assert conf.database.connection == "sqlite:///fleetflow.db"
+    assert (conf.api.host, conf.api.port) == ("127.0.0.1", 8774)
+    assert conf.api.auth_strategy == "noauth"
+    assert conf.messaging.transport_url == "fake:"
+    assert conf.jobboard.backend == "sql"
+
+
+def test_config_file_is_read(tmp_path):
+    path = tmp_path / "fleetflow.conf"
+    path.write_text("[api]\nport = 9999\n[compute]\nboot_seconds = 1.5\n")
+    conf = config.load(args=["--config-file", str(path)], environ={})
+    assert conf.api.port == 9999
+    assert conf.compute.boot_seconds == 1.5
+
+
+def test_environment_overrides_file(tmp_path):
+    path = tmp_path / "fleetflow.conf"
+    path.write_text("[api]\nport = 9999\n")
+    conf = config.load(args=["--config-file", str(path)],
+                       environ={"FLEETFLOW_API_PORT": "8000",
+                                "FLEETFLOW_DATABASE_CONNECTION": "sqlite:///x.db",
+                                "FLEETFLOW_API_AUTH_STRATEGY": "keystone",
+                                "FLEETFLOW_STATE_DIR": "/srv/ff"})
+    assert conf.api.port == 8000
+    assert conf.database.connection == "sqlite:///x.db"
+    assert conf.api.auth_strategy == "keystone"
+    assert conf.state_dir == "/srv/ff"
+
+
+def test_bad_environment_value_names_the_variable():
+    with pytest.raises(cfg.ConfigFileValueError, match="FLEETFLOW_API_PORT"):
+        config.load(environ={"FLEETFLOW_API_PORT": "not-a-port"})
+
+
+def test_every_option_has_a_distinct_environment_name():
+    names = [config.env_name(group, opt.dest)
+             for group, opts in config.OPTS.items() for opt in opts]
+    assert len(names) == len(set(names))
