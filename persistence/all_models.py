@@ -1,3 +1,3 @@
 """Imports every module that defines tables, so ``Base.metadata`` knows them all."""
 
-from fleetflow.persistence import models  # noqa: F401
+from fleetflow.persistence import fences, models  # noqa: F401

@@ -43,6 +43,9 @@ class Host(Timestamps, Base):
     inventory: Mapped[dict] = mapped_column(sa.JSON, default=dict)
     capabilities: Mapped[dict] = mapped_column(sa.JSON, default=dict)
     traits: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # RPC server that serves this host: the host's own agent (None: its name) or
+    # an agent serving many hosts, which then receives the host as an argument.
+    compute_agent: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
     # Why the host is in its state (set with the state by the operator).
     state_reason: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
 
