@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from fleetflow.cli import db as db_cmd
+from fleetflow.cli import fleet as fleet_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,6 +23,7 @@ def cli(ctx: click.Context, config_files: tuple[str, ...]) -> None:
 
 
 cli.add_command(db_cmd.db)
+cli.add_command(fleet_cmd.fleet)
 
 
 def main() -> None:
