@@ -1,0 +1,178 @@
+"""Reservations and their instances: creation, quotas, status rows.
+
+These rows are what the API reports (STYLE point 9): tasks and the engine's
+status listener write them, nobody reads TaskFlow's atom details for status.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from fleetflow.common import ids, states
+from fleetflow.common.exceptions import Conflict, NotFound
+from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, utcnow
+
+INSTANCE_NAME = "{name}-{index:04d}"
+
+
+class QuotaExceeded(Conflict):
+    """The request would take the tenant past its quota."""
+
+    code = "fleetflow.quota_exceeded"
+    status = 403
+
+
+def quota_for(session: orm.Session, tenant_id: str, defaults) -> dict[str, int]:
+    """The tenant's limits: its row, else the [quota] defaults (-1: unlimited)."""
+    row = session.get(Quota, tenant_id)
+    if row is not None:
+        return {"instances": row.instances, "vcpus": row.vcpus, "ram_mb": row.ram_mb}
+    return {"instances": defaults.instances, "vcpus": defaults.vcpus,
+            "ram_mb": defaults.ram_mb}
+
+
+def set_quota(session: orm.Session, tenant_id: str, limits: dict[str, int]) -> dict[str, int]:
+    row = session.get(Quota, tenant_id)
+    if row is None:
+        row = Quota(tenant_id=tenant_id, **limits)
+        session.add(row)
+    else:
+        for key, value in limits.items():
+            setattr(row, key, value)
+    session.flush()
+    return {"instances": row.instances, "vcpus": row.vcpus, "ram_mb": row.ram_mb}
+
+
+# Instances that count against a quota: everything not gone.
+_LIVE = sa.not_(Instance.status.in_((states.DELETED, states.REVERTED)))
+
+
+def usage(session: orm.Session, tenant_id: str) -> dict[str, int]:
+    row = session.execute(
+        sa.select(sa.func.count(Instance.id),
+                  sa.func.coalesce(sa.func.sum(Flavor.vcpus), 0),
+                  sa.func.coalesce(sa.func.sum(Flavor.ram_mb), 0))
+        .join(Flavor, Flavor.id == Instance.flavor_id)
+        .where(Instance.tenant_id == tenant_id, _LIVE)).one()
+    return {"instances": row[0], "vcpus": int(row[1]), "ram_mb": int(row[2])}
+
+
+def check_quota(session: orm.Session, tenant_id: str, flavor: Flavor, count: int,
+                defaults) -> None:
+    """Raise QuotaExceeded if ``count`` more instances of ``flavor`` do not fit."""
+    limits = quota_for(session, tenant_id, defaults)
+    used = usage(session, tenant_id)
+    asked = {"instances": count, "vcpus": count * flavor.vcpus, "ram_mb": count * flavor.ram_mb}
+    for key, amount in asked.items():
+        limit = limits[key]
+        if limit >= 0 and used[key] + amount > limit:
+            raise QuotaExceeded(
+                f"quota exceeded for {key}: {used[key]} used + {amount} asked > {limit}",
+                resource=key, used=used[key], asked=amount, limit=limit)
+
+
+def find_by_idempotency_key(session: orm.Session, tenant_id: str,
+                            key: str) -> Reservation | None:
+    return session.execute(sa.select(Reservation).where(
+        Reservation.tenant_id == tenant_id,
+        Reservation.idempotency_key == key)).scalar_one_or_none()
+
+
+def create(session: orm.Session, *, tenant_id: str, user_id: str | None, name: str | None,
+           policy: str, request: dict, count: int, flavor_id: str, image_id: str,
+           group_id: str | None, idempotency_key: str | None = None,
+           reservation_id: str | None = None) -> Reservation:
+    """The reservation row and one PENDING instance row per requested instance.
+
+    ``count`` is the most it may get (max_count); instance uuids are made
+    here, once, so every retry of every task names the same consumers.
+    """
+    reservation = Reservation(
+        id=reservation_id or ids.new_reservation_id(), tenant_id=tenant_id, user_id=user_id,
+        name=name, status=states.PENDING, policy=policy, request=request,
+        idempotency_key=idempotency_key)
+    session.add(reservation)
+    session.flush()
+    now = utcnow()
+    label = name or reservation.id
+    session.execute(sa.insert(Instance), [
+        {"id": ids.new_uuid(), "reservation_id": reservation.id, "tenant_id": tenant_id,
+         "name": INSTANCE_NAME.format(name=label, index=i), "index": i,
+         "status": states.PENDING, "flavor_id": flavor_id, "image_id": image_id,
+         "group_id": group_id, "attempts": 0, "hosts_tried": [],
+         "created_at": now, "updated_at": now}
+        for i in range(count)])
+    return reservation
+
+
+def get(session: orm.Session, reservation_id: str,
+        tenant_id: str | None = None) -> Reservation:
+    reservation = session.get(Reservation, reservation_id)
+    if reservation is None or (tenant_id is not None and reservation.tenant_id != tenant_id):
+        raise NotFound(f"reservation {reservation_id} not found")
+    return reservation
+
+
+def instances(session: orm.Session, reservation_id: str) -> list[Instance]:
+    return list(session.scalars(sa.select(Instance).where(
+        Instance.reservation_id == reservation_id).order_by(Instance.index)))
+
+
+def instance_ids(session: orm.Session, reservation_id: str) -> list[str]:
+    return list(session.scalars(sa.select(Instance.id).where(
+        Instance.reservation_id == reservation_id).order_by(Instance.index)))
+
+
+def progress(session: orm.Session, reservation_id: str) -> dict[str, int]:
+    """Counts by status, in the API's ``progress`` shape."""
+    counts = dict(session.execute(
+        sa.select(Instance.status, sa.func.count()).where(
+            Instance.reservation_id == reservation_id).group_by(Instance.status)).all())
+    return {"total": sum(counts.values()),
+            "active": counts.get(states.ACTIVE, 0),
+            "building": sum(counts.get(s, 0) for s in (states.PENDING, states.SCHEDULING,
+                                                      states.BUILDING, states.REVERTING)),
+            "error": counts.get(states.ERROR, 0),
+            "reverted": counts.get(states.REVERTED, 0) + counts.get(states.DELETED, 0)}
+
+
+def set_status(session: orm.Session, reservation_id: str, status: str,
+               fault: dict | None = None, clear_fault: bool = False) -> None:
+    values: dict = {"status": status, "updated_at": utcnow()}
+    if fault is not None or clear_fault:
+        values["fault"] = fault
+    session.execute(sa.update(Reservation).where(Reservation.id == reservation_id)
+                    .values(**values))
+
+
+def update_instance(session: orm.Session, instance_id: str, **values) -> None:
+    """Write an instance's status columns (status, task_state, host, fault, ...)."""
+    values["updated_at"] = utcnow()
+    session.execute(sa.update(Instance).where(Instance.id == instance_id).values(**values))
+
+
+def update_instances(session: orm.Session, instance_ids_: list[str], **values) -> None:
+    """The same columns on many instances in one statement."""
+    values["updated_at"] = utcnow()
+    session.execute(sa.update(Instance).where(Instance.id.in_(instance_ids_)).values(**values))
+
+
+def record_attempt(session: orm.Session, instance_id: str, host: str) -> None:
+    """One more try of this instance, on ``host`` (kept in order, no repeats in a row)."""
+    instance = session.get(Instance, instance_id)
+    if instance is None:
+        return
+    tried = list(instance.hosts_tried or [])
+    if not tried or tried[-1] != host:
+        tried.append(host)
+        instance.attempts = (instance.attempts or 0) + 1
+    instance.hosts_tried = tried
+    instance.host = host
+    instance.updated_at = utcnow()
+    session.flush()
+
+
+def fault(code: str, message: str, step: str | None = None, host: str | None = None) -> dict:
+    return {"code": code, "message": message, "step": step, "host": host,
+            "time": utcnow().isoformat() + "Z"}

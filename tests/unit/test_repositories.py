@@ -1,0 +1,106 @@
+"""Group and reservation rows: the rules the API and the flows rely on."""
+
+import pytest
+
+from fleetflow.common import states
+from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
+from fleetflow.persistence import fleet, groups, reservations
+from fleetflow.persistence.models import Flavor
+
+
+@pytest.fixture
+def loaded(db):
+    with db.session() as s:
+        fleet.load(s, fleet.expand(fleet.read()))
+    return db
+
+
+def test_group_policy_changes_only_while_empty(db):
+    with db.session() as s:
+        g = groups.create(s, "t1", "web", ["anti-affinity"], metadata={"tier": "web"})
+        gid = g.id
+    with db.session() as s:
+        g = groups.get(s, gid, "t1")
+        groups.update(s, g, name="web2", metadata={"a": "b"}, policies=["affinity"])
+    with db.session() as s:
+        groups.join(s, gid, "11111111-1111-1111-1111-111111111111", "h1")
+    with db.session() as s:
+        g = groups.get(s, gid, "t1")
+        assert (g.name, g.policies, g.metadata_) == ("web2", ["affinity"], {"a": "b"})
+        groups.update(s, g, name="still-fine")
+        with pytest.raises(Conflict):
+            groups.update(s, g, policies=["anti-affinity"])
+        with pytest.raises(Conflict):
+            groups.delete(s, g)
+    with db.session() as s:
+        assert groups.leave(s, "11111111-1111-1111-1111-111111111111") == 1
+        groups.delete(s, groups.get(s, gid))
+    with db.session() as s, pytest.raises(NotFound):
+        groups.get(s, gid)
+
+
+def test_group_is_invisible_to_other_tenants(db):
+    with db.session() as s:
+        gid = groups.create(s, "t1", None, []).id
+    with db.session() as s, pytest.raises(NotFound):
+        groups.get(s, gid, "t2")
+
+
+@pytest.mark.parametrize("policies, match", [
+    (["affinity", "anti-affinity"], "contradict"),
+    (["nearby"], "unknown policy"),
+    (["host-capabilities"], "needs capability"),
+])
+def test_bad_policies_are_refused(db, policies, match):
+    with db.session() as s, pytest.raises(InvalidInput, match=match):
+        groups.create(s, "t1", None, policies)
+
+
+def test_join_is_idempotent_and_moves(db):
+    with db.session() as s:
+        gid = groups.create(s, "t1", None, ["anti-affinity"]).id
+        iid = "22222222-2222-2222-2222-222222222222"
+        groups.join(s, gid, iid, "h1")
+        groups.join(s, gid, iid, "h1")
+        groups.join(s, gid, iid, "h2")
+        assert groups.member_hosts(s, gid) == {iid: "h2"}
+        assert groups.leave(s, iid, host="h1") == 0
+        assert groups.leave(s, iid, host="h2") == 1
+
+
+def test_reservation_rows_progress_and_quota(loaded, conf):
+    with loaded.session() as s:
+        flavor = s.get(Flavor, "2")
+        r = reservations.create(s, tenant_id="t1", user_id="u", name="batch",
+                                policy=states.ALL_OR_NOTHING, request={"count": 3},
+                                count=3, flavor_id=flavor.id, image_id="img",
+                                group_id=None, idempotency_key="k1")
+        rid = r.id
+    assert rid.startswith("r-")
+    with loaded.session() as s:
+        rows = reservations.instances(s, rid)
+        assert [i.name for i in rows] == ["batch-0000", "batch-0001", "batch-0002"]
+        assert len({i.id for i in rows}) == 3 and rid not in {i.id for i in rows}
+        reservations.update_instance(s, rows[0].id, status=states.ACTIVE)
+        reservations.update_instance(s, rows[1].id, status=states.ERROR)
+        assert reservations.progress(s, rid) == {
+            "total": 3, "active": 1, "building": 1, "error": 1, "reverted": 0}
+        assert reservations.find_by_idempotency_key(s, "t1", "k1").id == rid
+        assert reservations.usage(s, "t1") == {"instances": 3, "vcpus": 3, "ram_mb": 6144}
+        reservations.set_quota(s, "t1", {"instances": 4, "vcpus": 100, "ram_mb": 10**6})
+        reservations.check_quota(s, "t1", flavor, 1, conf.quota)
+        with pytest.raises(reservations.QuotaExceeded, match="instances"):
+            reservations.check_quota(s, "t1", flavor, 2, conf.quota)
+        reservations.check_quota(s, "t2", flavor, 1000, conf.quota)
+
+
+def test_record_attempt_keeps_hosts_in_order(loaded):
+    with loaded.session() as s:
+        rid = reservations.create(s, tenant_id="t1", user_id=None, name=None,
+                                  policy=states.BEST_EFFORT, request={}, count=1,
+                                  flavor_id="1", image_id="img", group_id=None).id
+        iid = reservations.instance_ids(s, rid)[0]
+        for host in ("a", "a", "b"):
+            reservations.record_attempt(s, iid, host)
+        row = reservations.instances(s, rid)[0]
+        assert (row.attempts, row.hosts_tried, row.host) == (2, ["a", "b"], "b")
