@@ -1,0 +1,130 @@
+"""One view of the cloud: :class:`CloudSnapshot` of :class:`HostState` objects.
+
+The scheduler reads nothing else, so placement is a pure function of
+(request, snapshot) and can be unit-tested and benchmarked without a
+database. ``snapshot_from_db`` is the one place that reads rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fleetflow.common import states
+
+
+def capacity_of(inventory: Mapping[str, Any]) -> int:
+    """Placement's usable capacity of one inventory record.
+
+    ``(total - reserved) * allocation_ratio``, rounded down like Placement.
+    A bare number is taken as a total with ratio 1 (handy in tests).
+    """
+    if not isinstance(inventory, Mapping):
+        return int(inventory)
+    total = int(inventory.get("total", 0))
+    reserved = int(inventory.get("reserved", 0) or 0)
+    ratio = float(inventory.get("allocation_ratio", 1.0) or 1.0)
+    return max(0, int((total - reserved) * ratio))
+
+
+@dataclasses.dataclass
+class HostState:
+    """A host as the scheduler sees it; ``used`` is the only part that changes."""
+
+    name: str
+    uuid: str = ""
+    state: str = states.HOST_UP
+    region: str = ""
+    zone: str = ""
+    rack: str = ""
+    capabilities: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    capacity: dict[str, int] = dataclasses.field(default_factory=dict)
+    used: dict[str, int] = dataclasses.field(default_factory=dict)
+    recent_failures: int = 0
+
+    def __post_init__(self) -> None:
+        self.traits = frozenset(self.traits)
+        # Topology answers capability questions too ("region=north-america")
+        # unless the host states that capability itself.
+        merged = {"region": self.region, "zone": self.zone, "rack": self.rack}
+        merged.update(self.capabilities)
+        self.capabilities = merged
+
+    def domain(self, scope: str) -> Any:
+        """The failure domain of ``scope`` this host is in (racks repeat across zones)."""
+        if scope == "host":
+            return self.name
+        if scope == "rack":
+            return (self.region, self.zone, self.rack)
+        return (self.region, self.zone)
+
+    def free(self, rc: str) -> int:
+        return self.capacity.get(rc, 0) - self.used.get(rc, 0)
+
+    def fit_count(self, resources: Mapping[str, int]) -> int:
+        """How many more instances of ``resources`` fit (a large number when none asked)."""
+        fits = 1 << 30
+        for rc, amount in resources.items():
+            fits = min(fits, self.free(rc) // amount)
+        return max(fits, 0)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HostState:
+        """From a plain dict; ``inventory`` (Placement records) or ``capacity``."""
+        capacity = dict(data.get("capacity") or {})
+        for rc, record in (data.get("inventory") or {}).items():
+            capacity[rc] = capacity_of(record)
+        return cls(name=data["name"], uuid=data.get("uuid", ""),
+                   state=data.get("state", states.HOST_UP), region=data.get("region", ""),
+                   zone=data.get("zone", ""), rack=data.get("rack", ""),
+                   capabilities=dict(data.get("capabilities") or {}),
+                   traits=frozenset(data.get("traits") or ()), capacity=capacity,
+                   used={k: int(v) for k, v in (data.get("used") or {}).items()},
+                   recent_failures=int(data.get("recent_failures", 0) or 0))
+
+
+class CloudSnapshot:
+    """Hosts by name, in a stable order (the scheduler's final tie-break)."""
+
+    def __init__(self, hosts: Iterable[HostState]):
+        self.hosts: list[HostState] = sorted(hosts, key=lambda h: h.name)
+        self.by_name: dict[str, HostState] = {h.name: h for h in self.hosts}
+        if len(self.by_name) != len(self.hosts):
+            raise ValueError("host names must be unique in a snapshot")
+
+    @classmethod
+    def from_dicts(cls, hosts: Iterable[Mapping[str, Any]]) -> CloudSnapshot:
+        return cls(HostState.from_dict(h) for h in hosts)
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def add_usage(self, host_name: str, resources: Mapping[str, int], count: int = 1) -> None:
+        """Record ``count`` more instances on a host (e.g. after a placement is claimed)."""
+        used = self.by_name[host_name].used
+        for rc, amount in resources.items():
+            used[rc] = used.get(rc, 0) + amount * count
+
+
+def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None = None,
+                     failures: Mapping[str, int] | None = None) -> CloudSnapshot:
+    """Read every Host row into a snapshot.
+
+    ``usage`` is ``{host_uuid: {resource_class: used}}`` from the placement
+    store, and ``failures`` ``{host_name: recent build failures}``; the caller
+    reads both in the same transaction as ``session`` so the view is consistent.
+    """
+    from fleetflow.persistence.models import Host  # the only DB dependency
+
+    usage, failures = usage or {}, failures or {}
+    hosts = []
+    for row in session.query(Host).order_by(Host.name):
+        hosts.append(HostState(
+            name=row.name, uuid=row.uuid, state=row.state, region=row.region, zone=row.zone,
+            rack=row.rack, capabilities=dict(row.capabilities or {}),
+            traits=frozenset(row.traits or ()),
+            capacity={rc: capacity_of(rec) for rc, rec in (row.inventory or {}).items()},
+            used=dict(usage.get(row.uuid, {})), recent_failures=failures.get(row.name, 0)))
+    return CloudSnapshot(hosts)

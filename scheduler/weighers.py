@@ -1,0 +1,55 @@
+"""Weighers: the order in which fitting hosts are preferred (lower key first).
+
+Keys are compared as tuples, most important part first, instead of Nova's
+normalised weighted sum. With a sum, every placement changes every host's
+normalised weight; with tuples a host's key depends only on its own usage,
+so one placement updates one heap entry and 1,000 instances are placed in
+O(N log H). The parts, in order:
+
+1. soft group policy (applied per failure domain by the scheduler):
+   soft-anti-affinity prefers domains with fewer members, soft-affinity more;
+2. recent build failures: a host that failed builds lately is used only when
+   hosts without failures are exhausted (Nova's BuildFailureWeigher uses a
+   multiplier of 10^6 for the same effect);
+3. resource use: ``spread`` (default) prefers the least used host, ``pack``
+   the most used one that still fits. Use is the dominant share: the largest
+   used/capacity fraction over the resource classes the request asks for, so
+   a host with free VCPUs but no free memory counts as full;
+4. the host's position in the snapshot (by name), so results are repeatable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from fleetflow.scheduler.snapshot import HostState
+
+SPREAD = "spread"
+PACK = "pack"
+WEIGHERS = (SPREAD, PACK)
+
+HostKey = tuple[int, float, int]
+
+
+def dominant_share(host: HostState, used: Mapping[str, int], resource_classes) -> float:
+    """The fullest requested resource class of the host, as a fraction in [0, 1]."""
+    share = 0.0
+    for rc in resource_classes:
+        capacity = host.capacity.get(rc, 0)
+        if capacity > 0:
+            share = max(share, used.get(rc, 0) / capacity)
+    return share
+
+
+def host_key_function(weigher: str, resources: Mapping[str, int]
+                      ) -> Callable[[HostState, Mapping[str, int], int], HostKey]:
+    """Build ``key(host, used, position)`` for one request."""
+    if weigher not in WEIGHERS:
+        raise ValueError(f"unknown weigher {weigher!r}; expected one of {WEIGHERS}")
+    # With nothing requested, weigh by the usual classes so spread still spreads.
+    classes = tuple(resources) or ("VCPU", "MEMORY_MB")
+    sign = 1.0 if weigher == SPREAD else -1.0
+
+    def key(host: HostState, used: Mapping[str, int], position: int) -> HostKey:
+        return (host.recent_failures, sign * dominant_share(host, used, classes), position)
+    return key
