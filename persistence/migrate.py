@@ -43,4 +43,13 @@ def script_heads() -> set[str]:
 
 
 def is_current(engine: sa.Engine) -> bool:
-    return current_heads(engine) == script_heads()
+    """True when every head of the history has been applied.
+
+    A branch that ``depends_on`` another branch's head absorbs it in the
+    version table (only the dependent revision is stored), so compare the
+    applied revisions and their ancestors, not the stored rows, with the heads.
+    """
+    script = ScriptDirectory.from_config(alembic_config())
+    applied = {rev.revision
+               for rev in script.iterate_revisions(tuple(current_heads(engine)), "base")}
+    return script_heads() <= applied

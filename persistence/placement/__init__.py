@@ -1,0 +1,1 @@
+"""Placement: resource providers, inventories, consumers and their allocations."""
