@@ -1,0 +1,405 @@
+"""A stateful fake hypervisor shared by every simulated host of a process.
+
+What it promises, so flows can be tested against something that behaves like a
+host and not like a mock:
+
+- guests keyed by instance uuid per host, kept in a SQLite file of their own
+  (``fake_store``), so they survive ``kill -9`` of the process that served them;
+- every operation is idempotent: building an existing uuid returns it and does
+  not spawn again (``spawn_count`` counts effective spawns), destroying a
+  missing guest is fine, rebuild / migrate / attach / detach converge;
+- builds never exceed the host's real capacity (a scheduler bug fails loudly),
+  take ``boot_seconds`` and run at most ``max_concurrent_builds`` at once per
+  host (as Nova's option; builds beyond it wait);
+- faults per host: fail the next N builds, fail a seeded fraction, go dead;
+- fencing: mutating operations carry ``fence={"key", "token"}`` and an older
+  token than the newest seen for the key is refused with StaleFence; copies of
+  instances evacuated off a fenced host are destroyed when it comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+
+import sqlalchemy as sa
+
+from fleetflow.common import config, states
+from fleetflow.compute.drivers import fake_store as store
+from fleetflow.compute.exceptions import BuildFailed, HostDead, HostNotServed, InstanceNotFound
+
+
+@dataclasses.dataclass
+class HostFaults:
+    """Faults injected into one host (in memory: a restarted host is healthy)."""
+
+    fail_next: int = 0
+    fail_fraction: float = 0.0
+    seed: int | None = None
+    dead: bool = False
+    # How long a call to a dead host hangs before failing: longer than the
+    # caller's RPC timeout makes it look like a host that never answers.
+    hang_seconds: float = 0.0
+    rng: random.Random = dataclasses.field(default_factory=random.Random)
+    revived: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def public(self) -> dict:
+        return {"fail_next": self.fail_next, "fail_fraction": self.fail_fraction,
+                "seed": self.seed, "dead": self.dead, "hang_seconds": self.hang_seconds}
+
+
+class FakeDriver:
+    """The simulated hypervisor of every host a process serves."""
+
+    def __init__(self, state_path: str, boot_seconds: float = 0.0,
+                 max_concurrent_builds: int = 10):
+        self.state_path = state_path
+        self.boot_seconds = boot_seconds
+        self.max_concurrent_builds = max_concurrent_builds
+        self.engine = store.open_engine(state_path)
+        self._inventories: dict[str, Mapping] = {}
+        self._faults: dict[str, HostFaults] = {}
+        self._semaphores: dict[str, threading.BoundedSemaphore] = {}
+        self._building: dict[str, int] = {}
+        self._peak: dict[str, int] = {}
+        self._guest_locks: dict[tuple[str, str], list] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    @classmethod
+    def from_conf(cls, conf) -> FakeDriver:
+        return cls(config.state_path(conf, conf.compute.state_path),
+                   boot_seconds=conf.compute.boot_seconds,
+                   max_concurrent_builds=conf.compute.max_concurrent_builds)
+
+    # -- hosts -------------------------------------------------------------
+
+    def add_hosts(self, inventories: Mapping[str, Mapping]) -> None:
+        """Serve these hosts: ``{name: {"VCPU": {"total", "allocation_ratio", "reserved"}}}``."""
+        with self._lock:
+            self._inventories.update({name: dict(inv) for name, inv in inventories.items()})
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted(self._inventories)
+
+    def _inventory(self, host: str) -> Mapping:
+        try:
+            return self._inventories[host]
+        except KeyError:
+            raise HostNotServed(f"host {host} is not served here", host=host) from None
+
+    def capacity(self, host: str) -> dict[str, float]:
+        return store.capacity(self._inventory(host))
+
+    def usage(self, host: str) -> dict[str, int]:
+        with self.engine.begin() as conn:
+            return store.usage(conn, host)
+
+    # -- faults ------------------------------------------------------------
+
+    def _host_faults(self, host: str) -> HostFaults:
+        with self._lock:
+            faults = self._faults.get(host)
+            if faults is None:
+                faults = self._faults[host] = HostFaults()
+            return faults
+
+    def set_faults(self, host: str, fail_next: int | None = None,
+                   fail_fraction: float | None = None, seed: int | None = None,
+                   dead: bool | None = None, hang_seconds: float | None = None) -> dict:
+        """Change a host's faults (arguments left None keep their value)."""
+        self._inventory(host)
+        faults = self._host_faults(host)
+        with self._lock:
+            if fail_next is not None:
+                faults.fail_next = int(fail_next)
+            if fail_fraction is not None:
+                faults.fail_fraction = float(fail_fraction)
+            if seed is not None:
+                faults.seed = seed
+                faults.rng = random.Random(seed)
+            if hang_seconds is not None:
+                faults.hang_seconds = float(hang_seconds)
+            if dead is not None and dead != faults.dead:
+                faults.dead = bool(dead)
+                if dead:
+                    faults.revived = threading.Event()
+                else:
+                    # Calls hanging on the dead host fail now instead of waiting.
+                    faults.revived.set()
+        if dead is False:
+            # A host coming back first destroys what was evacuated off it.
+            self.cleanup_evacuated(host)
+        return faults.public()
+
+    def get_faults(self, host: str) -> dict:
+        return self._host_faults(host).public()
+
+    def _check_alive(self, host: str) -> None:
+        self._inventory(host)
+        faults = self._host_faults(host)
+        if faults.dead:
+            if faults.hang_seconds > 0:
+                faults.revived.wait(faults.hang_seconds)
+            raise HostDead(f"host {host} is dead", host=host)
+
+    def _take_build_fault(self, host: str) -> str | None:
+        """Decide now whether this spawn fails (consumes fail_next, draws the fraction)."""
+        faults = self._host_faults(host)
+        with self._lock:
+            if faults.fail_next > 0:
+                faults.fail_next -= 1
+                return "injected failure (fail_next)"
+            if faults.fail_fraction > 0 and faults.rng.random() < faults.fail_fraction:
+                return "injected failure (fail_fraction)"
+        return None
+
+    # -- serialisation and the build slots ---------------------------------
+
+    @contextlib.contextmanager
+    def _guest_lock(self, host: str, uuid: str) -> Iterator[None]:
+        """One operation at a time per guest in this process (duplicates wait, then converge)."""
+        key = (host, uuid)
+        with self._lock:
+            entry = self._guest_locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._guest_locks[key]
+
+    @contextlib.contextmanager
+    def _build_slot(self, host: str) -> Iterator[None]:
+        with self._lock:
+            sem = self._semaphores.get(host)
+            if sem is None:
+                sem = self._semaphores[host] = threading.BoundedSemaphore(
+                    self.max_concurrent_builds)
+        with sem:
+            with self._lock:
+                self._building[host] = self._building.get(host, 0) + 1
+                self._peak[host] = max(self._peak.get(host, 0), self._building[host])
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._building[host] -= 1
+
+    def peak_concurrent_builds(self, host: str) -> int:
+        """Most builds this process ran at once on ``host`` (the limit must hold)."""
+        return self._peak.get(host, 0)
+
+    # -- operations ------------------------------------------------------
+
+    def build_instance(self, host: str, uuid: str, resources: Mapping,
+                       image: str | None = None, fence: Mapping | None = None) -> dict:
+        """Spawn ``uuid`` on ``host``, or return it when it is already there."""
+        self._check_alive(host)
+        with self._guest_lock(host, uuid):
+            return self._spawn(host, uuid, resources, image, fence, "builds")
+
+    def rebuild_instance(self, host: str, uuid: str, resources: Mapping | None = None,
+                         image: str | None = None, source_host: str | None = None,
+                         fence: Mapping | None = None) -> dict:
+        """Re-image ``uuid`` on ``host``, or (with ``source_host``) rebuild it here after an
+        evacuation: the copy on the fenced source is destroyed when that host comes back."""
+        self._check_alive(host)
+        with self._guest_lock(host, uuid):
+            with self.engine.begin() as conn:
+                store.apply_evacuations(conn, host)
+                store.check_fence(conn, fence)
+                if source_host and source_host != host:
+                    store.record_evacuation(conn, source_host, uuid)
+                guest = store.load_guest(conn, host, uuid)
+                if guest is not None and guest["state"] == states.ACTIVE:
+                    if source_host or image is None or image == guest["image"]:
+                        return guest  # already rebuilt with this image: nothing to do
+                    conn.execute(store.guests.update().where(
+                        store.guests.c.host == host, store.guests.c.uuid == uuid)
+                        .values(image=image, updated_at=time.time()))
+                    store.count_spawn(conn, host, uuid, "rebuilds")
+                    return store.load_guest(conn, host, uuid)
+            if resources is None:
+                raise InstanceNotFound(f"{uuid} is not on {host}; rebuilding it here needs "
+                                       "its resources", host=host, uuid=uuid)
+            return self._spawn(host, uuid, resources, image, fence, "rebuilds")
+
+    def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
+               fence: Mapping | None, ledger: str) -> dict:
+        inventory = self._inventory(host)
+        now = time.time()
+        with self.engine.begin() as conn:
+            store.apply_evacuations(conn, host)
+            store.check_fence(conn, fence)
+            guest = store.load_guest(conn, host, uuid)
+            if guest is not None and guest["state"] == states.ACTIVE:
+                return guest
+            if guest is None:
+                # Capacity is taken when the request arrives (the row is the
+                # claim), so builds waiting for a slot cannot overcommit.
+                store.check_capacity(conn, host, inventory, resources)
+                conn.execute(store.guests.insert().values(
+                    host=host, uuid=uuid, state=states.BUILDING, image=image,
+                    resources={rc: int(v) for rc, v in resources.items() if v},
+                    volumes=[], created_at=now, updated_at=now))
+            # else: a BUILDING row without a build in this process is left
+            # over from a crash mid-boot: finish that boot now.
+        failure = self._take_build_fault(host)
+        with self._build_slot(host):
+            if self.boot_seconds:
+                self._closed.wait(self.boot_seconds)
+        if failure:
+            # A failed spawn leaves nothing behind (deleted, committed, then raised).
+            with self.engine.begin() as conn:
+                conn.execute(store.guests.delete().where(
+                    store.guests.c.host == host, store.guests.c.uuid == uuid,
+                    store.guests.c.state == states.BUILDING))
+            raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
+        with self.engine.begin() as conn:
+            finished = conn.execute(store.guests.update().where(
+                store.guests.c.host == host, store.guests.c.uuid == uuid,
+                store.guests.c.state == states.BUILDING)
+                .values(state=states.ACTIVE, updated_at=time.time())).rowcount
+            if finished:
+                store.count_spawn(conn, host, uuid, ledger)
+            guest = store.load_guest(conn, host, uuid)
+        if guest is None:
+            raise BuildFailed(f"{uuid} on {host} was destroyed while it was building",
+                              host=host, uuid=uuid)
+        return guest
+
+    def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None) -> dict:
+        """Remove ``uuid`` from ``host``; a missing guest is already destroyed."""
+        self._check_alive(host)
+        with self.engine.begin() as conn:
+            store.apply_evacuations(conn, host)
+            store.check_fence(conn, fence)
+            removed = conn.execute(store.guests.delete().where(
+                store.guests.c.host == host, store.guests.c.uuid == uuid)).rowcount
+        return {"uuid": uuid, "host": host, "destroyed": bool(removed)}
+
+    def migrate_instance(self, host: str, uuid: str, source_host: str,
+                         resources: Mapping | None = None,
+                         fence: Mapping | None = None) -> dict:
+        """Make ``uuid`` run on ``host`` (the destination) instead of ``source_host``.
+
+        When the source's guest is in this store it moves in the same
+        transaction; otherwise the caller destroys the source copy (destroy is
+        idempotent, so callers may always do so).
+        """
+        self._check_alive(host)
+        inventory = self._inventory(host)
+        with self._guest_lock(host, uuid), self.engine.begin() as conn:
+            store.apply_evacuations(conn, host)
+            store.check_fence(conn, fence)
+            guest = store.load_guest(conn, host, uuid)
+            if guest is not None:
+                return guest
+            source = store.load_guest(conn, source_host, uuid)
+            if resources is None:
+                if source is None:
+                    raise InstanceNotFound(f"{uuid} is on neither {source_host} nor {host}",
+                                           host=source_host, uuid=uuid)
+                resources = source["resources"]
+            store.check_capacity(conn, host, inventory, resources)
+            now = time.time()
+            conn.execute(store.guests.insert().values(
+                host=host, uuid=uuid, state=states.ACTIVE,
+                image=source["image"] if source else None,
+                resources={rc: int(v) for rc, v in resources.items() if v},
+                volumes=source["volumes"] if source else [], migrated_from=source_host,
+                created_at=now, updated_at=now))
+            conn.execute(store.guests.delete().where(
+                store.guests.c.host == source_host, store.guests.c.uuid == uuid))
+            return store.load_guest(conn, host, uuid)
+
+    def attach_volume(self, host: str, uuid: str, volume_id: str,
+                      fence: Mapping | None = None) -> dict:
+        return self._change_volumes(host, uuid, volume_id, fence, attach=True)
+
+    def detach_volume(self, host: str, uuid: str, volume_id: str,
+                      fence: Mapping | None = None) -> dict:
+        return self._change_volumes(host, uuid, volume_id, fence, attach=False)
+
+    def _change_volumes(self, host, uuid, volume_id, fence, attach: bool) -> dict:
+        self._check_alive(host)
+        with self._guest_lock(host, uuid), self.engine.begin() as conn:
+            store.apply_evacuations(conn, host)
+            store.check_fence(conn, fence)
+            guest = store.load_guest(conn, host, uuid)
+            if guest is None:
+                if attach:
+                    raise InstanceNotFound(f"{uuid} is not on {host}", host=host, uuid=uuid)
+                return {"uuid": uuid, "host": host, "volumes": []}
+            volumes = [v for v in guest["volumes"] if v != volume_id]
+            if attach:
+                volumes.append(volume_id)
+            if volumes != guest["volumes"]:
+                conn.execute(store.guests.update().where(
+                    store.guests.c.host == host, store.guests.c.uuid == uuid)
+                    .values(volumes=volumes, updated_at=time.time()))
+            return store.load_guest(conn, host, uuid)
+
+    def fence_instance(self, host: str, uuid: str) -> None:
+        """Mark ``host``'s copy of ``uuid`` for destruction when the host comes back.
+
+        Works while the host is dead: the mark is in the shared state file, and
+        the host applies it before anything else it does.
+        """
+        self._inventory(host)
+        with self.engine.begin() as conn:
+            store.record_evacuation(conn, host, uuid)
+
+    def cleanup_evacuated(self, host: str) -> list[str]:
+        """Destroy ``host``'s evacuated copies now (host revived)."""
+        with self.engine.begin() as conn:
+            return store.apply_evacuations(conn, host)
+
+    def cleanup_all_evacuated(self) -> dict[str, list[str]]:
+        """Destroy the evacuated copies of every served host (agent start)."""
+        with self.engine.begin() as conn:
+            return store.apply_all_evacuations(conn, set(self._inventories))
+
+    # -- reads -------------------------------------------------------------
+
+    def get_instance(self, host: str, uuid: str) -> dict | None:
+        self._check_alive(host)
+        with self.engine.begin() as conn:
+            store.apply_evacuations(conn, host)
+            return store.load_guest(conn, host, uuid)
+
+    def list_instances(self, host: str) -> list[dict]:
+        self._check_alive(host)
+        with self.engine.begin() as conn:
+            store.apply_evacuations(conn, host)
+            return store.load_guests(conn, host)
+
+    def ping(self, host: str) -> dict:
+        self._check_alive(host)
+        return {"host": host, "alive": True, "time": time.time()}
+
+    def spawn_count(self, uuid: str, host: str | None = None) -> int:
+        """Effective builds of ``uuid`` (on ``host``, or on every host), destroyed or not."""
+        query = sa.select(sa.func.coalesce(sa.func.sum(store.spawns.c.builds), 0)).where(
+            store.spawns.c.uuid == uuid)
+        if host is not None:
+            query = query.where(store.spawns.c.host == host)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar())
+
+    def close(self) -> None:
+        """Release hanging calls and sleeping boots, then the state file."""
+        self._closed.set()
+        with self._lock:
+            for faults in self._faults.values():
+                faults.revived.set()
+        self.engine.dispose()
