@@ -46,6 +46,10 @@ class Host(Timestamps, Base):
     # RPC server that serves this host: the host's own agent (None: its name) or
     # an agent serving many hosts, which then receives the host as an argument.
     compute_agent: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    # Builds that failed here lately: the scheduler weighs such hosts down.
+    build_failures: Mapped[int] = mapped_column(sa.Integer, default=0)
+    last_build_failure_at: Mapped[dt.datetime | None] = mapped_column(sa.DateTime,
+                                                                      nullable=True)
     # Why the host is in its state (set with the state by the operator).
     state_reason: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
 

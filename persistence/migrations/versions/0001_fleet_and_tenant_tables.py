@@ -44,6 +44,8 @@ def upgrade() -> None:
     sa.Column('capabilities', sa.JSON(), nullable=False),
     sa.Column('traits', sa.JSON(), nullable=False),
     sa.Column('compute_agent', sa.String(length=255), nullable=True),
+    sa.Column('build_failures', sa.Integer(), nullable=False),
+    sa.Column('last_build_failure_at', sa.DateTime(), nullable=True),
     sa.Column('state_reason', sa.String(length=255), nullable=True),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.Column('updated_at', sa.DateTime(), nullable=False),
