@@ -1,0 +1,1 @@
+"""OpenStack-Placement-compatible REST API mounted at ``/placement``."""

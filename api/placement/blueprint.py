@@ -1,0 +1,135 @@
+"""The ``/placement`` blueprint and what its views share.
+
+Views are plain functions (Placement's JSON is not marshmallow-shaped);
+requests are version-negotiated (:mod:`.microversion`) and need the
+``placement:read`` / ``placement:write`` policy rules (admin or service).
+"""
+
+from __future__ import annotations
+
+import flask
+import flask_smorest
+from werkzeug import exceptions as wexc
+
+from fleetflow.api import policy
+from fleetflow.api.placement import microversion
+from fleetflow.api.state import current_state
+from fleetflow.persistence.placement import errors
+
+FENCE_HEADER = "FleetFlow-Fence"
+STORE_SERVICE = "placement_store"
+
+blp = flask_smorest.Blueprint(
+    "placement", __name__, url_prefix="/placement",
+    description="OpenStack Placement compatible API (microversions "
+                f"{microversion.as_text(microversion.MIN_VERSION)}-"
+                f"{microversion.as_text(microversion.MAX_VERSION)}).")
+
+
+@blp.before_request
+def _negotiate_and_authorize() -> None:
+    microversion.negotiate()
+    rule = "placement:read" if flask.request.method in ("GET", "HEAD") else "placement:write"
+    policy.enforce(rule)
+
+
+blp.after_request(microversion.stamp)
+
+
+def store():
+    """The PlacementStore of this app (made on first use from the app's database)."""
+    state = current_state()
+    found = state.services.get(STORE_SERVICE)
+    if found is None:
+        from fleetflow.persistence.placement.store import PlacementStore
+
+        found = state.services.setdefault(
+            STORE_SERVICE, PlacementStore(state.database, state.conf.placement.max_retries))
+    return found
+
+
+def body(required: tuple[str, ...] = (), allowed: tuple[str, ...] | None = None) -> dict:
+    """The JSON object of the request, with its top-level keys checked (400)."""
+    if flask.request.mimetype != "application/json":
+        raise wexc.UnsupportedMediaType(
+            f"The media type {flask.request.mimetype or 'None'} is not supported, use "
+            "application/json")
+    data = flask.request.get_json(silent=True)
+    if not isinstance(data, dict):
+        raise errors.BadRequest("Malformed JSON: the body must be a JSON object")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise errors.BadRequest(f"JSON does not validate: '{missing[0]}' is a required "
+                                "property")
+    if allowed is not None:
+        extra = sorted(set(data) - set(allowed) - set(required))
+        if extra:
+            raise errors.BadRequest(f"JSON does not validate: Additional properties are not "
+                                    f"allowed ('{extra[0]}' was unexpected)")
+    return data
+
+
+def query_args(allowed: tuple[str, ...]) -> dict:
+    """Query parameters (400 for unknown or repeated ones, as Placement)."""
+    args = flask.request.args
+    unknown = sorted(set(args) - set(allowed))
+    if unknown:
+        raise errors.BadRequest(f"Invalid query string parameters: '{unknown[0]}' was "
+                                "unexpected")
+    for key in args:
+        if key != "required" and len(args.getlist(key)) > 1:
+            raise errors.BadRequest(f"Query parameter {key!r} may only be given once")
+    return args
+
+
+def integer(value, name: str, minimum: int = 0, nullable: bool = False):
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise errors.BadRequest(f"JSON does not validate: {name} must be an integer "
+                                f">= {minimum}, got {value!r}")
+    return value
+
+
+def fence() -> dict | None:
+    """The fencing token a fleetflow client sent (``FleetFlow-Fence: <key>=<token>``)."""
+    value = flask.request.headers.get(FENCE_HEADER)
+    if not value:
+        return None
+    key, _sep, token = value.rpartition("=")
+    if not key or not token.isdigit():
+        raise errors.BadRequest(f"{FENCE_HEADER} must be '<key>=<token>'")
+    return {"key": key, "token": int(token)}
+
+
+def base_url() -> str:
+    return flask.request.script_root + blp.url_prefix
+
+
+def provider_links(rp_uuid: str) -> list[dict]:
+    self_url = f"{base_url()}/resource_providers/{rp_uuid}"
+    links = [{"rel": "self", "href": self_url},
+             {"rel": "inventories", "href": f"{self_url}/inventories"},
+             {"rel": "usages", "href": f"{self_url}/usages"}]
+    if microversion.at_least(1, 1):
+        links.append({"rel": "aggregates", "href": f"{self_url}/aggregates"})
+    if microversion.at_least(1, 6):
+        links.append({"rel": "traits", "href": f"{self_url}/traits"})
+    if microversion.at_least(1, 11):
+        links.append({"rel": "allocations", "href": f"{self_url}/allocations"})
+    return links
+
+
+def provider_json(rp: dict) -> dict:
+    out = {"uuid": rp["uuid"], "name": rp["name"], "generation": rp["generation"],
+           "links": provider_links(rp["uuid"])}
+    if microversion.at_least(1, 14):
+        out["parent_provider_uuid"] = rp["parent_provider_uuid"]
+        out["root_provider_uuid"] = rp["root_provider_uuid"]
+    return out
+
+
+def no_content() -> flask.Response:
+    response = flask.Response(status=204)
+    response.headers.pop("Content-Type", None)
+    return response
