@@ -21,6 +21,7 @@ snapshot serves another request).
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from fleetflow.scheduler.filters import FilterStep, run_filters
@@ -79,6 +80,7 @@ class _Pass:
         self.wanted = tuple(spec.resources.items())
         # host name -> used, copied on first write so the snapshot stays untouched
         self.usage: dict[str, dict[str, int]] = {}
+        self.placed_on: Counter = Counter()  # host name -> instances placed this pass
 
     def used(self, host: HostState) -> Mapping[str, int]:
         return self.usage.get(host.name, host.used)
@@ -89,6 +91,7 @@ class _Pass:
                    for rc, amount in self.wanted)
 
     def consume(self, host: HostState) -> None:
+        self.placed_on[host.name] += 1
         used = self.usage.get(host.name)
         if used is None:
             used = self.usage[host.name] = dict(host.used)
@@ -125,7 +128,8 @@ class _Pass:
             rule.record(host)
             placed.append(host)
             if self.fits(host):
-                heapq.heapreplace(heap, self.key(host, self.used(host), position))
+                heapq.heapreplace(heap, self.key(host, self.used(host), position,
+                                                 self.placed_on[host.name]))
             else:
                 heapq.heappop(heap)  # full for this request: never fits again this pass
             # Only this domain changed; a domain at its limit never reopens.
@@ -152,7 +156,7 @@ class _Pass:
 
         def rank(position: int, host: HostState):
             return (rule.soft_score(host.domain(rule.scope)),
-                    self.key(host, self.used(host), position))
+                    self.key(host, self.used(host), position, self.placed_on[host.name]))
 
         fitting = [(rank(p, h), h) for p, h in enumerate(hosts) if self.fits(h)]
         fitting.sort(key=lambda item: item[0])

@@ -15,7 +15,10 @@ O(N log H). The parts, in order:
    the most used one that still fits. Use is the dominant share: the largest
    used/capacity fraction over the resource classes the request asks for, so
    a host with free VCPUs but no free memory counts as full;
-4. the host's position in the snapshot (by name), so results are repeatable.
+4. instances this pass already put on the host (fewer first for spread),
+   which only matters when usage cannot tell hosts apart (a request
+   without resources);
+5. the host's position in the snapshot (by name), so results are repeatable.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ SPREAD = "spread"
 PACK = "pack"
 WEIGHERS = (SPREAD, PACK)
 
-HostKey = tuple[int, float, int]
+HostKey = tuple[int, float, int, int]
 
 
 def dominant_share(host: HostState, used: Mapping[str, int], resource_classes) -> float:
@@ -42,14 +45,15 @@ def dominant_share(host: HostState, used: Mapping[str, int], resource_classes) -
 
 
 def host_key_function(weigher: str, resources: Mapping[str, int]
-                      ) -> Callable[[HostState, Mapping[str, int], int], HostKey]:
-    """Build ``key(host, used, position)`` for one request."""
+                      ) -> Callable[[HostState, Mapping[str, int], int, int], HostKey]:
+    """Build ``key(host, used, position, placed_in_pass)`` for one request."""
     if weigher not in WEIGHERS:
         raise ValueError(f"unknown weigher {weigher!r}; expected one of {WEIGHERS}")
     # With nothing requested, weigh by the usual classes so spread still spreads.
     classes = tuple(resources) or ("VCPU", "MEMORY_MB")
-    sign = 1.0 if weigher == SPREAD else -1.0
+    sign = 1 if weigher == SPREAD else -1
 
-    def key(host: HostState, used: Mapping[str, int], position: int) -> HostKey:
-        return (host.recent_failures, sign * dominant_share(host, used, classes), position)
+    def key(host: HostState, used: Mapping[str, int], position: int, placed: int = 0) -> HostKey:
+        return (host.recent_failures, sign * dominant_share(host, used, classes), sign * placed,
+                position)
     return key
