@@ -1,0 +1,156 @@
+"""The Flask application factory of the fleetflow REST API.
+
+``create_app(conf)`` builds one app: flask-smorest ``Api`` (OpenAPI 3.0 at
+``/openapi.json``, generated from the marshmallow schemas), the error format
+of :mod:`fleetflow.api.errors`, the body-size limit, authentication
+(:mod:`fleetflow.api.auth`), policy (:mod:`fleetflow.api.policy`) and the
+resource blueprints listed in :data:`BLUEPRINTS`.
+
+Adding a resource
+-----------------
+1. ``api/<resource>/schemas.py``: marshmallow schemas (``ThingSchema``,
+   ``ThingCreateSchema``, ``ThingQueryArgsSchema`` inheriting
+   ``common.PaginationArgsSchema`` for lists).
+2. ``api/<resource>/routes.py``: ``blp = common.Blueprint("things", __name__,
+   url_prefix="/v2/<tenant_id>/things", description=...)`` and one
+   ``MethodView`` for the collection and one for the item; every method
+   decorated ``@policy.authorize("things:list")`` (top-most) and the rule
+   added to ``policy.ROUTE_RULES``. Reach the database and services through
+   ``state.current_state()`` and the caller through ``auth.current_context()``;
+   fail with ``flask_smorest.abort(status, message=...)`` or a
+   ``FleetflowError``.
+3. One line in :data:`BLUEPRINTS` below. tests/functional/conftest.py gives
+   ``app``/``client`` fixtures and headers for admin, member and reader.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import flask
+import flask_smorest
+from werkzeug import exceptions as wexc
+
+from fleetflow.api import auth, errors, policy
+from fleetflow.api.state import EXTENSION_KEY, AppState
+
+LOG = logging.getLogger(__name__)
+
+API_VERSION = "2.0"
+
+# Modules that define ``blp``, registered in this order. One line per resource.
+BLUEPRINTS = [
+    "fleetflow.api.hosts.routes",
+    "fleetflow.api.flavors.routes",
+    "fleetflow.api.images.routes",
+    "fleetflow.api.reservations.routes",
+    "fleetflow.api.servers.routes",
+    "fleetflow.api.groups.routes",
+    "fleetflow.api.quotas.routes",
+    "fleetflow.api.placement.routes",
+]
+
+
+class Api(flask_smorest.Api):
+    """flask-smorest Api answering errors in fleetflow's single format."""
+
+    ERROR_SCHEMA = errors.ErrorsSchema
+
+    def _register_error_handlers(self):
+        errors.register(self._app)
+
+
+def enforce_body_limit() -> None:
+    """before_request hook: 413 for a body over ``[api] max_body_bytes``.
+
+    Werkzeug enforces MAX_CONTENT_LENGTH only when a view reads the body; this
+    refuses a too large Content-Length on every route, read or not. A body
+    without Content-Length (chunked) is read here, through werkzeug's limited
+    stream, so it is refused as soon as it passes the limit. NOTE: werkzeug
+    hands the app a chunked body only when the WSGI server says it dechunked
+    it (``wsgi.input_terminated``: werkzeug's server, gunicorn, waitress ...);
+    under another server such a body reads as empty and never grows unbounded.
+    """
+    limit = flask.current_app.config["MAX_CONTENT_LENGTH"]
+    length = flask.request.content_length
+    if length is not None:
+        if length > limit:
+            raise wexc.RequestEntityTooLarge(
+                f"Request body is {length} bytes; the limit is {limit}.")
+    elif flask.request.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        # NOTE: werkzeug's limited stream stops quietly at the limit (the view
+        # would then see a truncated body), so read it here and look for one
+        # byte more in the server's stream.
+        data = flask.request.get_data(cache=True)
+        if len(data) >= limit and flask.request.environ["wsgi.input"].read(1):
+            raise wexc.RequestEntityTooLarge(
+                f"Request body is over the limit of {limit} bytes.")
+
+
+def _configure(app: flask.Flask, conf) -> None:
+    app.config.update(
+        API_TITLE="fleetflow",
+        API_VERSION=API_VERSION,
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/",
+        OPENAPI_JSON_PATH="openapi.json",
+        MAX_CONTENT_LENGTH=conf.api.max_body_bytes,
+        # Answer errors ourselves even in tests (no exception propagation).
+        PROPAGATE_EXCEPTIONS=False,
+        JSON_SORT_KEYS=False,
+    )
+
+
+def _document_security(api: Api, conf) -> None:
+    """Describe how callers identify themselves in the OpenAPI document."""
+    if conf.api.auth_strategy == auth.KEYSTONE:
+        schemes = {"keystone": {"type": "apiKey", "in": "header", "name": "X-Auth-Token"}}
+    else:
+        schemes = {
+            "project": {"type": "apiKey", "in": "header", "name": "X-Project-Id"},
+            "roles": {"type": "apiKey", "in": "header", "name": "X-Roles"},
+        }
+    for name, scheme in schemes.items():
+        api.spec.components.security_scheme(name, scheme)
+    api.spec.options["security"] = [{name: [] for name in schemes}]
+
+
+def register_blueprints(api: Api, modules=None) -> None:
+    for module in BLUEPRINTS if modules is None else modules:
+        api.register_blueprint(importlib.import_module(module).blp)
+
+
+def create_app(conf, database=None, services=None) -> flask.Flask:
+    """Build the API app for ``conf``.
+
+    ``database`` defaults to the process-wide ``Database`` of
+    ``[database] connection`` (its schema must already be upgraded);
+    ``services`` seeds ``AppState.services`` (see :mod:`fleetflow.api.state`).
+    """
+    if database is None:
+        from fleetflow.persistence.db import get_database
+
+        database = get_database(conf)
+    app = flask.Flask("fleetflow.api", static_folder=None)
+    _configure(app, conf)
+    state = AppState(conf=conf, database=database, enforcer=policy.make_enforcer(conf),
+                     services=dict(services or {}))
+    app.extensions[EXTENSION_KEY] = state
+
+    # Order matters: refuse oversized bodies before anything reads them, know
+    # the caller before checking which tenant's path they may use.
+    app.before_request(enforce_body_limit)
+    app.before_request(auth.authenticate)
+    app.before_request(policy.check_tenant_path)
+
+    api = Api(app)
+    _document_security(api, conf)
+    register_blueprints(api)
+
+    if conf.api.auth_strategy == auth.KEYSTONE:
+        app.wsgi_app = auth.keystone_middleware(app.wsgi_app, conf)
+    elif auth.noauth_exposed(conf):
+        LOG.warning("auth_strategy = noauth while listening on %s: anyone who reaches "
+                    "the port can act as any project, or as admin", conf.api.host)
+    return app

@@ -1,0 +1,136 @@
+"""Who is calling: ``noauth`` headers or Keystone tokens, turned into a request context.
+
+``[api] auth_strategy`` chooses:
+
+- ``noauth`` (development and tests): the identity is whatever the client says
+  in ``X-Project-Id``, ``X-User-Id`` and ``X-Roles`` (comma separated). No
+  ``X-Project-Id`` answers 401. Under ``/placement`` only, OpenStack's
+  ``noauth2`` convention is accepted as well, so OpenStack's own placement
+  clients work unchanged: ``X-Auth-Token: admin`` is project ``admin`` with the
+  ``admin`` role, ``X-Auth-Token: user:project`` is that user in that project.
+  Anyone who can reach the port can claim any role: never expose it (see
+  :func:`noauth_exposed`).
+- ``keystone``: the WSGI app is wrapped in keystonemiddleware's ``auth_token``
+  (the optional ``fleetflow[keystone]`` extra), configured from the
+  ``[keystone_authtoken]`` group of the fleetflow configuration. It runs with
+  ``delay_auth_decision`` so that a missing or bad token reaches us and gets a
+  401 in the API's error format; the identity comes from the headers the
+  middleware sets (it strips any the client sent).
+
+Each request gets an oslo.context ``RequestContext`` in ``flask.g.context``
+(:func:`current_context`): ``project_id``, ``user_id``, ``roles``,
+``is_admin`` (the ``context_is_admin`` policy rule), ``request_id``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+
+import flask
+from oslo_context import context as oslo_context
+from werkzeug import exceptions as wexc
+
+from fleetflow.api import errors, policy
+from fleetflow.api.state import current_state
+
+NOAUTH = "noauth"
+KEYSTONE = "keystone"
+
+# Routes anyone may read: the API description.
+PUBLIC_ENDPOINTS = frozenset({"api-docs.openapi_json"})
+
+# Paths where the OpenStack noauth2 token convention is honoured.
+NOAUTH_TOKEN_PREFIXES = ("/placement",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    project_id: str
+    user_id: str | None
+    roles: tuple[str, ...]
+
+
+def _split_roles(value: str | None) -> tuple[str, ...]:
+    return tuple(r.strip().lower() for r in (value or "").split(",") if r.strip())
+
+
+def noauth_identity(headers, path: str) -> Identity | None:
+    """The identity a noauth request claims, or None when it claims none."""
+    project = (headers.get("X-Project-Id") or "").strip()
+    if project:
+        return Identity(project, headers.get("X-User-Id") or None,
+                        _split_roles(headers.get("X-Roles")))
+    token = (headers.get("X-Auth-Token") or "").strip()
+    if token and path.startswith(NOAUTH_TOKEN_PREFIXES):
+        # NOTE: mirrors OpenStack Placement's NoAuthMiddleware: "admin" is an
+        # admin; "user:project" names both; a bare "name" is user and project.
+        user, _sep, project = token.partition(":")
+        roles = ("admin",) if token == "admin" else _split_roles(headers.get("X-Roles"))
+        return Identity(project or user, user, roles)
+    return None
+
+
+def keystone_identity(headers) -> Identity | None:
+    """The identity keystonemiddleware validated, or None (no or bad token)."""
+    if headers.get("X-Identity-Status") != "Confirmed" or not headers.get("X-Project-Id"):
+        return None
+    return Identity(headers["X-Project-Id"], headers.get("X-User-Id") or None,
+                    _split_roles(headers.get("X-Roles")))
+
+
+def authenticate() -> None:
+    """before_request hook: set ``g.context`` or answer 401."""
+    if flask.request.endpoint in PUBLIC_ENDPOINTS:
+        return
+    state = current_state()
+    if state.conf.api.auth_strategy == KEYSTONE:
+        identity = keystone_identity(flask.request.headers)
+        missing = "A valid X-Auth-Token is required."
+    else:
+        identity = noauth_identity(flask.request.headers, flask.request.path)
+        missing = "No identity: send X-Project-Id (and X-User-Id, X-Roles)."
+    if identity is None:
+        raise wexc.Unauthorized(missing)
+    ctx = oslo_context.RequestContext(
+        user_id=identity.user_id, project_id=identity.project_id,
+        roles=list(identity.roles), request_id=errors.request_id(), overwrite=False)
+    ctx.is_admin = policy.check_is_admin(state.enforcer, ctx)
+    flask.g.context = ctx
+
+
+def current_context() -> oslo_context.RequestContext:
+    """The caller's context (set by :func:`authenticate` before every view)."""
+    return flask.g.context
+
+
+def keystone_middleware(wsgi_app, conf):
+    """Wrap ``wsgi_app`` in keystonemiddleware's auth_token, or explain what is missing."""
+    try:
+        from keystonemiddleware import auth_token
+    except ImportError as exc:
+        raise RuntimeError(
+            "[api] auth_strategy = keystone needs keystonemiddleware: "
+            "pip install 'fleetflow[keystone]'") from exc
+    # NOTE: oslo_config_config makes the middleware read [keystone_authtoken]
+    # from fleetflow's own configuration (file and overrides) instead of
+    # looking for a separate config of its own.
+    return auth_token.AuthProtocol(wsgi_app, {"oslo_config_config": conf,
+                                              "delay_auth_decision": True})
+
+
+def noauth_exposed(conf) -> bool:
+    """True when noauth is on and the API listens beyond the loopback interface.
+
+    ``fleetflow serve`` warns in that case: anyone who reaches the port can
+    claim to be admin.
+    """
+    if conf.api.auth_strategy != NOAUTH:
+        return False
+    host = conf.api.host
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True

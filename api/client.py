@@ -1,0 +1,152 @@
+"""A small Python client of the fleetflow REST API (used by the ``fleetflow`` CLI).
+
+::
+
+    client = Client("http://127.0.0.1:8774", project_id="admin", roles=["admin"])
+    for host in client.list_hosts(region="north-america"):
+        ...
+    client.update_host("host-001", "maintenance", reason="disk swap")
+
+Identity is sent as noauth headers (``project_id``, ``user_id``, ``roles``) or
+as a Keystone token (``token``). Any error answer raises
+:class:`FleetflowApiError` carrying the API's error body. This module imports
+nothing of the server side, so the CLI can use it against a remote cloud.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator, Sequence
+
+import requests
+
+REQUEST_ID_HEADER = "X-OpenStack-Request-Id"
+
+
+def _segment(value: str) -> str:
+    """One path segment: names may hold characters that a URL may not."""
+    return urllib.parse.quote(str(value), safe="")
+
+
+class FleetflowApiError(Exception):
+    """The API answered an error; ``errors`` is its list of error objects."""
+
+    def __init__(self, status: int, errors: list[dict], request_id: str | None = None,
+                 body=None):
+        self.status = status
+        self.errors = errors
+        self.request_id = request_id
+        self.body = body
+        first = errors[0] if errors else {}
+        self.code = first.get("code")
+        detail = "; ".join(e.get("detail", "") for e in errors) or "no detail"
+        super().__init__(f"HTTP {status} {self.code or ''}: {detail} "
+                         f"(request {request_id})".replace("  ", " "))
+
+
+class Client:
+    """Talks to one fleetflow API endpoint with one identity."""
+
+    def __init__(self, base_url: str, *, project_id: str | None = None,
+                 user_id: str | None = None, roles: Sequence[str] = (),
+                 token: str | None = None, timeout: float = 30.0,
+                 session: requests.Session | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.project_id = project_id
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["X-Auth-Token"] = token
+        if project_id:
+            headers["X-Project-Id"] = project_id
+        if user_id:
+            headers["X-User-Id"] = user_id
+        if roles:
+            headers["X-Roles"] = ",".join(roles)
+        self.session.headers.update(headers)
+
+    # -- transport ---------------------------------------------------------
+
+    def request(self, method: str, path: str, *, json=None, params=None):
+        """Send one request; the decoded JSON body, or FleetflowApiError."""
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        response = self.session.request(method, url, json=json, params=params,
+                                        timeout=self.timeout)
+        if response.status_code >= 400:
+            raise self._error(response)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    @staticmethod
+    def _error(response: requests.Response) -> FleetflowApiError:
+        request_id = response.headers.get(REQUEST_ID_HEADER)
+        try:
+            body = response.json()
+            errors = list(body["errors"])
+        except (ValueError, KeyError, TypeError):
+            # Not our format: a proxy or a middleware answered. Keep the text.
+            body = response.text
+            errors = [{"status": response.status_code, "code": None,
+                       "title": response.reason, "detail": body[:500]}]
+        return FleetflowApiError(response.status_code, errors, request_id, body)
+
+    def get(self, path, **params):
+        return self.request("GET", path, params=params or None)
+
+    def put(self, path, body):
+        return self.request("PUT", path, json=body)
+
+    def post(self, path, body):
+        return self.request("POST", path, json=body)
+
+    def delete(self, path):
+        return self.request("DELETE", path)
+
+    def iterate(self, path: str, key: str, **params) -> Iterator[dict]:
+        """Every item of a paginated list, following its ``next`` links."""
+        page = self.get(path, **{k: v for k, v in params.items() if v is not None})
+        while True:
+            yield from page[key]
+            following = [link["href"] for link in page.get("links", [])
+                         if link.get("rel") == "next"]
+            if not following:
+                return
+            page = self.request("GET", following[0])
+
+    def _tenant_path(self, tenant_id: str | None, suffix: str) -> str:
+        tenant = tenant_id or self.project_id
+        if not tenant:
+            raise ValueError("a tenant id is needed (give project_id to the Client)")
+        return f"/v2/{_segment(tenant)}/{suffix}"
+
+    # -- hosts (admin) -----------------------------------------------------
+
+    def list_hosts(self, *, state=None, region=None, zone=None, rack=None,
+                   limit=None) -> list[dict]:
+        return list(self.iterate("/v2/admin/hosts", "hosts", state=state, region=region,
+                                 zone=zone, rack=rack, limit=limit))
+
+    def get_host(self, name: str) -> dict:
+        return self.get(f"/v2/admin/hosts/{_segment(name)}")["host"]
+
+    def update_host(self, name: str, state: str, reason: str | None = None) -> dict:
+        change = {"state": state}
+        if reason is not None:
+            change["reason"] = reason
+        return self.put(f"/v2/admin/hosts/{_segment(name)}", {"host": change})["host"]
+
+    # -- catalog -----------------------------------------------------------
+
+    def list_flavors(self, tenant_id: str | None = None) -> list[dict]:
+        return list(self.iterate(self._tenant_path(tenant_id, "flavors"), "flavors"))
+
+    def get_flavor(self, ref: str, tenant_id: str | None = None) -> dict:
+        return self.get(self._tenant_path(tenant_id, f"flavors/{_segment(ref)}"))["flavor"]
+
+    def list_images(self, tenant_id: str | None = None) -> list[dict]:
+        return list(self.iterate(self._tenant_path(tenant_id, "images"), "images"))
+
+    def get_image(self, ref: str, tenant_id: str | None = None) -> dict:
+        return self.get(self._tenant_path(tenant_id, f"images/{_segment(ref)}"))["image"]

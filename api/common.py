@@ -1,0 +1,84 @@
+"""What every resource blueprint uses: the Blueprint class, pagination, links.
+
+Pagination (every list route, the same way): ``?limit=N&marker=K``. Items come
+sorted by a unique key (hosts: name; flavors, images: name; resources with
+generated ids: their id); ``marker`` is the key of the last item already seen
+and the page holds the next ``limit`` items (``[api] page_size`` by default, at
+most :data:`MAX_LIMIT`). The body lists a ``next`` link while more remain::
+
+    {"hosts": [...], "links": [{"rel": "next", "href": ".../hosts?limit=2&marker=h-002"}]}
+
+Keyset pagination needs no stable snapshot: a marker that has since been
+deleted still works (the page starts after where it was).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import flask
+import flask_smorest
+import marshmallow as ma
+import sqlalchemy as sa
+from webargs.flaskparser import FlaskParser
+
+from fleetflow.api.state import current_state
+
+MAX_LIMIT = 1000
+
+
+class _Parser(FlaskParser):
+    # NOTE: webargs says 422 for a body that fails validation; we say 400 (as
+    # OpenStack does), and this makes the OpenAPI document say 400 too.
+    DEFAULT_VALIDATION_STATUS = 400
+
+
+class Blueprint(flask_smorest.Blueprint):
+    """flask-smorest Blueprint whose validation errors are documented (and sent) as 400."""
+
+    ARGUMENTS_PARSER = _Parser()
+
+
+class PaginationArgsSchema(ma.Schema):
+    """Query arguments of every list route; resource query schemas inherit them."""
+
+    limit = ma.fields.Integer(
+        validate=ma.validate.Range(min=1, max=MAX_LIMIT),
+        metadata={"description": f"Items per page (at most {MAX_LIMIT})."})
+    marker = ma.fields.String(
+        metadata={"description": "Key (name or id) of the last item of the previous page."})
+
+
+class LinkSchema(ma.Schema):
+    rel = ma.fields.String(required=True, metadata={"description": "'next'"})
+    href = ma.fields.String(required=True)
+
+
+def paginate(session, stmt: sa.Select, key: sa.orm.InstrumentedAttribute, args: dict):
+    """Run ``stmt`` for one page ordered by the unique column ``key``.
+
+    Returns ``(rows, links)``; ``links`` holds the ``next`` link when more
+    rows follow.
+    """
+    limit = args.get("limit") or current_state().conf.api.page_size
+    marker = args.get("marker")
+    if marker is not None:
+        stmt = stmt.where(key > marker)
+    # One row more than asked tells whether a next page exists.
+    rows = list(session.scalars(stmt.order_by(key).limit(limit + 1)))
+    links = []
+    if len(rows) > limit:
+        rows = rows[:limit]
+        query = flask.request.args.to_dict()
+        query.update(limit=str(limit), marker=str(getattr(rows[-1], key.key)))
+        href = flask.request.base_url + "?" + urllib.parse.urlencode(query)
+        links.append({"rel": "next", "href": href})
+    return rows, links
+
+
+def get_by_id_or_name(session, model, ref: str):
+    """The row of ``model`` whose id or (unique) name is ``ref``, or None."""
+    row = session.get(model, ref)
+    if row is None:
+        row = session.scalars(sa.select(model).where(model.name == ref)).first()
+    return row

@@ -1,0 +1,66 @@
+"""Schemas of the admin host routes."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.common import states
+
+STATE_FIELD_HELP = "Operator-set state: " + " | ".join(states.HOST_STATES) + "."
+
+
+class TopologySchema(ma.Schema):
+    region = ma.fields.String(required=True)
+    zone = ma.fields.String(required=True)
+    rack = ma.fields.String(required=True)
+
+
+class HostSchema(ma.Schema):
+    """A compute host as the API shows it."""
+
+    uuid = ma.fields.String(required=True, metadata={"description": "Also its provider uuid."})
+    name = ma.fields.String(required=True)
+    state = ma.fields.String(required=True, metadata={"description": STATE_FIELD_HELP})
+    reason = ma.fields.String(attribute="state_reason", allow_none=True,
+                              metadata={"description": "Why the host is in its state."})
+    topology = ma.fields.Nested(TopologySchema, required=True)
+    inventory = ma.fields.Dict(
+        keys=ma.fields.String(), values=ma.fields.Dict(),
+        metadata={"description": "Per resource class: total, allocation_ratio, reserved."})
+    capabilities = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Raw())
+    traits = ma.fields.List(ma.fields.String())
+    compute_agent = ma.fields.String(allow_none=True,
+                                     metadata={"description": "RPC server serving the host."})
+    created_at = ma.fields.DateTime()
+    updated_at = ma.fields.DateTime()
+
+
+class HostResponseSchema(ma.Schema):
+    host = ma.fields.Nested(HostSchema, required=True)
+
+
+class HostListSchema(ma.Schema):
+    hosts = ma.fields.List(ma.fields.Nested(HostSchema), required=True)
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class HostQueryArgsSchema(PaginationArgsSchema):
+    """Filters of the host list (sorted by name; the marker is a host name)."""
+
+    state = ma.fields.String(validate=ma.validate.OneOf(states.HOST_STATES))
+    region = ma.fields.String()
+    zone = ma.fields.String()
+    rack = ma.fields.String()
+
+
+class HostStateSchema(ma.Schema):
+    state = ma.fields.String(required=True, validate=ma.validate.OneOf(states.HOST_STATES),
+                             metadata={"description": STATE_FIELD_HELP})
+    reason = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
+
+
+class HostUpdateSchema(ma.Schema):
+    """Body of PUT /v2/admin/hosts/{name}: ``{"host": {"state": ..., "reason": ...}}``."""
+
+    host = ma.fields.Nested(HostStateSchema, required=True)

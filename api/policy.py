@@ -1,0 +1,179 @@
+"""Authorization with oslo.policy: registered defaults, an optional policy file.
+
+Roles are OpenStack's: ``reader`` < ``member`` < ``admin``, project-scoped.
+Base rules (override any of them, or any route rule, in ``[api] policy_file``,
+YAML or JSON; the file is re-read when it changes)::
+
+    admin                   role:admin
+    project_reader          (role:reader or role:member or role:admin)
+                            and project_id:%(project_id)s
+    project_member          (role:member or role:admin) and project_id:%(project_id)s
+    project_reader_or_admin rule:project_reader or rule:admin
+    project_member_or_admin rule:project_member or rule:admin
+
+Route rules are named ``<resource>:<action>`` (``hosts:update``) and every
+view names its rule with :func:`authorize`. The target is
+``{"project_id": <tenant_id of the path>}`` (the caller's own project on admin
+routes), so ``project_reader`` means "reads in the project of the path".
+
+Tenant paths: ``/v2/{tenant_id}/...`` is refused with **403** when
+``tenant_id`` is not the caller's project, unless the caller is admin
+(:func:`check_tenant_path`). 403, not 404: the answer is the same for every
+foreign tenant id, existing or not, so it reveals nothing, and it tells a
+misconfigured client plainly that it used the wrong project. Resources of
+another tenant looked up *inside* one's own path answer 404 (the routes of
+reservations, servers and groups do that), so their ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flask
+from oslo_policy import policy as oslo_policy
+from werkzeug import exceptions as wexc
+
+from fleetflow.api.state import current_state
+
+ADMIN = "rule:admin"
+READER = "rule:project_reader_or_admin"
+MEMBER = "rule:project_member_or_admin"
+ADMIN_OR_SERVICE = "rule:admin_or_service"
+
+BASE_RULES = [
+    oslo_policy.RuleDefault("context_is_admin", "role:admin",
+                            "Decides request contexts' is_admin."),
+    oslo_policy.RuleDefault("admin", "role:admin", "An administrator of the cloud."),
+    oslo_policy.RuleDefault("service", "role:service", "Another OpenStack service."),
+    oslo_policy.RuleDefault("admin_or_service", "rule:admin or rule:service",
+                            "An administrator or a service (placement)."),
+    oslo_policy.RuleDefault(
+        "project_reader",
+        "(role:reader or role:member or role:admin) and project_id:%(project_id)s",
+        "Any role in the project of the request's path."),
+    oslo_policy.RuleDefault(
+        "project_member", "(role:member or role:admin) and project_id:%(project_id)s",
+        "A member (or admin) of the project of the request's path."),
+    oslo_policy.RuleDefault("project_reader_or_admin", "rule:project_reader or rule:admin",
+                            "Reads in one's own project, or an administrator."),
+    oslo_policy.RuleDefault("project_member_or_admin", "rule:project_member or rule:admin",
+                            "Changes in one's own project, or an administrator."),
+]
+
+T = "/v2/{tenant_id}"
+A = "/v2/admin"
+
+# (rule name, check, method, path, description). Rules for routes that do not
+# exist yet are registered now so that operators can write one policy file;
+# add a line here with each new route.
+ROUTE_RULES = [
+    ("hosts:list", ADMIN, "GET", f"{A}/hosts", "List compute hosts."),
+    ("hosts:show", ADMIN, "GET", f"{A}/hosts/{{name}}", "Show a compute host."),
+    ("hosts:update", ADMIN, "PUT", f"{A}/hosts/{{name}}", "Change a host's state."),
+    ("hosts:evacuate", ADMIN, "POST", f"{A}/hosts/{{name}}/evacuate", "Evacuate a host."),
+    ("flavors:list", READER, "GET", f"{T}/flavors", "List flavors."),
+    ("flavors:show", READER, "GET", f"{T}/flavors/{{flavor}}", "Show a flavor."),
+    ("images:list", READER, "GET", f"{T}/images", "List images."),
+    ("images:show", READER, "GET", f"{T}/images/{{image}}", "Show an image."),
+    ("reservations:create", MEMBER, "POST", f"{T}/reservations", "Reserve N instances."),
+    ("reservations:list", READER, "GET", f"{T}/reservations", "List reservations."),
+    ("reservations:show", READER, "GET", f"{T}/reservations/{{id}}", "Show a reservation."),
+    ("reservations:delete", MEMBER, "DELETE", f"{T}/reservations/{{id}}",
+     "Delete a reservation and its instances."),
+    ("servers:list", READER, "GET", f"{T}/servers", "List servers."),
+    ("servers:show", READER, "GET", f"{T}/servers/{{id}}", "Show a server."),
+    ("servers:delete", MEMBER, "DELETE", f"{T}/servers/{{id}}", "Delete a server."),
+    ("servers:filter_by_host", ADMIN, "GET", f"{T}/servers?host={{host}}",
+     "Filter the server list by host."),
+    ("groups:create", MEMBER, "POST", f"{T}/groups", "Create a server group."),
+    ("groups:list", READER, "GET", f"{T}/groups", "List server groups."),
+    ("groups:show", READER, "GET", f"{T}/groups/{{id}}", "Show a server group."),
+    ("groups:update", MEMBER, "PUT", f"{T}/groups/{{id}}", "Update a server group."),
+    ("groups:delete", MEMBER, "DELETE", f"{T}/groups/{{id}}", "Delete a server group."),
+    ("vclusters:create", MEMBER, "POST", f"{T}/vclusters", "Build a virtual cluster."),
+    ("vclusters:list", READER, "GET", f"{T}/vclusters", "List virtual clusters."),
+    ("vclusters:show", READER, "GET", f"{T}/vclusters/{{id}}", "Show a virtual cluster."),
+    ("vclusters:delete", MEMBER, "DELETE", f"{T}/vclusters/{{id}}",
+     "Tear down a virtual cluster."),
+    ("flows:list", READER, "GET", f"{T}/flows", "List the project's flows."),
+    ("flows:show", READER, "GET", f"{T}/flows/{{id}}", "Show a flow."),
+    ("flows:admin_list", ADMIN, "GET", f"{A}/flows", "List every flow."),
+    ("flows:resume", ADMIN, "POST", f"{A}/flows/{{id}}/resume", "Resume a flow."),
+    ("flows:revert", ADMIN, "POST", f"{A}/flows/{{id}}/revert", "Revert a flow."),
+    ("flows:retry", ADMIN, "POST", f"{A}/flows/{{id}}/retry", "Retry a failed flow."),
+    ("quotas:show", READER, "GET", f"{T}/quotas", "Show the project's quotas."),
+    ("quotas:admin_show", ADMIN, "GET", f"{A}/quotas/{{tenant_id}}",
+     "Show any project's quotas."),
+    ("quotas:update", ADMIN, "PUT", f"{A}/quotas/{{tenant_id}}", "Change a project's quotas."),
+    ("audit:list", ADMIN, "GET", f"{A}/audit", "Find leaked resources."),
+    ("placement:read", ADMIN_OR_SERVICE, "GET", "/placement/", "Read placement data."),
+    ("placement:write", ADMIN_OR_SERVICE, "POST", "/placement/",
+     "Change placement data (POST, PUT, DELETE)."),
+]
+
+
+def list_rules() -> list[oslo_policy.RuleDefault]:
+    """Every default rule (also for oslopolicy-sample-generator)."""
+    routes = [
+        oslo_policy.DocumentedRuleDefault(
+            name, check, description, [{"method": method, "path": path}],
+            scope_types=["project"])
+        for name, check, method, path, description in ROUTE_RULES]
+    return BASE_RULES + routes
+
+
+def make_enforcer(conf) -> oslo_policy.Enforcer:
+    """An Enforcer with the defaults registered and ``[api] policy_file`` applied if present."""
+    enforcer = oslo_policy.Enforcer(conf, policy_file=conf.api.policy_file)
+    enforcer.register_defaults(list_rules())
+    # NOTE: load now, so that a malformed policy file fails at start-up
+    # rather than on the first request.
+    enforcer.load_rules()
+    return enforcer
+
+
+def check_is_admin(enforcer: oslo_policy.Enforcer, context) -> bool:
+    return enforcer.enforce("context_is_admin", {}, context)
+
+
+def enforce(rule: str, target: dict | None = None) -> None:
+    """Answer 403 unless the current caller passes ``rule`` on ``target``."""
+    context = flask.g.context
+    target = target or {"project_id": context.project_id}
+    try:
+        current_state().enforcer.authorize(rule, target, context, do_raise=True)
+    except (oslo_policy.PolicyNotAuthorized, oslo_policy.InvalidScope):
+        raise wexc.Forbidden(f"Policy does not allow {rule} to be performed.") from None
+
+
+def authorize(rule: str):
+    """Decorator of a view method: enforce ``rule`` before anything else runs.
+
+    Put it above flask-smorest's decorators so that a caller who may not use
+    the route learns nothing from validation errors. The rule name is kept in
+    ``view.policy_rule`` (tests check every route has one).
+    """
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            tenant = kwargs.get("tenant_id") or flask.g.context.project_id
+            enforce(rule, {"project_id": tenant})
+            return view(*args, **kwargs)
+
+        wrapper.policy_rule = rule
+        return wrapper
+
+    return decorate
+
+
+def check_tenant_path() -> None:
+    """before_request hook (after authentication): 403 on another tenant's path."""
+    view_args = flask.request.view_args or {}
+    tenant = view_args.get("tenant_id")
+    context = getattr(flask.g, "context", None)
+    if tenant is None or context is None or context.is_admin:
+        return
+    if tenant != context.project_id:
+        raise wexc.Forbidden(
+            f"The path names project {tenant}, but the request is for project "
+            f"{context.project_id}.")
