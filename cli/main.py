@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from fleetflow.cli import compute as compute_cmd
+from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
 from fleetflow.cli import fleet as fleet_cmd
 
@@ -24,6 +26,8 @@ def cli(ctx: click.Context, config_files: tuple[str, ...]) -> None:
 
 cli.add_command(db_cmd.db)
 cli.add_command(fleet_cmd.fleet)
+cli.add_command(compute_cmd.compute_agent)
+cli.add_command(conductor_cmd.conductor)
 
 
 def main() -> None:

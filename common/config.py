@@ -48,9 +48,11 @@ API_OPTS = [
 ]
 
 MESSAGING_OPTS = [
-    cfg.StrOpt("transport_url", default="fake:",
-               help="oslo.messaging transport. 'fake:' serves the simulated hosts "
-                    "in-process; rabbit://guest:guest@127.0.0.1:5672/ crosses processes."),
+    cfg.StrOpt("transport_url", default="kombu+memory:////",
+               help="oslo.messaging transport. 'kombu+memory:////' serves the simulated "
+                    "hosts in-process (measured ~20x faster per sequential call than "
+                    "'fake:', whose listener polls every 50 ms); "
+                    "rabbit://guest:guest@127.0.0.1:5672/ crosses processes."),
     cfg.StrOpt("topic", default="fleetflow-compute", help="RPC topic of the compute hosts."),
     cfg.IntOpt("rpc_timeout", default=60, min=1,
                help="Seconds before an RPC call gives up; its outcome is then unknown."),
@@ -86,6 +88,10 @@ COMPUTE_OPTS = [
                     "(relative to state_dir)."),
     cfg.BoolOpt("simulate", default=True,
                 help="'fleetflow serve' serves every host of the fleet in-process."),
+    cfg.IntOpt("agent_threads", default=256, min=1,
+               help="Worker threads of one compute agent's RPC server; builds hold one "
+                    "for their boot latency, so a fleet agent needs more than "
+                    "oslo.messaging's 64."),
 ]
 
 FLEET_OPTS = [

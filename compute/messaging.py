@@ -28,13 +28,14 @@ def register_library_opts(conf: cfg.ConfigOpts) -> None:
     With a private ConfigOpts the first call otherwise fails with
     NoSuchOptError for ``oslo_messaging_tracing``, then ``oslo_messaging_metrics``.
     """
+    from oslo_messaging import opts as library_opts
     from oslo_messaging._metrics import client as metrics
     from oslo_messaging._tracing import client as tracing
 
     for group, opts in (("oslo_messaging_tracing", tracing.oslo_messaging_tracing),
                         ("oslo_messaging_metrics", metrics.oslo_messaging_metrics)):
         conf.register_opts(opts, group=group)
-    for group, opts in oslo_messaging.opts.list_opts():
+    for group, opts in library_opts.list_opts():
         conf.register_opts(opts, group=group)
 
 

@@ -144,8 +144,13 @@ class FakeDriver:
         self._inventory(host)
         faults = self._host_faults(host)
         if faults.dead:
-            if faults.hang_seconds > 0:
-                faults.revived.wait(faults.hang_seconds)
+            # A hanging call is a request stuck on its way to an unreachable
+            # host: if the host comes back in time, the request still runs,
+            # late, after its caller gave up (what RabbitMQ does with a message
+            # queued for a host that restarts). Otherwise it fails.
+            if (faults.hang_seconds > 0 and faults.revived.wait(faults.hang_seconds)
+                    and not self._closed.is_set()):
+                return
             raise HostDead(f"host {host} is dead", host=host)
 
     def _take_build_fault(self, host: str) -> str | None:

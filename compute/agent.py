@@ -1,0 +1,222 @@
+"""The compute agent: an oslo.messaging RPC server in front of the fake driver.
+
+Every method takes the host name, so one RPC server serves any number of hosts:
+
+- per-host mode (``fleetflow compute-agent --hosts h1,h2``): one server per
+  host, ``Target(topic, server=<host name>)``; ``hosts.compute_agent`` is set to
+  NULL (route = the host's own name);
+- fleet mode (``--all``, and the embedded mode of ``fleetflow serve``): ONE
+  server named after the agent serves every host; its name is written into
+  ``hosts.compute_agent`` so clients route there. 10,000 hosts cost one
+  listener, not 10,000.
+
+oslo.messaging acknowledges a request before running it (at-most-once), so a
+caller that timed out must ask the host (``get_instance``) before retrying.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+
+import oslo_messaging
+import sqlalchemy as sa
+
+from fleetflow.common.exceptions import FleetflowError, InvalidInput
+from fleetflow.compute import messaging
+from fleetflow.compute.drivers.fake import FakeDriver
+from fleetflow.persistence.models import Host
+
+LOG = logging.getLogger(__name__)
+
+# Hosts per UPDATE when writing routes (keeps SQLite's variable limit far away).
+ROUTE_CHUNK = 500
+
+
+def _remotable(method):
+    """Let fleetflow errors cross the wire with their class and details.
+
+    oslo.messaging rebuilds a remote exception as ``cls(*args, **kwargs)`` from
+    the exception's ``kwargs`` attribute; FleetflowError keeps them as
+    ``details``. They are expected outcomes (stale fence, no capacity, injected
+    faults), so the server logs them at DEBUG instead of with a traceback.
+    """
+    @functools.wraps(method)
+    def wrapper(self, ctxt, **kwargs):
+        try:
+            return method(self, ctxt, **kwargs)
+        except FleetflowError as exc:
+            exc.kwargs = dict(exc.details)
+            raise oslo_messaging.ExpectedException() from exc
+    return wrapper
+
+
+class ComputeEndpoint:
+    """RPC methods of the compute hosts (API version 1.0)."""
+
+    target = oslo_messaging.Target(version=messaging.RPC_API_VERSION)
+
+    def __init__(self, driver: FakeDriver, agent_name: str):
+        self.driver = driver
+        self.agent_name = agent_name
+
+    @_remotable
+    def build_instance(self, ctxt, host, uuid, resources, image=None, fence=None):
+        return self.driver.build_instance(host, uuid, resources, image=image, fence=fence)
+
+    @_remotable
+    def destroy_instance(self, ctxt, host, uuid, fence=None):
+        return self.driver.destroy_instance(host, uuid, fence=fence)
+
+    @_remotable
+    def rebuild_instance(self, ctxt, host, uuid, resources=None, image=None, source_host=None,
+                         fence=None):
+        return self.driver.rebuild_instance(host, uuid, resources=resources, image=image,
+                                            source_host=source_host, fence=fence)
+
+    @_remotable
+    def migrate_instance(self, ctxt, host, uuid, source_host, resources=None, fence=None):
+        return self.driver.migrate_instance(host, uuid, source_host, resources=resources,
+                                            fence=fence)
+
+    @_remotable
+    def attach_volume(self, ctxt, host, uuid, volume_id, fence=None):
+        return self.driver.attach_volume(host, uuid, volume_id, fence=fence)
+
+    @_remotable
+    def detach_volume(self, ctxt, host, uuid, volume_id, fence=None):
+        return self.driver.detach_volume(host, uuid, volume_id, fence=fence)
+
+    @_remotable
+    def fence_instance(self, ctxt, host, uuid):
+        self.driver.fence_instance(host, uuid)
+
+    @_remotable
+    def list_instances(self, ctxt, host):
+        return self.driver.list_instances(host)
+
+    @_remotable
+    def get_instance(self, ctxt, host, uuid):
+        return self.driver.get_instance(host, uuid)
+
+    @_remotable
+    def ping(self, ctxt, host):
+        return dict(self.driver.ping(host), agent=self.agent_name)
+
+    @_remotable
+    def set_faults(self, ctxt, host, **faults):
+        return self.driver.set_faults(host, **faults)
+
+
+def default_server_name() -> str:
+    """The fleet-mode server name: stable across restarts of this machine's agent,
+    so requests queued while it was down (RabbitMQ) still reach it."""
+    return f"{socket.gethostname()}-compute"
+
+
+class ComputeAgent:
+    """RPC servers plus the driver behind them; ``stop()`` ends both."""
+
+    def __init__(self, conf, driver: FakeDriver, server_names: Iterable[str],
+                 agent_name: str, transport_url: str | None = None):
+        self.conf = conf
+        self.driver = driver
+        self.agent_name = agent_name
+        self.server_names = list(server_names)
+        self.transport = messaging.get_transport(conf, transport_url)
+        self.endpoint = ComputeEndpoint(driver, agent_name)
+        self.servers: list = []
+        self._stopped = False
+
+    def start(self) -> ComputeAgent:
+        for name in self.server_names:
+            target = oslo_messaging.Target(topic=self.conf.messaging.topic, server=name)
+            server = oslo_messaging.get_rpc_server(self.transport, target, [self.endpoint])
+            # NOTE: builds block their thread for the boot latency, and calls
+            # to a dead host hang; the default pool of 64 threads would make
+            # one slow host stall every other host of a fleet agent.
+            server.start(override_pool_size=self.conf.compute.agent_threads)
+            self.servers.append(server)
+        LOG.info("compute agent %s serving %d hosts on %d RPC servers (topic %s)",
+                 self.agent_name, len(self.driver.hosts), len(self.servers),
+                 self.conf.messaging.topic)
+        return self
+
+    def stop(self) -> None:
+        """Stop every server (in parallel: each stop waits for its poll to end)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        # Wake calls hanging on dead hosts and sleeping boots first, so the
+        # servers' worker threads can finish.
+        self.driver.close()
+        stoppers = [threading.Thread(target=_stop_server, args=(s,), daemon=True)
+                    for s in self.servers]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+
+
+def _stop_server(server) -> None:
+    server.stop()
+    server.wait()
+
+
+def load_inventories(database, hosts: Iterable[str] | None = None) -> dict[str, Mapping]:
+    """Inventories of the named hosts (every host when None) from the database."""
+    wanted = None if hosts is None else list(dict.fromkeys(hosts))
+    query = sa.select(Host.name, Host.inventory)
+    with database.session() as session:
+        rows = session.execute(query).all()
+    inventories = {name: inv or {} for name, inv in rows}
+    if wanted is None:
+        return inventories
+    missing = [h for h in wanted if h not in inventories]
+    if missing:
+        raise InvalidInput(f"unknown hosts: {', '.join(missing[:10])}", hosts=missing[:10])
+    return {h: inventories[h] for h in wanted}
+
+
+def write_routes(database, hosts: list[str], server_name: str | None) -> None:
+    """Point ``hosts.compute_agent`` of ``hosts`` at ``server_name`` (None: own name)."""
+    with database.session() as session:
+        for start in range(0, len(hosts), ROUTE_CHUNK):
+            chunk = hosts[start:start + ROUTE_CHUNK]
+            session.execute(sa.update(Host).where(Host.name.in_(chunk))
+                            .values(compute_agent=server_name))
+
+
+def serve(conf, database, hosts: Iterable[str] | None = None, per_host: bool = False,
+          server_name: str | None = None, transport_url: str | None = None) -> ComputeAgent:
+    """Start serving ``hosts`` (all of the database's when None); returns the agent.
+
+    ``per_host``: one RPC server per host, addressed by the host's name;
+    otherwise one server named ``server_name`` serves them all.
+    """
+    inventories = load_inventories(database, hosts)
+    driver = FakeDriver.from_conf(conf)
+    driver.add_hosts(inventories)
+    names = list(inventories)
+    # A host that was fenced while this agent was away must not run the
+    # copies that were evacuated off it: destroy them before serving.
+    for host, doomed in driver.cleanup_all_evacuated().items():
+        LOG.warning("host %s: destroyed %d evacuated guests", host, len(doomed))
+    server_name = server_name or default_server_name()
+    route = None if per_host else server_name
+    write_routes(database, names, route)
+    agent = ComputeAgent(conf, driver, names if per_host else [server_name],
+                         agent_name=server_name, transport_url=transport_url)
+    try:
+        return agent.start()
+    except Exception:
+        agent.stop()
+        raise
+
+
+def serve_fleet(conf, database, hosts: Iterable[str] | None = None) -> ComputeAgent:
+    """Embedded mode: every host (or ``hosts``) served in-process by one RPC server."""
+    return serve(conf, database, hosts=hosts, per_host=False)

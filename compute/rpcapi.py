@@ -1,0 +1,225 @@
+"""The client tasks use to talk to compute hosts.
+
+Each method mirrors one agent method and takes the host name first. Calls time
+out after ``[messaging] rpc_timeout`` (or ``timeout=`` per call); a timeout
+raises :class:`OutcomeUnknown`, because the agent acknowledges a request before
+running it: the build may have happened. Ask the host (``get_instance``) before
+retrying, or use :meth:`ComputeAPI.ensure_built`, which does exactly that.
+
+Errors raised on the host (StaleFence, CapacityExceeded, BuildFailed, HostDead,
+InstanceNotFound ...) arrive as the same classes (oslo.messaging rebuilds them
+from the allowed remote modules), so ``except CapacityExceeded`` works here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import oslo_messaging
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.compute import messaging
+from fleetflow.compute.exceptions import ComputeError, OutcomeUnknown
+from fleetflow.persistence.models import Host
+
+
+class HostRoutes:
+    """Host name -> RPC server name, from ``hosts.compute_agent`` (cached).
+
+    Without a database every host is its own server (per-host agents). The
+    whole table is read once (10,000 rows is one query); a host whose call
+    timed out is re-read on its next call, as its agent may have moved.
+    """
+
+    def __init__(self, database=None):
+        self.database = database
+        self._routes: dict[str, str | None] | None = None
+        self._lock = threading.Lock()
+
+    def server_for(self, host: str) -> str:
+        if self.database is None:
+            return host
+        with self._lock:
+            if self._routes is None:
+                with self.database.session() as session:
+                    self._routes = dict(session.execute(
+                        sa.select(Host.name, Host.compute_agent)).all())
+            if host not in self._routes:
+                with self.database.session() as session:
+                    self._routes[host] = session.execute(
+                        sa.select(Host.compute_agent).where(Host.name == host)).scalar()
+            return self._routes[host] or host
+
+    def invalidate(self, host: str) -> None:
+        """Re-read ``host``'s route on its next call."""
+        with self._lock:
+            if self._routes is not None:
+                self._routes.pop(host, None)
+
+    def refresh(self) -> None:
+        """Re-read every route on the next call (an agent restarted elsewhere)."""
+        with self._lock:
+            self._routes = None
+
+
+class ComputeAPI:
+    """RPC client of the compute agents (thread-safe; share one per process)."""
+
+    def __init__(self, conf, database=None, routes: HostRoutes | None = None,
+                 transport_url: str | None = None, timeout: float | None = None):
+        self.conf = conf
+        self.transport = messaging.get_transport(conf, transport_url)
+        self.timeout = timeout or conf.messaging.rpc_timeout
+        self.routes = routes or HostRoutes(database)
+        target = oslo_messaging.Target(topic=conf.messaging.topic,
+                                       version=messaging.RPC_API_VERSION)
+        self._client = oslo_messaging.get_rpc_client(self.transport, target,
+                                                     timeout=self.timeout)
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _prepare(self, host: str, timeout: float | None):
+        return self._client.prepare(server=self.routes.server_for(host),
+                                    timeout=timeout or self.timeout)
+
+    def call(self, host: str, method: str, timeout: float | None = None, **kwargs):
+        """Call ``method`` on ``host``'s agent and wait for its answer."""
+        try:
+            return self._prepare(host, timeout).call({}, method, host=host, **kwargs)
+        except oslo_messaging.MessagingTimeout as exc:
+            self.routes.invalidate(host)
+            raise OutcomeUnknown(
+                f"{method} on host {host}: no answer within {timeout or self.timeout}s; "
+                "the host may or may not have done it", host=host, method=method) from exc
+        except oslo_messaging.RemoteError as exc:
+            # A failure whose class is not one of ours (a bug on the host).
+            raise ComputeError(f"{method} on host {host} failed: {exc.exc_type}: {exc.value}",
+                               host=host, method=method) from exc
+        except oslo_messaging.MessagingException as exc:
+            # The broker failed somewhere between us and the host: we cannot
+            # tell whether the request got through.
+            self.routes.invalidate(host)
+            raise OutcomeUnknown(f"{method} on host {host}: {exc}", host=host,
+                                 method=method) from exc
+
+    def cast(self, host: str, method: str, **kwargs) -> None:
+        """Send ``method`` to ``host``'s agent without waiting (fire and forget)."""
+        try:
+            self._prepare(host, None).cast({}, method, host=host, **kwargs)
+        except oslo_messaging.MessagingException as exc:
+            raise OutcomeUnknown(f"{method} on host {host}: {exc}", host=host,
+                                 method=method) from exc
+
+    def _send(self, host, method, timeout, cast, **kwargs):
+        if cast:
+            return self.cast(host, method, **kwargs)
+        return self.call(host, method, timeout=timeout, **kwargs)
+
+    # -- the agent's methods -------------------------------------------------
+
+    def build_instance(self, host: str, uuid: str, resources: Mapping,
+                       image: str | None = None, fence: Mapping | None = None,
+                       timeout: float | None = None, cast: bool = False) -> dict | None:
+        """Spawn ``uuid`` on ``host`` (idempotent); returns the guest."""
+        return self._send(host, "build_instance", timeout, cast, uuid=uuid,
+                          resources=dict(resources), image=image, fence=fence)
+
+    def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None,
+                         timeout: float | None = None, cast: bool = False) -> dict | None:
+        return self._send(host, "destroy_instance", timeout, cast, uuid=uuid, fence=fence)
+
+    def rebuild_instance(self, host: str, uuid: str, resources: Mapping | None = None,
+                         image: str | None = None, source_host: str | None = None,
+                         fence: Mapping | None = None, timeout: float | None = None,
+                         cast: bool = False) -> dict | None:
+        """Re-image on ``host``, or rebuild an evacuated instance from ``source_host``."""
+        return self._send(host, "rebuild_instance", timeout, cast, uuid=uuid,
+                          resources=dict(resources) if resources else None, image=image,
+                          source_host=source_host, fence=fence)
+
+    def migrate_instance(self, host: str, uuid: str, source_host: str,
+                         resources: Mapping | None = None, fence: Mapping | None = None,
+                         timeout: float | None = None, cast: bool = False) -> dict | None:
+        """Move ``uuid`` from ``source_host`` to ``host`` (the destination)."""
+        return self._send(host, "migrate_instance", timeout, cast, uuid=uuid,
+                          source_host=source_host,
+                          resources=dict(resources) if resources else None, fence=fence)
+
+    def attach_volume(self, host: str, uuid: str, volume_id: str,
+                      fence: Mapping | None = None, timeout: float | None = None,
+                      cast: bool = False) -> dict | None:
+        return self._send(host, "attach_volume", timeout, cast, uuid=uuid,
+                          volume_id=volume_id, fence=fence)
+
+    def detach_volume(self, host: str, uuid: str, volume_id: str,
+                      fence: Mapping | None = None, timeout: float | None = None,
+                      cast: bool = False) -> dict | None:
+        return self._send(host, "detach_volume", timeout, cast, uuid=uuid,
+                          volume_id=volume_id, fence=fence)
+
+    def fence_instance(self, host: str, uuid: str, timeout: float | None = None) -> None:
+        """Mark ``host``'s copy of ``uuid`` for destruction when that host comes back.
+
+        Accepted even while the host is dead (fault-injected); the usual path
+        is ``rebuild_instance(source_host=...)`` on the destination, which
+        records the same mark in the shared state file.
+        """
+        return self.call(host, "fence_instance", timeout=timeout, uuid=uuid)
+
+    def list_instances(self, host: str, timeout: float | None = None) -> list[dict]:
+        return self.call(host, "list_instances", timeout=timeout)
+
+    def get_instance(self, host: str, uuid: str, timeout: float | None = None) -> dict | None:
+        """The guest, or None when ``host`` does not have it."""
+        return self.call(host, "get_instance", timeout=timeout, uuid=uuid)
+
+    def ping(self, host: str, timeout: float | None = None) -> dict:
+        return self.call(host, "ping", timeout=timeout)
+
+    def set_faults(self, host: str, timeout: float | None = None, **faults) -> dict:
+        """Inject faults: fail_next, fail_fraction, seed, dead, hang_seconds."""
+        return self.call(host, "set_faults", timeout=timeout, **faults)
+
+    # -- safe retries ------------------------------------------------------
+
+    def ensure_built(self, host: str, uuid: str, resources: Mapping,
+                     image: str | None = None, fence: Mapping | None = None,
+                     timeout: float | None = None, attempts: int = 3) -> dict:
+        """Build ``uuid`` on ``host``, retrying only after asking what the host has.
+
+        After an unknown outcome the host is asked first: an ACTIVE guest is
+        the answer; otherwise the build is sent again (the host's build is
+        idempotent and waits for one still running, so at most one spawn).
+        Raises OutcomeUnknown when every attempt went unanswered.
+        """
+        last: OutcomeUnknown | None = None
+        for attempt in range(max(1, attempts)):
+            if attempt:
+                try:
+                    guest = self.get_instance(host, uuid, timeout=timeout)
+                except OutcomeUnknown as exc:
+                    last = exc
+                    continue
+                if guest is not None and guest["state"] == states.ACTIVE:
+                    return guest
+            try:
+                return self.build_instance(host, uuid, resources, image=image, fence=fence,
+                                           timeout=timeout)
+            except OutcomeUnknown as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def ensure_destroyed(self, host: str, uuid: str, fence: Mapping | None = None,
+                         timeout: float | None = None, attempts: int = 3) -> dict:
+        """Destroy ``uuid`` on ``host``; destroy is idempotent, so retrying is safe."""
+        last: OutcomeUnknown | None = None
+        for _ in range(max(1, attempts)):
+            try:
+                return self.destroy_instance(host, uuid, fence=fence, timeout=timeout)
+            except OutcomeUnknown as exc:
+                last = exc
+        assert last is not None
+        raise last
