@@ -1,0 +1,217 @@
+"""``PlacementClient``: what claim tasks call, over the local store or any Placement.
+
+Two implementations share one conflict protocol (the consumer-generation
+protocol of OpenStack Placement 1.28):
+
+- a first write says "I am the first writer" (``consumer_generation: null``);
+- on a ``placement.concurrent_update`` 409 the client GETs the consumer's
+  current allocations and generation, merges its own resources into them and
+  PUTs again, at most ``max_retries`` times;
+- a capacity 409 is final: :class:`errors.CapacityExceeded` is raised at once.
+
+:class:`LocalPlacement` calls :class:`PlacementStore` in-process (provider
+generation races are retried inside the store). :class:`HttpPlacement` talks
+to any Placement endpoint (ours or OpenStack's); Placement retries provider
+races itself, so only consumer conflicts reach the protocol.
+
+Every write is idempotent: ``claim`` sets amounts rather than adding them, so
+a task that runs twice (TaskFlow re-runs RUNNING atoms after a crash) leaves
+the same allocations as one that ran once.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import logging
+
+from fleetflow.persistence.placement import errors
+from fleetflow.persistence.placement.allocations import ConsumerWrite
+
+LOG = logging.getLogger(__name__)
+
+Amounts = dict[str, dict[str, int]]  # {rp_uuid: {resource_class: used}}
+
+
+@dataclasses.dataclass
+class ConsumerAllocations:
+    """A consumer's allocations; ``generation`` is None when it has none."""
+
+    allocations: Amounts
+    generation: int | None = None
+    project_id: str | None = None
+    user_id: str | None = None
+
+    @classmethod
+    def from_placement(cls, body: dict) -> ConsumerAllocations:
+        return cls({rp: dict(entry["resources"])
+                    for rp, entry in (body.get("allocations") or {}).items()},
+                   body.get("consumer_generation"), body.get("project_id"),
+                   body.get("user_id"))
+
+
+def merge(current: Amounts, wanted: Amounts) -> Amounts:
+    """``current`` with ``wanted``'s amounts set (not added): idempotent."""
+    merged = {rp: dict(resources) for rp, resources in current.items()}
+    for rp, resources in wanted.items():
+        merged.setdefault(rp, {}).update(resources)
+    return merged
+
+
+class PlacementClient(abc.ABC):
+    """Allocations of consumers (instances, migrations, volumes) on providers."""
+
+    def __init__(self, max_retries: int = 10):
+        self.max_retries = max_retries
+
+    # -- primitives each backend provides -------------------------------------------
+    @abc.abstractmethod
+    def get_allocations(self, consumer: str) -> ConsumerAllocations:
+        """The consumer's allocations and generation (empty, None when it has none)."""
+
+    @abc.abstractmethod
+    def write(self, writes: list[ConsumerWrite], fence: dict | None = None) -> None:
+        """Replace the allocations of every consumer in ``writes``, all or nothing."""
+
+    @abc.abstractmethod
+    def usages(self, provider: str | None = None, project_id: str | None = None,
+               user_id: str | None = None) -> dict[str, int]:
+        """``{rc: used}`` of one provider, or of one project (and user)."""
+
+    @abc.abstractmethod
+    def candidates(self, resources: dict[str, int], required=(),
+                   limit: int | None = None) -> dict:
+        """Placement's allocation candidates body (``allocation_requests``, summaries)."""
+
+    # -- the protocol ------------------------------------------------------------------
+    def _retrying(self, attempt_fn):
+        """Run ``attempt_fn(attempt)`` until it stops losing generation races."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return attempt_fn(attempt)
+            except errors.ConcurrentUpdate:
+                if attempt == self.max_retries:
+                    raise
+                LOG.debug("placement generation conflict, attempt %d: re-reading", attempt)
+        raise AssertionError("unreachable")
+
+    def claim(self, consumer: str, allocations: Amounts, project_id: str, user_id: str,
+              fence: dict | None = None, consumer_type: str | None = None) -> Amounts:
+        """Make the consumer hold (at least) ``allocations``; returns all it holds.
+
+        Amounts on providers/classes not named are kept (merge-safe: several
+        claim tasks may add resources to one instance).
+        """
+        known = ConsumerAllocations({})
+
+        def attempt(n):
+            nonlocal known
+            if n:
+                known = self.get_allocations(consumer)
+            merged = merge(known.allocations, allocations)
+            if n and merged == known.allocations:
+                return merged  # an earlier run already claimed exactly this
+            self.write([ConsumerWrite(consumer, merged, project_id, user_id,
+                                      known.generation, consumer_type)], fence)
+            return merged
+        return self._retrying(attempt)
+
+    def claim_many(self, claims: dict[str, Amounts], project_id: str, user_id: str,
+                   fence: dict | None = None, consumer_type: str | None = None) -> None:
+        """Claim for many consumers in one transaction (POST /allocations).
+
+        The fast path assumes new consumers; after a conflict (a re-run where
+        some already hold their claim) every consumer is re-read and merged.
+        """
+        def attempt(n):
+            writes = []
+            for consumer, wanted in claims.items():
+                known = self.get_allocations(consumer) if n else ConsumerAllocations({})
+                writes.append(ConsumerWrite(consumer, merge(known.allocations, wanted),
+                                            project_id, user_id, known.generation,
+                                            consumer_type))
+            self.write(writes, fence)
+        self._retrying(attempt)
+
+    def release(self, consumer: str, providers=None, fence: dict | None = None) -> bool:
+        """Drop the consumer's allocations (only on ``providers`` when given).
+
+        Uses the safe delete (``allocations: {}`` with the generation read), so
+        a concurrent writer's change is never lost silently. Returns False when
+        there was nothing to drop.
+        """
+        drop = set(providers) if providers is not None else None
+
+        def attempt(_n):
+            known = self.get_allocations(consumer)
+            keep = {rp: r for rp, r in known.allocations.items()
+                    if drop is not None and rp not in drop}
+            if keep == known.allocations:
+                return False
+            self.write([ConsumerWrite(consumer, keep, known.project_id, known.user_id,
+                                      known.generation)], fence)
+            return True
+        return self._retrying(attempt)
+
+    def move(self, instance: str, migration: str, destination: Amounts, project_id: str,
+             user_id: str, fence: dict | None = None) -> Amounts:
+        """Hand the instance's allocations to ``migration``; give it ``destination``.
+
+        One POST /allocations, both consumer generations checked. Re-running it
+        after success changes nothing (the migration consumer already holds the
+        source). Returns the source allocations the migration consumer holds.
+        """
+        def attempt(_n):
+            inst = self.get_allocations(instance)
+            mig = self.get_allocations(migration)
+            source = mig.allocations or inst.allocations
+            if mig.allocations and inst.allocations == destination:
+                return source
+            self.write([
+                ConsumerWrite(migration, source, project_id, user_id, mig.generation,
+                              "MIGRATION"),
+                ConsumerWrite(instance, destination, project_id, user_id, inst.generation),
+            ], fence)
+            return source
+        return self._retrying(attempt)
+
+
+class LocalPlacement(PlacementClient):
+    """The placement store of the fleetflow database, in-process."""
+
+    def __init__(self, store, max_retries: int | None = None):
+        super().__init__(store.max_retries if max_retries is None else max_retries)
+        self.store = store
+
+    def get_allocations(self, consumer: str) -> ConsumerAllocations:
+        return ConsumerAllocations.from_placement(self.store.get_allocations(consumer))
+
+    def write(self, writes, fence=None) -> None:
+        self.store.set_allocations(writes, fence)
+
+    def usages(self, provider=None, project_id=None, user_id=None) -> dict[str, int]:
+        if provider is not None:
+            return self.store.provider_usages(provider)[1]
+        totals: dict[str, int] = {}
+        for usage in self.store.project_usages(project_id, user_id).values():
+            for rc, used in usage.items():
+                if rc != "consumer_count":
+                    totals[rc] = totals.get(rc, 0) + used
+        return totals
+
+    def candidates(self, resources, required=(), limit=None) -> dict:
+        return self.store.allocation_candidates(resources, list(required), limit)
+
+
+def from_conf(conf, database=None) -> PlacementClient:
+    """The client ``[placement] backend`` asks for."""
+    if conf.placement.backend == "http":
+        from fleetflow.persistence.placement.http_client import HttpPlacement
+
+        return HttpPlacement(conf.placement.endpoint, conf.placement.token,
+                             max_retries=conf.placement.max_retries, database=database)
+    from fleetflow.persistence.db import get_database
+    from fleetflow.persistence.placement.store import PlacementStore
+
+    store = PlacementStore(database or get_database(conf), conf.placement.max_retries)
+    return LocalPlacement(store)
