@@ -48,7 +48,6 @@ BLUEPRINTS = [
     "fleetflow.api.servers.routes",
     "fleetflow.api.groups.routes",
     "fleetflow.api.quotas.routes",
-    "fleetflow.api.placement.routes",
 ]
 
 

@@ -1,0 +1,112 @@
+"""Schemas of the server group routes (seed 003's instance groups)."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.persistence import groups as group_rows
+
+POLICIES_HELP = ("Placement rules of the members: " + ", ".join(group_rows.POLICIES)
+                 + ". Empty: no constraint.")
+# Attributes a client may never set: the server makes them (id, members).
+READ_ONLY = ("id", "members")
+# Attributes that may only change while the group has no member.
+RULES = ("policies", "scope", "max_per_host", "capabilities")
+
+
+def _members(group) -> list[str]:
+    return sorted(member.instance_id for member in group.members)
+
+
+class GroupSchema(ma.Schema):
+    """A server group as the API shows it."""
+
+    id = ma.fields.String(required=True, metadata={"description": "Generated UUID."})
+    name = ma.fields.String(allow_none=True)
+    tenant_id = ma.fields.String(required=True)
+    policies = ma.fields.List(ma.fields.String(), required=True,
+                              metadata={"description": POLICIES_HELP})
+    scope = ma.fields.String(required=True,
+                             metadata={"description": "Where (anti-)affinity applies: "
+                                                      + " | ".join(group_rows.SCOPES)})
+    max_per_host = ma.fields.Integer(allow_none=True)
+    metadata = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.String(),
+                              attribute="metadata_")
+    capabilities = ma.fields.Dict(
+        keys=ma.fields.String(), values=ma.fields.String(),
+        metadata={"description": "Host capabilities every member's host must have "
+                                 "(host-capabilities policy), e.g. {\"gpu\": \"true\"}."})
+    members = ma.fields.Function(
+        _members, metadata={"description": "Read-only: instance uuids of the members. "
+                                           "Instances join with a reservation's group_id "
+                                           "and leave when deleted."})
+    created_at = ma.fields.DateTime()
+    updated_at = ma.fields.DateTime()
+
+
+class GroupResponseSchema(ma.Schema):
+    group = ma.fields.Nested(GroupSchema, required=True)
+
+
+class GroupListSchema(ma.Schema):
+    groups = ma.fields.List(ma.fields.Nested(GroupSchema), required=True)
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class GroupQueryArgsSchema(PaginationArgsSchema):
+    """Sorted by id; the marker is a group id."""
+
+    name = ma.fields.String(metadata={"description": "Only groups of this name."})
+
+
+class _GroupFieldsSchema(ma.Schema):
+    """Fields a client may send, with the read-only ones refused by name."""
+
+    name = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
+    tenant_id = ma.fields.String(
+        metadata={"description": "Optional; must be the project of the path."})
+    policies = ma.fields.List(ma.fields.String(), metadata={"description": POLICIES_HELP})
+    scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES))
+    max_per_host = ma.fields.Integer(allow_none=True, validate=ma.validate.Range(min=1))
+    metadata = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(max=255)),
+                              values=ma.fields.String(validate=ma.validate.Length(max=255)),
+                              allow_none=True)
+    capabilities = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.String())
+    # NOTE: declared only to refuse them with a message that says why; an
+    # unknown-field error would hide that the attribute exists but is read-only.
+    id = ma.fields.Raw(load_only=True, metadata={"description": "Read-only."})
+    members = ma.fields.Raw(load_only=True, metadata={"description": "Read-only."})
+
+    @ma.validates_schema
+    def refuse_read_only(self, data, **kwargs):
+        for name in READ_ONLY:
+            if name in data:
+                raise ma.ValidationError(
+                    f"{name} is read-only: membership follows reservations' group_id "
+                    "and instance deletion" if name == "members" else
+                    f"{name} is read-only: the server generates it", field_name=name)
+
+
+class GroupCreateFieldsSchema(_GroupFieldsSchema):
+    policies = ma.fields.List(ma.fields.String(), load_default=list,
+                              metadata={"description": POLICIES_HELP})
+    scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES),
+                             load_default="host")
+
+
+class GroupCreateSchema(ma.Schema):
+    """Body of POST .../groups: ``{"group": {"name": ..., "policies": [...], ...}}``."""
+
+    group = ma.fields.Nested(GroupCreateFieldsSchema, required=True)
+
+
+class GroupUpdateSchema(ma.Schema):
+    """Body of PUT .../groups/{id}: the attributes to change (others stay as they are).
+
+    ``name`` and ``metadata`` change at any time; ``policies``, ``scope``,
+    ``max_per_host`` and ``capabilities`` only while the group is empty (409
+    otherwise), unless they are sent unchanged.
+    """
+
+    group = ma.fields.Nested(_GroupFieldsSchema, required=True)

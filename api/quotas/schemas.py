@@ -1,0 +1,55 @@
+"""Schemas of the quota routes: per project limits on instances, vcpus and RAM."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+LIMIT_HELP = "-1: no limit."
+RESOURCES = ("instances", "vcpus", "ram_mb")
+
+
+class UsageSchema(ma.Schema):
+    """What the project's live instances (not deleted, not reverted) take now."""
+
+    instances = ma.fields.Integer(required=True)
+    vcpus = ma.fields.Integer(required=True)
+    ram_mb = ma.fields.Integer(required=True)
+
+
+class QuotaSchema(ma.Schema):
+    """A project's limits (its own, or the configured defaults) and its usage."""
+
+    tenant_id = ma.fields.String(required=True)
+    instances = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
+    vcpus = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
+    ram_mb = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
+    default = ma.fields.Boolean(required=True,
+                                metadata={"description": "True while the project has no "
+                                                         "limits of its own."})
+    usage = ma.fields.Nested(UsageSchema, required=True)
+
+
+class QuotaResponseSchema(ma.Schema):
+    quota = ma.fields.Nested(QuotaSchema, required=True)
+
+
+class QuotaLimitsSchema(ma.Schema):
+    """The limits to set; a limit not given keeps its current value."""
+
+    instances = ma.fields.Integer(validate=ma.validate.Range(min=-1),
+                                  metadata={"description": LIMIT_HELP})
+    vcpus = ma.fields.Integer(validate=ma.validate.Range(min=-1),
+                              metadata={"description": LIMIT_HELP})
+    ram_mb = ma.fields.Integer(validate=ma.validate.Range(min=-1),
+                               metadata={"description": LIMIT_HELP})
+
+    @ma.validates_schema
+    def needs_one(self, data, **kwargs):
+        if not data:
+            raise ma.ValidationError("give at least one of " + ", ".join(RESOURCES))
+
+
+class QuotaUpdateSchema(ma.Schema):
+    """Body of PUT /v2/admin/quotas/{tenant_id}: ``{"quota": {"instances": 10, ...}}``."""
+
+    quota = ma.fields.Nested(QuotaLimitsSchema, required=True)

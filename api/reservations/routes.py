@@ -1,0 +1,179 @@
+"""Reservations: N instances asked for together, built by one provision flow (seed 000).
+
+``POST`` validates the request against the cloud (flavor, image, group, the
+count limit, the project's quota), writes the reservation and its instance
+rows and posts the provision flow, all before answering ``202``; it never
+waits for the flow. Status is read back from the rows with ``GET``.
+
+Idempotency: a POST with an ``Idempotency-Key`` header that this project has
+used before creates nothing and answers the first reservation again, with the
+same ``202`` and ``Location`` as the first time (so a client retrying after a
+lost answer needs no special case) plus ``Idempotent-Replayed: true``. The same
+key with a different request body is a client bug and answers ``422``
+(as the IETF Idempotency-Key draft says).
+"""
+
+from __future__ import annotations
+
+import flask
+import sqlalchemy as sa
+from flask.views import MethodView
+from flask_smorest import abort
+
+from fleetflow.api import auth, common, policy
+from fleetflow.api.reservations import schemas
+from fleetflow.api.state import current_state
+from fleetflow.common import states
+from fleetflow.engine.operations import ReservationRequest
+from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Instance, Reservation
+
+blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",
+                       description="Reservations of N instances and their progress.")
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_IDEMPOTENCY_KEY = 255  # the column's size
+# Request fields that must match for a replayed Idempotency-Key.
+_COMPARED = ("name", "flavor_ref", "image_ref", "min_count", "max_count", "capabilities",
+             "group_id", "policy", "volume_gb")
+
+
+def _self_link(tenant_id: str, reservation_id: str) -> str:
+    return flask.url_for("reservations.ReservationItem", tenant_id=tenant_id,
+                         reservation_id=reservation_id, _external=True)
+
+
+def _summary(reservation: Reservation) -> dict:
+    return {"id": reservation.id, "status": reservation.status,
+            "links": [{"rel": "self",
+                       "href": _self_link(reservation.tenant_id, reservation.id)}]}
+
+
+def _view(reservation: Reservation, progress: dict) -> dict:
+    """The list item shape (instances are added by the item route)."""
+    return {"id": reservation.id, "name": reservation.name, "status": reservation.status,
+            "policy": reservation.policy, "flow_id": reservation.flow_id,
+            "created_at": reservation.created_at, "updated_at": reservation.updated_at,
+            "progress": progress, "fault": reservation.fault,
+            "links": _summary(reservation)["links"]}
+
+
+def _progress_by_reservation(session, reservation_ids: list[str]) -> dict[str, dict]:
+    """``progress`` of many reservations with one query (a list page)."""
+    counts: dict[str, dict[str, int]] = {rid: {} for rid in reservation_ids}
+    if reservation_ids:
+        for rid, status, number in session.execute(
+                sa.select(Instance.reservation_id, Instance.status, sa.func.count())
+                .where(Instance.reservation_id.in_(reservation_ids))
+                .group_by(Instance.reservation_id, Instance.status)):
+            counts[rid][status] = number
+    return {rid: _progress(c) for rid, c in counts.items()}
+
+
+def _progress(counts: dict[str, int]) -> dict[str, int]:
+    # NOTE: the same buckets as persistence.reservations.progress, which
+    # counts a single reservation.
+    return {"total": sum(counts.values()),
+            "active": counts.get(states.ACTIVE, 0),
+            "building": sum(counts.get(s, 0) for s in (states.PENDING, states.SCHEDULING,
+                                                      states.BUILDING, states.REVERTING)),
+            "error": counts.get(states.ERROR, 0),
+            "reverted": counts.get(states.REVERTED, 0) + counts.get(states.DELETED, 0)}
+
+
+def _idempotency_key() -> str | None:
+    raw = flask.request.headers.get(IDEMPOTENCY_HEADER)
+    if raw is None:
+        return None
+    # The IETF draft sends the key as a quoted string; bare values are common.
+    key = raw.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY:
+        abort(400, message=f"Invalid header field '{IDEMPOTENCY_HEADER}': 1 to "
+                           f"{MAX_IDEMPOTENCY_KEY} characters.")
+    return key
+
+
+def _check_same_request(reservation: Reservation, req: ReservationRequest) -> None:
+    first = reservation.request or {}
+    asked = vars(req)
+    changed = [name for name in _COMPARED if first.get(name) != asked.get(name)]
+    if changed:
+        abort(422, code="fleetflow.idempotency_key_reused",
+              message=f"{IDEMPOTENCY_HEADER} was already used for reservation "
+                      f"{reservation.id} with a different {', '.join(changed)}.")
+
+
+@blp.route("")
+class Reservations(MethodView):
+    @policy.authorize("reservations:list")
+    @blp.arguments(schemas.ReservationQueryArgsSchema, location="query")
+    @blp.response(200, schemas.ReservationListSchema)
+    def get(self, args, tenant_id):
+        """List the project's reservations with their progress.
+
+        Sorted by id, paginated with limit/marker; ``status`` filters.
+        """
+        stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
+        if args.get("status"):
+            stmt = stmt.where(Reservation.status == args["status"])
+        with current_state().database.session() as session:
+            page, links = common.paginate(session, stmt, Reservation.id, args)
+            progress = _progress_by_reservation(session, [r.id for r in page])
+            return {"reservations": [_view(r, progress[r.id]) for r in page],
+                    "links": links}
+
+    @policy.authorize("reservations:create")
+    @blp.arguments(schemas.ReservationCreateArgsSchema, location="query")
+    @blp.arguments(schemas.ReservationCreateSchema)
+    @blp.response(202, schemas.ReservationSummaryResponseSchema,
+                  description="Accepted: the provision flow is posted. The Location "
+                              "header is the reservation's status URL.")
+    @blp.alt_response(200, schema=schemas.DryRunResponseSchema,
+                      description="With dry_run=true: whether it fits now; nothing is "
+                                  "claimed or written.")
+    def post(self, args, body, tenant_id):
+        """Reserve N instances: ``count``, or ``min_count``/``max_count``.
+
+        Refused before anything is written or posted: unknown flavor, image or
+        group (400, naming the field), a count above the configured maximum
+        (400), a quota the request would exceed (403).
+        """
+        fields = body["reservation"]
+        req = ReservationRequest(tenant_id=tenant_id,
+                                 user_id=auth.current_context().user_id, **fields)
+        operations = current_state().service("operations")
+        if args["dry_run"]:
+            verdict = operations.dry_run(req)
+            return flask.jsonify(schemas.DryRunResponseSchema().dump({"dry_run": verdict}))
+        key = _idempotency_key()
+        reservation, created = operations.reserve(req, idempotency_key=key)
+        headers = {"Location": _self_link(tenant_id, reservation.id)}
+        if not created:
+            _check_same_request(reservation, req)
+            headers[REPLAYED_HEADER] = "true"
+        return {"reservation": _summary(reservation)}, headers
+
+
+@blp.route("/<reservation_id>")
+class ReservationItem(MethodView):
+    @policy.authorize("reservations:show")
+    @blp.response(200, schemas.ReservationResponseSchema)
+    def get(self, tenant_id, reservation_id):
+        """Show a reservation: status, progress, and every instance with its fault."""
+        with current_state().database.session() as session:
+            reservation = rows.get(session, reservation_id, tenant_id)
+            view = _view(reservation, rows.progress(session, reservation_id))
+            view["instances"] = rows.instances(session, reservation_id)
+            return {"reservation": view}
+
+    @policy.authorize("reservations:delete")
+    @blp.response(202, schemas.ReservationSummaryResponseSchema,
+                  description="Accepted: a teardown flow deletes every instance.")
+    def delete(self, tenant_id, reservation_id):
+        """Delete a settled reservation and all its instances (409 while it is building)."""
+        operations = current_state().service("operations")
+        reservation = operations.delete_reservation(tenant_id, reservation_id)
+        return {"reservation": _summary(reservation)}

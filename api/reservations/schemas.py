@@ -1,0 +1,196 @@
+"""Schemas of the reservation routes: N instances asked for together (seed 000)."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.common import states
+
+CAPABILITY_HELP = ("Host capabilities each instance needs: a value (\"true\") or an operator "
+                   "and a value (\">= 4\", \"in a b\", \"s== blue\", \"!= old\").")
+
+
+class CapabilityValue(ma.fields.Field):
+    """A capability requirement: a string, or a JSON scalar read as its string.
+
+    ``{"gpu": true}`` and ``{"gpu": "true"}`` mean the same, as hosts' capabilities
+    are compared as strings (Nova's extra specs are strings too).
+    """
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, str | int | float):
+            return str(value)
+        raise self.make_error("invalid")
+
+    default_error_messages = {"invalid": "Must be a string, a number or a boolean."}
+
+
+class ReservationFieldsSchema(ma.Schema):
+    """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``."""
+
+    name = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=200))
+    count = ma.fields.Integer(validate=ma.validate.Range(min=1),
+                              metadata={"description": "Exactly this many (min = max)."})
+    min_count = ma.fields.Integer(
+        validate=ma.validate.Range(min=1),
+        metadata={"description": "Fewest acceptable (best-effort keeps a result of at least "
+                                 "this many). Defaults to 1 when only max_count is given."})
+    max_count = ma.fields.Integer(
+        validate=ma.validate.Range(min=1),
+        metadata={"description": "Most to build. Defaults to min_count."})
+    flavor_ref = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=255),
+                                  metadata={"description": "Flavor name or id."})
+    image_ref = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=255),
+                                 metadata={"description": "Image name or id."})
+    capabilities = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(min=1)),
+                                  values=CapabilityValue(), load_default=dict,
+                                  metadata={"description": CAPABILITY_HELP})
+    group_id = ma.fields.String(allow_none=True,
+                                metadata={"description": "Server group uuid (the scheduler "
+                                                         "hint group=UUID)."})
+    policy = ma.fields.String(load_default=states.ALL_OR_NOTHING,
+                              validate=ma.validate.OneOf(states.FAILURE_POLICIES))
+    volume_gb = ma.fields.Integer(allow_none=True, validate=ma.validate.Range(min=1),
+                                  metadata={"description": "A data volume of this size per "
+                                                           "instance."})
+
+    @ma.validates_schema
+    def check_counts(self, data, **kwargs):
+        if "count" in data and ("min_count" in data or "max_count" in data):
+            raise ma.ValidationError("give count, or min_count/max_count, not both",
+                                     field_name="count")
+        if not {"count", "min_count", "max_count"} & set(data):
+            raise ma.ValidationError("how many instances: give count, or min_count "
+                                     "and/or max_count", field_name="count")
+        if data.get("min_count", 1) > data.get("max_count", data.get("min_count", 1)):
+            raise ma.ValidationError("must not exceed max_count", field_name="min_count")
+
+    @ma.post_load
+    def resolve_counts(self, data, **kwargs):
+        """Turn the two forms into one: ``min_count`` and ``max_count``."""
+        count = data.pop("count", None)
+        if count is not None:
+            data["min_count"] = data["max_count"] = count
+        else:
+            data.setdefault("min_count", 1)
+            data.setdefault("max_count", data["min_count"])
+        return data
+
+
+class ReservationCreateSchema(ma.Schema):
+    """Body of POST .../reservations: ``{"reservation": {...}}``."""
+
+    reservation = ma.fields.Nested(ReservationFieldsSchema, required=True)
+
+
+class ReservationCreateArgsSchema(ma.Schema):
+    """Query arguments of POST .../reservations."""
+
+    dry_run = ma.fields.Boolean(
+        load_default=False,
+        metadata={"description": "Only say whether it fits now (200); claim and write "
+                                 "nothing."})
+
+
+class FaultSchema(ma.Schema):
+    code = ma.fields.String(required=True)
+    message = ma.fields.String(required=True)
+    step = ma.fields.String(allow_none=True, metadata={"description": "Failed task."})
+    host = ma.fields.String(allow_none=True)
+
+
+class ProgressSchema(ma.Schema):
+    total = ma.fields.Integer(required=True)
+    active = ma.fields.Integer(required=True)
+    building = ma.fields.Integer(required=True,
+                                 metadata={"description": "Pending, scheduling, building "
+                                                          "or reverting."})
+    error = ma.fields.Integer(required=True)
+    reverted = ma.fields.Integer(required=True, metadata={"description": "Reverted or "
+                                                                         "deleted."})
+
+
+class ReservationInstanceSchema(ma.Schema):
+    """One instance as its reservation shows it."""
+
+    id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    host = ma.fields.String(allow_none=True)
+    status = ma.fields.String(required=True)
+    task_state = ma.fields.String(allow_none=True)
+    attempts = ma.fields.Integer(required=True)
+    hosts_tried = ma.fields.List(ma.fields.String(), required=True)
+    fault = ma.fields.Nested(FaultSchema, allow_none=True)
+
+
+class ReservationSummarySchema(ma.Schema):
+    """What POST and DELETE answer: where to follow the reservation."""
+
+    id = ma.fields.String(required=True, metadata={"description": "r-..., never an instance "
+                                                                  "id."})
+    status = ma.fields.String(required=True,
+                              metadata={"description": " | ".join(states.RESERVATION_STATUSES)})
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class ReservationSummaryResponseSchema(ma.Schema):
+    reservation = ma.fields.Nested(ReservationSummarySchema, required=True)
+
+
+class ReservationListItemSchema(ma.Schema):
+    """A reservation in a list: everything but its instances."""
+
+    id = ma.fields.String(required=True)
+    name = ma.fields.String(allow_none=True)
+    status = ma.fields.String(required=True)
+    policy = ma.fields.String(required=True)
+    flow_id = ma.fields.String(allow_none=True)
+    created_at = ma.fields.DateTime()
+    updated_at = ma.fields.DateTime()
+    progress = ma.fields.Nested(ProgressSchema, required=True)
+    fault = ma.fields.Nested(FaultSchema, allow_none=True)
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class ReservationSchema(ReservationListItemSchema):
+    """A reservation with the state of each of its instances."""
+
+    instances = ma.fields.List(ma.fields.Nested(ReservationInstanceSchema), required=True)
+
+
+class ReservationResponseSchema(ma.Schema):
+    reservation = ma.fields.Nested(ReservationSchema, required=True)
+
+
+class ReservationListSchema(ma.Schema):
+    reservations = ma.fields.List(ma.fields.Nested(ReservationListItemSchema), required=True)
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class ReservationQueryArgsSchema(PaginationArgsSchema):
+    """Sorted by id; the marker is a reservation id."""
+
+    status = ma.fields.String(validate=ma.validate.OneOf(states.RESERVATION_STATUSES))
+
+
+class DryRunSchema(ma.Schema):
+    """Answer of ``POST .../reservations?dry_run=true``: the scheduler's verdict, now."""
+
+    fits = ma.fields.Boolean(required=True, metadata={"description": "min_count would fit."})
+    placed = ma.fields.Integer(metadata={"description": "Instances that found a host."})
+    min_count = ma.fields.Integer()
+    max_count = ma.fields.Integer()
+    explanation = ma.fields.String(
+        allow_none=True, metadata={"description": "Which filter removed how many hosts, "
+                                                  "e.g. 'capabilities: 128 -> 9'."})
+    filters = ma.fields.List(ma.fields.Dict(), metadata={"description": "The filter chain: "
+                                                         "name, before, after, note."})
+    hosts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(),
+                           metadata={"description": "Instances per chosen host."})
+
+
+class DryRunResponseSchema(ma.Schema):
+    dry_run = ma.fields.Nested(DryRunSchema, required=True)

@@ -1,0 +1,72 @@
+"""Schemas of the server routes: the instances of a project, one by one."""
+
+from __future__ import annotations
+
+import flask
+import marshmallow as ma
+
+from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.api.reservations.schemas import FaultSchema
+from fleetflow.common import states
+
+
+class ServerSchema(ma.Schema):
+    """One instance. Its id is a uuid; its reservation's id is an ``r-...``."""
+
+    id = ma.fields.String(required=True)
+    name = ma.fields.String(required=True)
+    tenant_id = ma.fields.String(required=True)
+    reservation_id = ma.fields.String(allow_none=True)
+    host = ma.fields.String(allow_none=True)
+    status = ma.fields.String(required=True,
+                              metadata={"description": " | ".join(states.RESERVATION_STATUSES)})
+    task_state = ma.fields.String(allow_none=True,
+                                  metadata={"description": "What is being done to it now."})
+    flavor_id = ma.fields.String(required=True)
+    image_id = ma.fields.String(required=True)
+    group_id = ma.fields.String(allow_none=True)
+    attempts = ma.fields.Integer(required=True)
+    hosts_tried = ma.fields.List(ma.fields.String(), required=True)
+    fault = ma.fields.Nested(FaultSchema, allow_none=True)
+    created_at = ma.fields.DateTime()
+    updated_at = ma.fields.DateTime()
+    links = ma.fields.Function(lambda instance: [{"rel": "self", "href": self_link(instance)}])
+
+
+def self_link(instance) -> str:
+    """The server's own URL (under its project's path)."""
+    return flask.url_for("servers.ServerItem", tenant_id=instance.tenant_id,
+                         server_id=instance.id, _external=True)
+
+
+class ServerResponseSchema(ma.Schema):
+    server = ma.fields.Nested(ServerSchema, required=True)
+
+
+class ServerListSchema(ma.Schema):
+    servers = ma.fields.List(ma.fields.Nested(ServerSchema), required=True)
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class ServerQueryArgsSchema(PaginationArgsSchema):
+    """Filters combine (AND); sorted by id, the marker is a server id.
+
+    Deleted servers are listed only when ``status=DELETED`` is asked for.
+    """
+
+    reservation_id = ma.fields.String(metadata={"description": "Servers of one reservation."})
+    status = ma.fields.String(validate=ma.validate.OneOf(states.RESERVATION_STATUSES))
+    host = ma.fields.String(metadata={"description": "Administrators only."})
+
+
+class ServerStatusSchema(ma.Schema):
+    """What DELETE answers: the server's new status and where to follow it."""
+
+    id = ma.fields.String(required=True)
+    status = ma.fields.String(required=True)
+    task_state = ma.fields.String(allow_none=True)
+    links = ma.fields.Function(lambda instance: [{"rel": "self", "href": self_link(instance)}])
+
+
+class ServerDeleteResponseSchema(ma.Schema):
+    server = ma.fields.Nested(ServerStatusSchema, required=True)
