@@ -1,0 +1,251 @@
+"""Conductor workers: TaskFlow's blocking conductor with leases, fences and a pause.
+
+A worker claims a job from the board (engine/jobboard.py), rebuilds the flow
+from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
+``BlockingConductor`` it adds, per job:
+
+1. **keep-alive**: the claim is extended every ``[jobboard] keepalive_interval``
+   while the job runs (engine/conductor_keepalive.py);
+2. **fencing**: a new token from ``fences.advance(flow id, owner)`` is injected
+   into the store under ``keys.FENCE`` for every task to hand to its side
+   effects, and the engine checkpoints through engine/fencing.py;
+3. **on_error = pause**: the flow stops (SUSPENDED) at its first failure,
+   before anything is reverted, and its job is consumed so no other conductor
+   resumes (and so reverts) it; an operator decides;
+4. the ``after-checkpoint`` crash point of the crash tests (flows/tasks/base.py).
+
+``ENGINE_FACTORY`` is the one seam through which every engine is made.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+from taskflow import engines as tf_engines
+from taskflow import states as tf_states
+from taskflow.conductors.backends import impl_blocking
+from taskflow.listeners import base as listener_base
+
+from fleetflow.engine.backend import get_backend
+from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
+from fleetflow.engine.fencing import FencedBackend
+from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.flows import keys
+from fleetflow.flows.tasks.base import CRASH_ENV, CrashPointListener
+from fleetflow.persistence import fences
+from fleetflow.persistence.db import get_database
+
+LOG = logging.getLogger(__name__)
+
+#: Key of fleetflow's own options inside a flow detail's ``meta``.
+META_KEY = "fleetflow"
+ON_ERROR_REVERT = "revert"
+ON_ERROR_PAUSE = "pause"
+ON_ERROR_CHOICES = (ON_ERROR_REVERT, ON_ERROR_PAUSE)
+
+
+def engine_options(conf) -> dict:
+    """TaskFlow engine options of a conductor: a parallel engine on threads.
+
+    Boots block on hosts, so one flow runs its ready atoms in parallel.
+    """
+    return {"engine": "parallel", "executor": "threaded",
+            "max_workers": conf.conductor.engine_workers}
+
+
+def default_engine_factory(flow_detail, store: dict, backend, conf):
+    """Rebuild the flow of ``flow_detail`` and load it into an engine (not compiled)."""
+    return tf_engines.load_from_detail(flow_detail, store=store, backend=backend,
+                                       **engine_options(conf))
+
+
+#: The seam: every conductor makes its engines with this callable
+#: ``(flow_detail, store, backend, conf) -> engine``. Replace it (or pass
+#: ``engine_factory=`` to a conductor) to change engines everywhere at once.
+ENGINE_FACTORY: Callable = default_engine_factory
+
+
+def default_name(conf) -> str:
+    """``[conductor] name``, else host name and pid."""
+    return conf.conductor.name or f"{socket.gethostname()}-{os.getpid()}"
+
+
+class PauseOnErrorListener(listener_base.Listener):
+    """Suspends the engine at the first failed atom, before any revert runs.
+
+    TaskFlow notifies FAILURE after saving it and before deciding what to
+    revert; suspending then leaves the failed atom FAILURE, the others as
+    they were (their revert intentions recorded, nothing reverted) and the
+    flow SUSPENDED. Resuming that flow as it stands reverts it; an operator
+    "resume" resets the failed atoms first.
+    """
+
+    def __init__(self, engine):
+        super().__init__(engine, task_listen_for=(tf_states.FAILURE,),
+                         flow_listen_for=(), retry_listen_for=(tf_states.FAILURE,))
+        self.paused = False
+
+    def _pause(self, name: str) -> None:
+        LOG.warning("atom %s failed: pausing the flow for an operator", name)
+        self.paused = True
+        self._engine.suspend()
+
+    def _task_receiver(self, state, details):
+        self._pause(details["task_name"])
+
+    def _retry_receiver(self, state, details):
+        self._pause(details["retry_name"])
+
+
+class FleetConductor(impl_blocking.BlockingConductor):
+    """A blocking TaskFlow conductor with claim keep-alive, fencing and pause-on-error."""
+
+    def __init__(self, name: str, jobboard, persistence, conf, database=None,
+                 engine_factory: Callable | None = None, wait_timeout: float | None = None):
+        super().__init__(name, jobboard, persistence=persistence, wait_timeout=wait_timeout)
+        self._conf = conf
+        self._database = database or get_database(conf)
+        self._engine_factory = engine_factory
+        self._keepalive = ClaimKeepAlive(jobboard, name, conf.jobboard.keepalive_interval,
+                                         float(conf.jobboard.claim_expiry))
+        self._pause_listeners: dict[str, PauseOnErrorListener] = {}
+        self._job_options: dict[str, dict] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def keepalive(self) -> ClaimKeepAlive:
+        return self._keepalive
+
+    def run(self, max_dispatches=None):
+        self._keepalive.start()
+        try:
+            super().run(max_dispatches=max_dispatches)
+        finally:
+            self._keepalive.stop()
+
+    def _dispatch_job(self, job):
+        # Extend the claim from the moment we run the job (rebuilding a big
+        # flow takes time too) until the conductor has consumed/abandoned it.
+        self._keepalive.hold(job)
+        try:
+            consume = super()._dispatch_job(job)
+        finally:
+            lost = self._keepalive.release(job)
+            paused = self._pause_listeners.pop(job.uuid, None)
+            self._job_options.pop(job.uuid, None)
+        if lost:
+            # Someone else runs it now; consuming would fail anyway.
+            return False
+        if paused is not None and paused.paused:
+            # NOTE: consume a paused flow: abandoning would let the next
+            # conductor resume it, and resuming a paused flow reverts it.
+            # The operator's resume / revert re-posts a job for it.
+            return True
+        return consume
+
+    def _engine_from_job(self, job):
+        flow_detail = self._flow_detail_from_job(job)
+        self._job_options[job.uuid] = dict((flow_detail.meta or {}).get(META_KEY, {}))
+        with self._database.session() as session:
+            fence = fences.advance(session, flow_detail.uuid, self._name)
+        LOG.info("conductor %s runs flow %s (job %s) with fence token %s",
+                 self._name, flow_detail.uuid, job.uuid, fence["token"])
+        store = {}
+        store.update((flow_detail.meta or {}).get("store", {}))
+        store.update((job.details or {}).get("store", {}))
+        store[keys.FENCE] = fence
+        store[keys.FLOW_ID] = flow_detail.uuid
+        backend = FencedBackend(self._persistence, self._database, fence)
+        factory = self._engine_factory or ENGINE_FACTORY
+        engine = factory(flow_detail, store, backend, self._conf)
+        self._keepalive.attach_engine(job, engine)
+        return engine
+
+    def _listeners_from_job(self, job, engine):
+        listeners = super()._listeners_from_job(job, engine)
+        if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:
+            pause = PauseOnErrorListener(engine)
+            self._pause_listeners[job.uuid] = pause
+            listeners.append(pause)
+        if CRASH_ENV in os.environ:
+            listeners.append(CrashPointListener(engine))
+        return listeners
+
+
+def make_conductor(conf, name: str | None = None, persistence=None,
+                   engine_factory: Callable | None = None,
+                   wait_timeout: float | None = None) -> FleetConductor:
+    """A conductor with its own (connected) board on ``conf``'s backends."""
+    persistence = persistence or get_backend(conf)
+    board = make_jobboard(conf, persistence)
+    return FleetConductor(name or default_name(conf), board, persistence, conf,
+                          engine_factory=engine_factory, wait_timeout=wait_timeout)
+
+
+class ConductorPool:
+    """``workers`` conductor threads in one process (``fleetflow serve``).
+
+    Each worker has its own board connection and runs one job at a time;
+    names are ``<name>-<i>`` so claims and fences say which thread owns what.
+    """
+
+    def __init__(self, conf, workers: int | None = None, name: str | None = None,
+                 persistence=None, engine_factory: Callable | None = None,
+                 wait_timeout: float | None = None):
+        self._conf = conf
+        self._count = conf.conductor.workers if workers is None else int(workers)
+        self._name = name or default_name(conf)
+        self._persistence = persistence
+        self._engine_factory = engine_factory
+        self._wait_timeout = wait_timeout
+        self.conductors: list[FleetConductor] = []
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the workers (returns at once)."""
+        for index in range(self._count):
+            conductor = make_conductor(self._conf, f"{self._name}-{index}",
+                                       persistence=self._persistence,
+                                       engine_factory=self._engine_factory,
+                                       wait_timeout=self._wait_timeout)
+            thread = threading.Thread(target=self._run, args=(conductor,), daemon=True,
+                                      name=f"conductor-{conductor.name}")
+            self.conductors.append(conductor)
+            self._threads.append(thread)
+            thread.start()
+
+    @staticmethod
+    def _run(conductor: FleetConductor) -> None:
+        try:
+            conductor.run()
+        except Exception:
+            LOG.exception("conductor %s stopped on an error", conductor.name)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask every worker to stop and wait for them.
+
+        A running flow is suspended at its next atom boundary and its job
+        abandoned, so another conductor (or this process restarted) resumes it.
+        """
+        for conductor in self.conductors:
+            conductor.stop()
+        for thread in self._threads:
+            thread.join(timeout)
+        for conductor in self.conductors:
+            conductor.close()
+        self.conductors.clear()
+        self._threads.clear()
+
+    def __enter__(self) -> ConductorPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,113 @@
+"""Keep-alive of a conductor's claims: extend them while their jobs run.
+
+TaskFlow's conductors claim a job and run it, but nothing extends the claim.
+A claim with an expiry then lapses in the middle of a long run and a second
+conductor runs the job too (measured: it did). This thread extends the claim
+of every job its conductor is *running* — registered by the conductor around
+its own dispatch of the job, not read from ``conductor._dispatched``, which
+stays empty during a blocking conductor's run.
+
+When an extension fails, someone else holds the job now (our lease lapsed
+while we were paused or cut off): the keep-alive suspends our engine so it
+stops at the next atom boundary, and the fenced checkpoints
+(engine/fencing.py) refuse whatever it still tries to write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+LOG = logging.getLogger(__name__)
+
+
+class _Held:
+    __slots__ = ("job", "engine", "lost")
+
+    def __init__(self, job):
+        self.job = job
+        self.engine = None
+        self.lost = False
+
+
+class ClaimKeepAlive:
+    """Extends the claims of held jobs every ``interval`` seconds on ``board``."""
+
+    def __init__(self, board, owner: str, interval: float, expiry: float | None = None):
+        self._board = board
+        self._owner = owner
+        self._interval = float(interval)
+        self._expiry = expiry
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"keepalive-{self._owner}")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def hold(self, job) -> None:
+        """Start extending ``job``'s claim (call right after claiming it)."""
+        with self._lock:
+            self._held[job.uuid] = _Held(job)
+
+    def attach_engine(self, job, engine) -> None:
+        """The engine running ``job``: suspended if the claim is lost."""
+        with self._lock:
+            held = self._held.get(job.uuid)
+            if held is not None:
+                held.engine = engine
+                lost = held.lost
+            else:
+                lost = False
+        if lost:
+            engine.suspend()
+
+    def release(self, job) -> bool:
+        """Stop extending ``job``; returns True when its claim was lost meanwhile."""
+        with self._lock:
+            held = self._held.pop(job.uuid, None)
+        return bool(held and held.lost)
+
+    def lost(self, job) -> bool:
+        with self._lock:
+            held = self._held.get(job.uuid)
+            return bool(held and held.lost)
+
+    def extend_now(self) -> None:
+        """One round of extensions (the thread calls this every interval)."""
+        with self._lock:
+            held_now = [h for h in self._held.values() if not h.lost]
+        for held in held_now:
+            try:
+                still_ours = self._board.extend_claim(held.job, self._owner, self._expiry)
+            except Exception:
+                # A board hiccup (Redis failover, database busy) is not a lost
+                # claim: try again next round; the lease has slack for that.
+                LOG.warning("could not extend the claim on job %s", held.job.uuid,
+                            exc_info=True)
+                continue
+            if still_ours:
+                continue
+            LOG.error("conductor %s lost its claim on job %s (%s): suspending its engine",
+                      self._owner, held.job.uuid, held.job.name)
+            with self._lock:
+                held.lost = True
+                engine = held.engine
+            if engine is not None:
+                engine.suspend()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.extend_now()

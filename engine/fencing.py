@@ -1,0 +1,118 @@
+"""Fenced checkpoints: a stale owner may not write the logbook either.
+
+Side effects check the fencing token where they happen (persistence/fences.py).
+That is not enough on its own: an owner that was paused past its claim (GC,
+SIGSTOP, a VM migration) wakes up, its task fails with StaleFence, and its
+engine would checkpoint FAILURE and start *reverting* a flow that the new
+owner is running — overwriting the new owner's checkpoints with its own.
+
+So every engine a conductor runs writes through :class:`FencedBackend`, which
+checks the token before each flow or atom detail update and raises
+``StorageFailure`` once a newer owner exists. TaskFlow treats a storage
+failure during completion as fatal to the run: the stale engine stops at
+once, writes nothing more, and its conductor abandons (rather than consumes)
+the job. The check and the write are separate transactions, so a window of
+one write remains; the side-effect fences close it for the effects that
+matter, and a persistence backend that checks the fence inside its own write
+transaction can close it for checkpoints too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from taskflow import exceptions as tf_exc
+from taskflow.persistence import base as tf_persistence
+
+from fleetflow.common.exceptions import StaleFence
+from fleetflow.persistence import fences
+
+LOG = logging.getLogger(__name__)
+
+
+class FencedBackend(tf_persistence.Backend):
+    """Wraps a TaskFlow backend; its connections refuse writes from a stale owner."""
+
+    def __init__(self, backend, database, fence: dict):
+        super().__init__(getattr(backend, "_conf", {}))
+        self._backend = backend
+        self._database = database
+        self.fence = dict(fence)
+
+    @property
+    def wrapped(self):
+        return self._backend
+
+    def get_connection(self):
+        return FencedConnection(self, self._backend.get_connection())
+
+    def check(self) -> None:
+        """Raise StorageFailure (caused by StaleFence) if our token is no longer current."""
+        try:
+            with self._database.session() as session:
+                fences.check(session, self.fence)
+        except StaleFence as exc:
+            LOG.warning("refusing checkpoint of a stale owner: %s", exc)
+            raise tf_exc.StorageFailure(f"stale owner: {exc}", cause=exc) from exc
+
+    def close(self):
+        # The wrapped backend is shared by every engine of the process.
+        pass
+
+
+class FencedConnection(tf_persistence.Connection):
+    """A TaskFlow persistence connection whose writes are fenced; reads pass through."""
+
+    def __init__(self, backend: FencedBackend, connection):
+        self._fenced_backend = backend
+        self._conn = connection
+
+    @property
+    def backend(self):
+        return self._fenced_backend
+
+    def close(self):
+        self._conn.close()
+
+    def upgrade(self):
+        self._conn.upgrade()
+
+    def validate(self):
+        self._conn.validate()
+
+    def clear_all(self):
+        raise tf_exc.StorageFailure("a running engine may not clear the logbooks")
+
+    def update_atom_details(self, atom_detail):
+        self._fenced_backend.check()
+        return self._conn.update_atom_details(atom_detail)
+
+    def update_flow_details(self, flow_detail):
+        self._fenced_backend.check()
+        return self._conn.update_flow_details(flow_detail)
+
+    def save_logbook(self, book):
+        self._fenced_backend.check()
+        return self._conn.save_logbook(book)
+
+    def destroy_logbook(self, book_uuid):
+        self._fenced_backend.check()
+        return self._conn.destroy_logbook(book_uuid)
+
+    def get_logbook(self, book_uuid, lazy=False):
+        return self._conn.get_logbook(book_uuid, lazy=lazy)
+
+    def get_logbooks(self, lazy=False):
+        return self._conn.get_logbooks(lazy=lazy)
+
+    def get_flows_for_book(self, book_uuid, **kwargs):
+        return self._conn.get_flows_for_book(book_uuid, **kwargs)
+
+    def get_flow_details(self, fd_uuid, lazy=False):
+        return self._conn.get_flow_details(fd_uuid, lazy=lazy)
+
+    def get_atom_details(self, ad_uuid):
+        return self._conn.get_atom_details(ad_uuid)
+
+    def get_atoms_for_flow(self, fd_uuid):
+        return self._conn.get_atoms_for_flow(fd_uuid)

@@ -1,0 +1,69 @@
+"""Every name a flow puts into, or reads from, TaskFlow's store: named once, here.
+
+Tasks declare these in ``default_provides`` / ``requires`` / ``rebind``;
+per-instance subflows scope them with :func:`scoped` so instance 3's ``host``
+never collides with instance 4's. ``tests/unit/flows/test_keys.py`` checks that
+no two constants share a value (Octavia ended up with ``LOADBALANCER_ID`` and
+``LOAD_BALANCER_ID`` naming one thing twice).
+"""
+
+from __future__ import annotations
+
+# -- Injected by the engine layer, never provided by a task ------------------
+#: The fencing token of the conductor running the flow: ``{"key", "token"}``.
+#: A new one is injected each time a conductor takes the job; every side
+#: effect hands it on so a stale owner's writes are refused.
+FENCE = "fence"
+#: The operation id (flow detail uuid = logbook uuid = job name).
+FLOW_ID = "flow_id"
+#: Tenant that submitted the operation (None for operator actions).
+TENANT_ID = "tenant_id"
+
+# -- Request data, injected at submit time ----------------------------------
+RESERVATION_ID = "reservation_id"
+REQUEST_SPEC = "request_spec"
+INSTANCE_UUIDS = "instance_uuids"
+FLAVOR = "flavor"
+IMAGE = "image"
+SERVER_GROUP = "server_group"
+VCLUSTER_ID = "vcluster_id"
+SOURCE_HOST = "source_host"
+EVACUATION_MODE = "evacuation_mode"
+
+# -- Provided by tasks -------------------------------------------------------
+#: Output of scheduling: per instance its primary host and alternates.
+PLACEMENTS = "placements"
+#: Indexes of the instances whose primary host the all-or-nothing fast path
+#: claimed in one write (their own claim task then has nothing to do).
+PRIMARIES_CLAIMED = "primaries_claimed"
+#: One instance's uuid inside its subflow.
+INSTANCE_UUID = "instance_uuid"
+#: The host chosen for one instance (scoped per instance).
+HOST = "host"
+#: Alternate hosts of one instance, tried in order by its retry controller.
+ALTERNATES = "alternates"
+#: The placement allocation written for one instance (scoped per instance).
+ALLOCATION = "allocation"
+#: What the host reported after a boot (scoped per instance).
+SERVER = "server"
+VOLUME_IDS = "volume_ids"
+ATTACHMENTS = "attachments"
+
+# Separator between a scope and a key: ``inst-0003.host``. A dot never
+# appears in a bare key, so a scoped key can always be split back.
+SCOPE_SEP = "."
+
+
+def scoped(prefix: str, key: str) -> str:
+    """The name of ``key`` inside the scope ``prefix`` (``inst-0003.host``)."""
+    if not prefix:
+        raise ValueError("a scope prefix must not be empty")
+    if SCOPE_SEP in key:
+        raise ValueError(f"key {key!r} is already scoped")
+    return f"{prefix}{SCOPE_SEP}{key}"
+
+
+def all_keys() -> dict[str, str]:
+    """Every key constant of this module, by constant name."""
+    return {name: value for name, value in globals().items()
+            if name.isupper() and isinstance(value, str) and name != "SCOPE_SEP"}

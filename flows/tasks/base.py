@@ -1,0 +1,116 @@
+"""The base of every fleetflow task: fence plumbing and deterministic crash points.
+
+**Fence.** A conductor injects a fresh fencing token into the store each time
+it takes a job (``flows.keys.FENCE``). A task that writes a side effect
+declares a ``fence`` argument and hands it on to the write (the placement
+store, a host RPC), which refuses it once a newer owner exists.
+
+**Crash points.** Crash tests must kill a conductor at exact places, not just
+at random times. With ``FLEETFLOW_CRASH_AT="<atom name>:<point>"`` (several
+separated by commas) the process kills itself with SIGKILL when atom
+``<atom name>`` reaches ``<point>``:
+
+=================  ========================================================
+before-execute     the atom is RUNNING (checkpointed), its execute not begun
+after-effect       execute finished its side effect; the result is not saved
+after-checkpoint   the atom's SUCCESS and result are saved
+during-revert      revert undid its side effect; REVERTED is not saved
+=================  ========================================================
+
+``before-execute``, ``after-effect`` and ``during-revert`` fire inside
+:class:`FleetTask`; ``after-checkpoint`` needs a listener
+(:class:`CrashPointListener`), which conductors attach when the variable is set.
+Nothing happens when the variable is unset: production code pays one dict lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+
+from taskflow import states as tf_states
+from taskflow import task
+from taskflow.listeners import base as listener_base
+
+LOG = logging.getLogger(__name__)
+
+CRASH_ENV = "FLEETFLOW_CRASH_AT"
+BEFORE_EXECUTE = "before-execute"
+AFTER_EFFECT = "after-effect"
+AFTER_CHECKPOINT = "after-checkpoint"
+DURING_REVERT = "during-revert"
+CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT)
+
+
+def crash_targets(environ=None) -> set[tuple[str, str]]:
+    """The (atom name, point) pairs named by FLEETFLOW_CRASH_AT."""
+    raw = (os.environ if environ is None else environ).get(CRASH_ENV, "")
+    targets = set()
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        atom, _, point = item.rpartition(":")
+        if not atom or point not in CRASH_POINTS:
+            raise ValueError(f"{CRASH_ENV}: {item!r} is not '<atom name>:<point>' with "
+                             f"a point among {', '.join(CRASH_POINTS)}")
+        targets.add((atom, point))
+    return targets
+
+
+def maybe_crash(atom_name: str, point: str) -> None:
+    """SIGKILL this process if FLEETFLOW_CRASH_AT names (atom_name, point)."""
+    if CRASH_ENV not in os.environ:
+        return
+    if (atom_name, point) in crash_targets():
+        LOG.warning("crash point %s:%s reached: killing process %d", atom_name, point,
+                    os.getpid())
+        # SIGKILL, not an exception: nothing may run after this line, not even
+        # finally blocks or atexit handlers — that is what a crash looks like.
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _with_crash_points(method, first: str | None, last: str | None):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if first:
+            maybe_crash(self.name, first)
+        result = method(self, *args, **kwargs)
+        if last:
+            maybe_crash(self.name, last)
+        return result
+    return wrapper
+
+
+class FleetTask(task.Task):
+    """Base class of fleetflow tasks.
+
+    Subclasses write ``execute`` / ``revert`` as usual; this class wraps them
+    with the crash points above (``functools.wraps`` keeps their signatures,
+    which TaskFlow reads to find a task's requirements).
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "execute" in cls.__dict__:
+            cls.execute = _with_crash_points(cls.__dict__["execute"], BEFORE_EXECUTE,
+                                             AFTER_EFFECT)
+        if "revert" in cls.__dict__:
+            cls.revert = _with_crash_points(cls.__dict__["revert"], None, DURING_REVERT)
+
+
+class CrashPointListener(listener_base.Listener):
+    """Fires the ``after-checkpoint`` crash point once an atom's SUCCESS is saved.
+
+    TaskFlow notifies atom listeners after storage has saved the new state,
+    so the notification of SUCCESS is the first moment "after the checkpoint".
+    """
+
+    def __init__(self, engine):
+        super().__init__(engine, task_listen_for=(tf_states.SUCCESS,),
+                         flow_listen_for=(), retry_listen_for=(tf_states.SUCCESS,))
+
+    def _task_receiver(self, state, details):
+        maybe_crash(details["task_name"], AFTER_CHECKPOINT)
+
+    def _retry_receiver(self, state, details):
+        maybe_crash(details["retry_name"], AFTER_CHECKPOINT)

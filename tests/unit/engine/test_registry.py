@@ -1,0 +1,75 @@
+"""flows/registry.py: factories by name, rebuildable from what TaskFlow saves."""
+
+import pytest
+from taskflow.engines import helpers as tf_helpers
+from taskflow.persistence import models as tf_models
+
+from fleetflow.common.exceptions import InvalidInput
+from fleetflow.flows import registry
+
+
+def test_build_makes_the_registered_flow_with_deterministic_names():
+    flow = registry.build("toy-linear", count=3)
+    names = [atom.name for atom, _ in flow.iter_nodes()]
+    assert names == ["inst-0000-step", "inst-0001-step", "inst-0002-step"]
+    again = registry.build("toy-linear", count=3)
+    assert [atom.name for atom, _ in again.iter_nodes()] == names
+
+
+def test_unknown_flow_name_is_invalid_input():
+    with pytest.raises(InvalidInput):
+        registry.build("no-such-flow")
+
+
+def test_non_json_safe_arguments_are_refused():
+    with pytest.raises(InvalidInput):
+        registry.build("toy-linear", count=object())
+    # A tuple would come back as a list on resume: a different flow.
+    with pytest.raises(InvalidInput):
+        registry.check_json_safe({"hosts": ("a", "b")})
+    registry.check_json_safe({"hosts": ["a", "b"], "spec": {"vcpus": 2}})
+
+
+def test_local_functions_and_lambdas_cannot_be_registered():
+    def local_factory():
+        return None
+
+    with pytest.raises(TypeError):
+        registry.register("local", local_factory)
+    with pytest.raises(TypeError):
+        registry.register("lambda", lambda: None)
+
+
+def test_a_name_cannot_be_taken_by_another_factory():
+    with pytest.raises(ValueError):
+        registry.register("toy-linear", registry.rebuild)
+
+
+def test_atom_name_format_and_validation():
+    assert registry.atom_name(3, "boot") == "inst-0003-boot"
+    assert registry.atom_name(12345, "claim", prefix="vol") == "vol-12345-claim"
+    with pytest.raises(ValueError):
+        registry.atom_name(-1, "boot")
+
+
+def test_saved_factory_details_rebuild_the_same_flow():
+    factory, args, _ = registry.factory_details("toy-linear")
+    detail = tf_models.FlowDetail("toy-linear", uuid="f-1")
+    tf_helpers.save_factory_details(detail, factory, args, {"count": 2, "fail_at": 1})
+    assert detail.meta["factory"]["name"] == "fleetflow.flows.registry.rebuild"
+    rebuilt = tf_helpers.flow_from_detail(detail)
+    assert [a.name for a, _ in rebuilt.iter_nodes()] == ["inst-0000-step", "inst-0001-step"]
+
+
+def test_rebuild_imports_the_factory_module_when_the_name_is_unknown(tmp_path, monkeypatch):
+    (tmp_path / "late_flows.py").write_text(
+        "from taskflow.patterns import linear_flow\n"
+        "from fleetflow.flows import registry\n"
+        "@registry.flow_factory('late-flow')\n"
+        "def late(n):\n"
+        "    return linear_flow.Flow(f'late-{n}')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "late-flow" not in registry.names()
+    flow = registry.rebuild("late-flow", "late_flows", n=4)
+    assert flow.name == "late-4"
+    assert "late-flow" in registry.names()
