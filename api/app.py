@@ -48,6 +48,7 @@ BLUEPRINTS = [
     "fleetflow.api.servers.routes",
     "fleetflow.api.groups.routes",
     "fleetflow.api.quotas.routes",
+    "fleetflow.api.placement.routes",
 ]
 
 
