@@ -74,7 +74,8 @@ def capabilities_filter(spec: RequestSpec) -> HostPredicate | None:
     requirements = caps.parse_requirements(spec.capabilities)
     if not requirements:
         return None
-    return lambda host: caps.matches_all(requirements, host.capabilities)
+    matches = caps.host_matcher(requirements)
+    return lambda host: matches(host.capabilities)
 
 
 def group_capabilities_filter(spec: RequestSpec) -> HostPredicate | None:
@@ -85,7 +86,8 @@ def group_capabilities_filter(spec: RequestSpec) -> HostPredicate | None:
     requirements = caps.parse_requirements(group.capabilities)
     if not requirements:
         return None
-    return lambda host: caps.matches_all(requirements, host.capabilities)
+    matches = caps.host_matcher(requirements)
+    return lambda host: matches(host.capabilities)
 
 
 def resources_filter(spec: RequestSpec,
@@ -102,7 +104,11 @@ def resources_filter(spec: RequestSpec,
 
     def fits(host: HostState) -> bool:
         used = usage.get(host.name, host.used)
-        return all(host.capacity.get(rc, 0) - used.get(rc, 0) >= amount for rc, amount in wanted)
+        capacity = host.capacity
+        for rc, amount in wanted:
+            if capacity.get(rc, 0) - used.get(rc, 0) < amount:
+                return False
+        return True
     return fits
 
 

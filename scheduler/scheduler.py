@@ -81,14 +81,18 @@ class _Pass:
         # host name -> used, copied on first write so the snapshot stays untouched
         self.usage: dict[str, dict[str, int]] = {}
         self.placed_on: Counter = Counter()  # host name -> instances placed this pass
+        self.start_keys: list = []  # host key per position at the start of the pass
 
     def used(self, host: HostState) -> Mapping[str, int]:
         return self.usage.get(host.name, host.used)
 
     def fits(self, host: HostState) -> bool:
-        used = self.used(host)
-        return all(host.capacity.get(rc, 0) - used.get(rc, 0) >= amount
-                   for rc, amount in self.wanted)
+        used = self.usage.get(host.name, host.used)
+        capacity = host.capacity
+        for rc, amount in self.wanted:
+            if capacity.get(rc, 0) - used.get(rc, 0) < amount:
+                return False
+        return True
 
     def consume(self, host: HostState) -> None:
         self.placed_on[host.name] += 1
@@ -100,19 +104,49 @@ class _Pass:
 
     def place(self, hosts: Sequence[HostState], count: int) -> list[HostState]:
         """Greedy placement of up to ``count`` instances; returns their hosts in order."""
+        # Keys at the start of the pass; alternates reuse those of untouched hosts.
+        # A host key ends with the host's position, so it identifies the host.
+        self.start_keys = [self.key(host, host.used, position)
+                           for position, host in enumerate(hosts)]
+        if self.rule.scope == "host":
+            return self._place_by_host(hosts, count)
+        return self._place_by_domain(hosts, count)
+
+    def _place_by_host(self, hosts: Sequence[HostState], count: int) -> list[HostState]:
+        """Every host is its own domain: one heap of (soft score, host key)."""
+        rule = self.rule
+        top = [(rule.soft_score(host.name), key)
+               for host, key in zip(hosts, self.start_keys, strict=True)]
+        heapq.heapify(top)
+        placed: list[HostState] = []
+        while len(placed) < count and top:
+            position = top[0][1][-1]
+            host = hosts[position]
+            self.consume(host)
+            rule.record(host)
+            placed.append(host)
+            if self.fits(host) and rule.allows(host):
+                heapq.heapreplace(top, (rule.soft_score(host.name),
+                                        self.key(host, self.usage[host.name], position,
+                                                 self.placed_on[host.name])))
+            else:
+                heapq.heappop(top)  # full, or at max_per_host: never again this pass
+        return placed
+
+    def _place_by_domain(self, hosts: Sequence[HostState], count: int) -> list[HostState]:
+        """A heap of hosts per rack/zone, and a heap of domains by (soft score, best host)."""
         rule = self.rule
         domains: list = []
         heaps: list[list] = []
         index_of: dict = {}
-        for position, host in enumerate(hosts):
+        for host, key in zip(hosts, self.start_keys, strict=True):
             domain = host.domain(rule.scope)
             slot = index_of.get(domain)
             if slot is None:
                 slot = index_of[domain] = len(domains)
                 domains.append(domain)
                 heaps.append([])
-            # A host key ends with the host's position, so it identifies the host.
-            heaps[slot].append(self.key(host, host.used, position))
+            heaps[slot].append(key)
         top = []
         for slot, heap in enumerate(heaps):
             heapq.heapify(heap)
@@ -128,7 +162,7 @@ class _Pass:
             rule.record(host)
             placed.append(host)
             if self.fits(host):
-                heapq.heapreplace(heap, self.key(host, self.used(host), position,
+                heapq.heapreplace(heap, self.key(host, self.usage[host.name], position,
                                                  self.placed_on[host.name]))
             else:
                 heapq.heappop(heap)  # full for this request: never fits again this pass
@@ -155,10 +189,14 @@ class _Pass:
         rule = self.rule
 
         def rank(position: int, host: HostState):
-            return (rule.soft_score(host.domain(rule.scope)),
-                    self.key(host, self.used(host), position, self.placed_on[host.name]))
+            # Hosts this pass did not touch keep their start key (and still fit).
+            key = self.start_keys[position]
+            if host.name in self.placed_on:
+                key = self.key(host, self.usage[host.name], position, self.placed_on[host.name])
+            return (rule.soft_score(host.domain(rule.scope)), key)
 
-        fitting = [(rank(p, h), h) for p, h in enumerate(hosts) if self.fits(h)]
+        fitting = [(rank(p, h), h) for p, h in enumerate(hosts)
+                   if h.name not in self.placed_on or self.fits(h)]
         fitting.sort(key=lambda item: item[0])
         # Open to anybody: domains below the anti-affinity limit.
         shared = [h for _, h in fitting if rule.allows(h)]

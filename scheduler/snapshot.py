@@ -51,14 +51,13 @@ class HostState:
         merged = {"region": self.region, "zone": self.zone, "rack": self.rack}
         merged.update(self.capabilities)
         self.capabilities = merged
+        # Built once: group rules ask for them for every host of every request.
+        self._domains = {"host": self.name, "rack": (self.region, self.zone, self.rack),
+                         "zone": (self.region, self.zone)}
 
     def domain(self, scope: str) -> Any:
         """The failure domain of ``scope`` this host is in (racks repeat across zones)."""
-        if scope == "host":
-            return self.name
-        if scope == "rack":
-            return (self.region, self.zone, self.rack)
-        return (self.region, self.zone)
+        return self._domains[scope]
 
     def free(self, rc: str) -> int:
         return self.capacity.get(rc, 0) - self.used.get(rc, 0)
@@ -66,8 +65,12 @@ class HostState:
     def fit_count(self, resources: Mapping[str, int]) -> int:
         """How many more instances of ``resources`` fit (a large number when none asked)."""
         fits = 1 << 30
+        capacity, used = self.capacity, self.used
         for rc, amount in resources.items():
-            fits = min(fits, self.free(rc) // amount)
+            if amount > 0:
+                room = (capacity.get(rc, 0) - used.get(rc, 0)) // amount
+                if room < fits:
+                    fits = room
         return max(fits, 0)
 
     @classmethod

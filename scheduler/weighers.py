@@ -34,16 +34,6 @@ WEIGHERS = (SPREAD, PACK)
 HostKey = tuple[int, float, int, int]
 
 
-def dominant_share(host: HostState, used: Mapping[str, int], resource_classes) -> float:
-    """The fullest requested resource class of the host, as a fraction in [0, 1]."""
-    share = 0.0
-    for rc in resource_classes:
-        capacity = host.capacity.get(rc, 0)
-        if capacity > 0:
-            share = max(share, used.get(rc, 0) / capacity)
-    return share
-
-
 def host_key_function(weigher: str, resources: Mapping[str, int]
                       ) -> Callable[[HostState, Mapping[str, int], int, int], HostKey]:
     """Build ``key(host, used, position, placed_in_pass)`` for one request."""
@@ -54,6 +44,14 @@ def host_key_function(weigher: str, resources: Mapping[str, int]
     sign = 1 if weigher == SPREAD else -1
 
     def key(host: HostState, used: Mapping[str, int], position: int, placed: int = 0) -> HostKey:
-        return (host.recent_failures, sign * dominant_share(host, used, classes), sign * placed,
-                position)
+        # The dominant share; runs once per candidate host per request, so kept tight.
+        share = 0.0
+        capacity = host.capacity
+        for rc in classes:
+            total = capacity.get(rc)
+            if total:
+                fraction = used.get(rc, 0) / total
+                if fraction > share:
+                    share = fraction
+        return (host.recent_failures, sign * share, sign * placed, position)
     return key
