@@ -145,6 +145,19 @@ class RequestSpec:
                                field="traits")
         caps.parse_requirements(self.capabilities)  # fail early on bad syntax
 
+    @classmethod
+    def for_flavor(cls, flavor: Any, capabilities: Mapping[str, Any] | None = None,
+                   **fields: Any) -> RequestSpec:
+        """A spec from a ``persistence.models.Flavor`` (duck-typed) plus request fields.
+
+        The flavor's extra specs are capability requirements, except scoped
+        keys such as ``resources:GPU`` (a resource amount, already in
+        ``flavor.resources``); the request's own ``capabilities`` win over them.
+        """
+        wanted = {k: v for k, v in (flavor.extra_specs or {}).items() if ":" not in k}
+        wanted.update(capabilities or {})
+        return cls(resources=dict(flavor.resources), capabilities=wanted, **fields)
+
     def instance_key(self, index: int) -> str:
         """The id an instance's result is keyed by: uuid, else name, else its index."""
         if self.instance_uuids:

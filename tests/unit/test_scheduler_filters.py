@@ -159,3 +159,15 @@ def test_group_spec_from_row_skips_unplaced_and_excluded_members():
     group = GroupSpec.from_row(Row(), exclude_instances=["i3"])
     assert group.member_hosts == ["a1", "a1"]
     assert (group.scope, group.max_per_host) == ("rack", 2)
+
+
+def test_spec_for_flavor_merges_extra_specs_into_capabilities():
+    from fleetflow.persistence.models import Flavor
+
+    flavor = Flavor(id="g1", name="g1.large", vcpus=4, ram_mb=8192, disk_gb=80,
+                    extra_specs={"gpu": "true", "resources:GPU": "1", "sticker": "red"})
+    spec = RequestSpec.for_flavor(flavor, capabilities={"sticker": "blue"}, count=2,
+                                  region="na")
+    assert spec.resources == {"VCPU": 4, "MEMORY_MB": 8192, "DISK_GB": 80, "GPU": 1}
+    assert spec.capabilities == {"gpu": "true", "sticker": "blue"}
+    assert (spec.max_count, spec.region) == (2, "na")

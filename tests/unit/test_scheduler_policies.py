@@ -162,3 +162,38 @@ def test_rack_anti_affinity_alternates_stay_in_own_rack_when_others_are_taken():
     for item in placement.instances:
         assert len(item.alternates) == 2
         assert {rack(a) for a in item.alternates} == {rack(item.host)}
+
+
+def test_affinity_and_network_proximity_choose_the_finer_domain():
+    placement = place(5, policies=["affinity", "network-proximity"], scope="zone")
+    hosts = hosts_of(placement)
+    assert len({rack(h) for h in hosts}) == 1 and len(set(hosts)) == 3
+    placement = place(5, policies=["affinity", "network-proximity"], scope="host")
+    assert len(set(hosts_of(placement))) == 1
+
+
+def test_seed_003_database_group_anti_affinity_with_host_capabilities():
+    snapshot = cloud()
+    for name in ("z0-r1-h0", "z0-r1-h2", "z1-r0-h1"):
+        snapshot.by_name[name].capabilities["disk"] = "ssd"
+    placement = place(3, snapshot, policies=["anti-affinity", "host-capabilities"],
+                      capabilities={"disk": "ssd"})
+    assert sorted(hosts_of(placement)) == ["z0-r1-h0", "z0-r1-h2", "z1-r0-h1"]
+    with pytest.raises(NoValidHost) as err:
+        place(4, snapshot, policies=["anti-affinity", "host-capabilities"],
+              capabilities={"disk": "ssd"})
+    assert str(err.value).endswith("host-capabilities: 12 -> 3; anti-affinity: 3 -> 0")
+
+
+def test_evacuation_excludes_the_source_and_keeps_anti_affinity():
+    # The evacuated instance's own membership is left out of member_hosts by the caller.
+    spec = RequestSpec(count=1, resources={"VCPU": 1}, excluded_hosts=["z0-r0-h0"],
+                       group=GroupSpec(policies=["anti-affinity"], scope="rack",
+                                       member_hosts=["z0-r1-h0", "z1-r0-h0"]))
+    placement = run(spec, cloud(), alternates=5)
+    item = placement.instances[0]
+    # The source's rack holds no other member, so its other hosts qualify.
+    assert rack(item.host) in {"z0-r0", "z1-r1"}
+    assert len(item.alternates) == 4
+    assert {rack(a) for a in item.alternates} <= {"z0-r0", "z1-r1"}
+    assert "z0-r0-h0" not in item.candidates
