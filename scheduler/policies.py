@@ -59,13 +59,19 @@ class GroupRule:
         self.member_domains: dict[str, set] = {name: set() for name, _ in self.affinity}
         for host_name in (group.member_hosts if group else ()):
             host = snapshot.by_name.get(host_name)
-            if host is None and self.scope != "host":
-                continue  # a vanished host is in no rack or zone we know of
-            self.counts[host.domain(self.scope) if host else host_name] += 1
+            if host is None:
+                # A host the snapshot no longer has (deleted) is in no rack or zone
+                # we know of: its member counts only at host scope (where, as in
+                # Nova, host affinity with it then finds no valid host).
+                if self.scope == "host":
+                    self.counts[host_name] += 1
+                for name, aff_scope in self.affinity:
+                    if aff_scope == "host":
+                        self.member_domains[name].add(host_name)
+                continue
+            self.counts[host.domain(self.scope)] += 1
             for name, aff_scope in self.affinity:
-                self.member_domains[name].add(
-                    host.domain(aff_scope) if host else (host_name if aff_scope == "host"
-                                                         else None))
+                self.member_domains[name].add(host.domain(aff_scope))
         self.chosen: dict[str, Any] = {}  # affinity constraint name -> chosen domain
 
     # -- filtering -------------------------------------------------------------------

@@ -203,6 +203,7 @@ class _Pass:
         # Hosts in a full domain suit only instances whose primary is in it
         # (moving inside the domain keeps its count), e.g. same rack.
         closed: dict = {}
+        order = {id(h): i for i, (_, h) in enumerate(fitting)}  # rank of each candidate
         if rule.limit is not None and rule.scope != "host":
             for _, host in fitting:
                 if not rule.allows(host):
@@ -221,7 +222,6 @@ class _Pass:
             extra = [h for h in closed.get(primary.domain(rule.scope), ())
                      if h is not primary and rule.alternate_ok(h, primary)]
             if extra:
-                order = {id(h): i for i, (_, h) in enumerate(fitting)}
                 picks = sorted(picks + extra[:per_instance], key=lambda h: order[id(h)])
                 picks = picks[:per_instance]
             result.append(picks)
