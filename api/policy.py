@@ -128,7 +128,10 @@ def make_enforcer(conf) -> oslo_policy.Enforcer:
     enforcer.register_defaults(list_rules())
     # NOTE: load now, so that a malformed policy file fails at start-up
     # rather than on the first request.
-    enforcer.load_rules()
+    try:
+        enforcer.load_rules()
+    except ValueError as exc:
+        raise ValueError(f"Policy file {conf.api.policy_file} is malformed: {exc}") from exc
     return enforcer
 
 

@@ -299,13 +299,28 @@ def test_policy_file_overrides_a_default(make_conf, db, sample_catalog, reader_h
     from fleetflow.api.app import create_app
 
     conf = make_conf()
+    client = create_app(conf, database=db).test_client()
+    assert_error(client.get("/v2/admin/hosts", headers=reader_headers), 403)
+    # Written while the app runs: oslo.policy picks the file up on the next check.
     with open(conf.api.policy_file, "w") as f:
         f.write('"hosts:list": "rule:project_reader or rule:admin"\n')
-    client = create_app(conf, database=db).test_client()
     listed = client.get("/v2/admin/hosts", headers=reader_headers)
     assert listed.status_code == 200 and len(listed.get_json()["hosts"]) == 3
     # Rules the file does not name keep their defaults.
     assert_error(client.get("/v2/admin/hosts/host-001", headers=reader_headers), 403)
+    # And an app started with the file in place applies it from the first request.
+    fresh = create_app(conf, database=db).test_client()
+    assert fresh.get("/v2/admin/hosts", headers=reader_headers).status_code == 200
+
+
+def test_malformed_policy_file_fails_at_start(make_conf, db):
+    from fleetflow.api.app import create_app
+
+    conf = make_conf()
+    with open(conf.api.policy_file, "w") as f:
+        f.write("hosts:list: [unclosed\n")
+    with pytest.raises(ValueError, match="Policy file .*policy.yaml is malformed"):
+        create_app(conf, database=db)
 
 
 def test_every_v2_route_names_a_registered_policy_rule(app):
