@@ -1,0 +1,133 @@
+"""Quotas: administrators set them at /v2/admin/quotas/{tenant}; projects read their own."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Reservation
+
+ADMIN_URL = "/v2/admin/quotas/tenant-a"
+OWN_URL = "/v2/tenant-a/quotas"
+
+
+@pytest.fixture
+def jobs():
+    return []
+
+
+@pytest.fixture
+def api_services(conf, db, jobs):
+    from fleetflow.engine.operations import Operations
+
+    def submit(flow_name, flow_kwargs, **options):
+        jobs.append((flow_name, flow_kwargs, options))
+        return "flow"
+
+    return {"operations": Operations(conf, db, submit=submit)}
+
+
+def reserve(client, headers, count, flavor="m1.small"):
+    return client.post("/v2/tenant-a/reservations", headers=headers, json={
+        "reservation": {"count": count, "flavor_ref": flavor, "image_ref": "cirros"}})
+
+
+def test_defaults_come_from_the_configuration(client, admin_headers, conf):
+    conf.set_override("vcpus", 123, group="quota")
+
+    quota = client.get(ADMIN_URL, headers=admin_headers).json["quota"]
+
+    assert quota == {"tenant_id": "tenant-a", "instances": conf.quota.instances,
+                     "vcpus": 123, "ram_mb": conf.quota.ram_mb, "default": True,
+                     "usage": {"instances": 0, "vcpus": 0, "ram_mb": 0}}
+
+
+def test_admin_sets_and_reads_a_quota(client, admin_headers, conf):
+    response = client.put(ADMIN_URL, headers=admin_headers,
+                          json={"quota": {"instances": 5, "vcpus": 10, "ram_mb": 4096}})
+
+    assert response.status_code == 200
+    expected = {"tenant_id": "tenant-a", "instances": 5, "vcpus": 10, "ram_mb": 4096,
+                "default": False, "usage": {"instances": 0, "vcpus": 0, "ram_mb": 0}}
+    assert response.json["quota"] == expected
+    assert client.get(ADMIN_URL, headers=admin_headers).json["quota"] == expected
+    # Another project is untouched.
+    other = client.get("/v2/admin/quotas/tenant-b", headers=admin_headers).json["quota"]
+    assert other["default"] is True and other["instances"] == conf.quota.instances
+
+
+def test_a_limit_not_given_keeps_its_value(client, admin_headers):
+    client.put(ADMIN_URL, headers=admin_headers,
+               json={"quota": {"instances": 5, "vcpus": 10, "ram_mb": 4096}})
+
+    quota = client.put(ADMIN_URL, headers=admin_headers,
+                       json={"quota": {"vcpus": -1}}).json["quota"]
+
+    assert (quota["instances"], quota["vcpus"], quota["ram_mb"]) == (5, -1, 4096)
+
+
+@pytest.mark.parametrize("document, named", [
+    ({"quota": {}}, "'quota'"),
+    ({"quota": {"instances": -2}}, "'quota.instances'"),
+    ({"quota": {"instances": "lots"}}, "'quota.instances'"),
+    ({"quota": {"gpus": 1}}, "'quota.gpus'"),
+    ({"instances": 1}, "'quota'"),
+])
+def test_invalid_quota_bodies_are_400(client, admin_headers, document, named):
+    response = client.put(ADMIN_URL, headers=admin_headers, json=document)
+
+    assert response.status_code == 400
+    assert named in " ".join(e["detail"] for e in response.json["errors"])
+    assert client.get(ADMIN_URL, headers=admin_headers).json["quota"]["default"] is True
+
+
+def test_only_administrators_use_the_admin_routes(client, member_headers, make_headers):
+    body = {"quota": {"instances": 1000000}}
+
+    assert client.put(ADMIN_URL, headers=member_headers, json=body).status_code == 403
+    assert client.get(ADMIN_URL, headers=member_headers).status_code == 403
+    other = make_headers("tenant-b", "member")
+    assert client.put(ADMIN_URL, headers=other, json=body).status_code == 403
+
+
+def test_a_project_reads_its_own_quota_with_usage(client, admin_headers, reader_headers,
+                                                  member_headers, make_headers,
+                                                  sample_catalog):
+    client.put(ADMIN_URL, headers=admin_headers, json={"quota": {"instances": 7}})
+    assert reserve(client, member_headers, 3).status_code == 202
+
+    quota = client.get(OWN_URL, headers=reader_headers).json["quota"]
+
+    assert quota["instances"] == 7 and quota["default"] is False
+    # m1.small: 1 vcpu, 2048 MB each.
+    assert quota["usage"] == {"instances": 3, "vcpus": 3, "ram_mb": 6144}
+    assert client.get(OWN_URL, headers=make_headers("tenant-b", "member")).status_code == 403
+
+
+def test_a_lowered_quota_refuses_new_reservations_before_anything_is_written(
+        client, admin_headers, member_headers, sample_catalog, jobs, db):
+    assert reserve(client, member_headers, 2).status_code == 202
+    client.put(ADMIN_URL, headers=admin_headers, json={"quota": {"instances": 3}})
+
+    refused = reserve(client, member_headers, 2)
+
+    assert refused.status_code == 403
+    assert refused.json["errors"][0]["code"] == "fleetflow.quota_exceeded"
+    assert len(jobs) == 1
+    with db.session() as session:
+        assert session.scalar(sa.select(sa.func.count()).select_from(Reservation)) == 1
+    assert reserve(client, member_headers, 1).status_code == 202
+
+
+def test_deleted_and_reverted_instances_free_the_quota(client, admin_headers, member_headers,
+                                                       sample_catalog, db):
+    client.put(ADMIN_URL, headers=admin_headers, json={"quota": {"instances": 2}})
+    rid = reserve(client, member_headers, 2).json["reservation"]["id"]
+    assert reserve(client, member_headers, 1).status_code == 403
+    with db.session() as session:
+        rows.update_instances(session, rows.instance_ids(session, rid),
+                              status=states.REVERTED)
+
+    assert reserve(client, member_headers, 2).status_code == 202

@@ -1,0 +1,173 @@
+"""GET/DELETE /v2/{tenant_id}/servers: instances one by one, with a real Operations service.
+
+Its ``submit`` only records the posted jobs (see test_api_reservations.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetflow.common import states
+from fleetflow.engine.operations import Operations, ReservationRequest
+from fleetflow.persistence import reservations as rows
+
+URL = "/v2/tenant-a/servers"
+
+
+@pytest.fixture
+def jobs():
+    return []
+
+
+@pytest.fixture
+def operations(conf, db, jobs):
+    def submit(flow_name, flow_kwargs, **options):
+        jobs.append((flow_name, flow_kwargs, options))
+        return "flow"
+
+    return Operations(conf, db, submit=submit)
+
+
+@pytest.fixture
+def api_services(operations):
+    return {"operations": operations}
+
+
+@pytest.fixture
+def make_reservation(operations, sample_catalog, jobs):
+    """Reserve ``count`` instances for ``tenant``; returns (reservation id, instance ids)."""
+    def _make(count=2, tenant="tenant-a"):
+        req = ReservationRequest(tenant_id=tenant, user_id=None, flavor_ref="m1.small",
+                                 image_ref="cirros", min_count=count, max_count=count)
+        reservation, _ = operations.reserve(req)
+        jobs.clear()
+        with sample_catalog.session() as session:
+            return reservation.id, rows.instance_ids(session, reservation.id)
+
+    return _make
+
+
+def set_instance(db, instance_id, **values):
+    with db.session() as session:
+        rows.update_instance(session, instance_id, **values)
+
+
+def listed(client, headers, query="") -> list[str]:
+    response = client.get(URL + query, headers=headers)
+    assert response.status_code == 200, response.json
+    return [s["id"] for s in response.json["servers"]]
+
+
+def test_list_filters_by_reservation_and_status(client, member_headers, make_reservation,
+                                                db):
+    first, first_ids = make_reservation(2)
+    _second, second_ids = make_reservation(1)
+    set_instance(db, first_ids[0], status=states.ACTIVE, host="host-001")
+
+    assert sorted(listed(client, member_headers)) == sorted(first_ids + second_ids)
+    assert sorted(listed(client, member_headers, f"?reservation_id={first}")) == sorted(
+        first_ids)
+    assert listed(client, member_headers, f"?reservation_id={first}&status=ACTIVE") == [
+        first_ids[0]]
+    assert listed(client, member_headers, "?reservation_id=r-000000000000") == []
+    assert client.get(URL + "?status=SLEEPY", headers=member_headers).status_code == 400
+
+
+def test_deleted_servers_are_listed_only_when_asked(client, member_headers, make_reservation,
+                                                     db):
+    _rid, (gone, kept) = make_reservation(2)
+    set_instance(db, gone, status=states.DELETED)
+
+    assert listed(client, member_headers) == [kept]
+    assert listed(client, member_headers, "?status=DELETED") == [gone]
+
+
+def test_list_is_paginated(client, member_headers, make_reservation):
+    _rid, ids = make_reservation(3)
+
+    page = client.get(URL + "?limit=2", headers=member_headers).json
+    assert [s["id"] for s in page["servers"]] == sorted(ids)[:2]
+    rest = client.get(page["links"][0]["href"], headers=member_headers).json
+    assert [s["id"] for s in rest["servers"]] == sorted(ids)[2:]
+
+
+def test_host_filter_is_for_administrators(client, member_headers, admin_headers,
+                                           make_reservation, db):
+    _rid, (on_one, on_two) = make_reservation(2)
+    set_instance(db, on_one, status=states.ACTIVE, host="host-001")
+    set_instance(db, on_two, status=states.ACTIVE, host="host-002")
+
+    refused = client.get(URL + "?host=host-001", headers=member_headers)
+    assert refused.status_code == 403
+    assert listed(client, admin_headers, "?host=host-001") == [on_one]
+
+
+def test_show_a_server(client, member_headers, make_reservation, db):
+    rid, (server_id, _other) = make_reservation(2)
+    fault = rows.fault("BUILD_FAILED", "no disk", "boot", "host-002")
+    set_instance(db, server_id, status=states.ERROR, host="host-002", attempts=2,
+                 hosts_tried=["host-001", "host-002"], fault=fault)
+
+    response = client.get(f"{URL}/{server_id}", headers=member_headers)
+
+    assert response.status_code == 200
+    server = response.json["server"]
+    assert server["id"] == server_id and server["reservation_id"] == rid
+    assert server["tenant_id"] == "tenant-a" and server["status"] == "ERROR"
+    assert server["hosts_tried"] == ["host-001", "host-002"] and server["attempts"] == 2
+    assert server["fault"] == {"code": "BUILD_FAILED", "message": "no disk", "step": "boot",
+                               "host": "host-002"}
+    assert server["flavor_id"] == "11111111-1111-1111-1111-111111111111"
+    assert server["links"][0]["href"].endswith(f"{URL}/{server_id}")
+
+
+def test_another_tenants_server_is_404(client, make_headers, make_reservation, jobs):
+    _rid, (server_id,) = make_reservation(1)
+    other = make_headers("tenant-b", "member", "reader")
+
+    assert client.get(f"/v2/tenant-b/servers/{server_id}", headers=other).status_code == 404
+    assert client.delete(f"/v2/tenant-b/servers/{server_id}",
+                         headers=other).status_code == 404
+    assert client.get("/v2/tenant-b/servers", headers=other).json["servers"] == []
+    assert jobs == []
+
+
+def test_unknown_server_is_404(client, member_headers):
+    assert client.get(f"{URL}/nope", headers=member_headers).status_code == 404
+    missing = client.get(f"{URL}/0f0c8a34-5d1e-4c59-9a53-0d2f3e7d6a01",
+                         headers=member_headers)
+    assert missing.status_code == 404
+    assert missing.json["errors"][0]["code"] == "fleetflow.not_found"
+
+
+def test_delete_posts_a_teardown_of_that_server(client, member_headers, make_reservation,
+                                                db, jobs):
+    rid, (server_id, other) = make_reservation(2)
+    set_instance(db, server_id, status=states.ACTIVE, host="host-001")
+
+    response = client.delete(f"{URL}/{server_id}", headers=member_headers)
+
+    assert response.status_code == 202
+    assert response.json["server"]["status"] == "DELETING"
+    assert response.json["server"]["task_state"] == "deleting"
+    ((name, kwargs, _options),) = jobs
+    assert name == "teardown"
+    assert kwargs == {"instance_ids": [server_id], "reservation_id": rid}
+    shown = client.get(f"{URL}/{other}", headers=member_headers).json["server"]
+    assert shown["status"] == "PENDING"
+
+
+def test_delete_while_building_is_409(client, member_headers, make_reservation, jobs):
+    _rid, (server_id,) = make_reservation(1)
+
+    assert client.delete(f"{URL}/{server_id}", headers=member_headers).status_code == 409
+    assert jobs == []
+
+
+def test_reader_may_read_but_not_delete(client, reader_headers, make_reservation, db, jobs):
+    _rid, (server_id,) = make_reservation(1)
+    set_instance(db, server_id, status=states.ACTIVE)
+
+    assert client.get(f"{URL}/{server_id}", headers=reader_headers).status_code == 200
+    assert client.delete(f"{URL}/{server_id}", headers=reader_headers).status_code == 403
+    assert jobs == []
