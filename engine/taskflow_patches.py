@@ -1,0 +1,223 @@
+"""Fixes for TaskFlow's quadratic compile, applied in one place with :func:`apply`.
+
+TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons:
+
+1. ``FlowCompiler.compile`` merges its children's graphs with
+   ``types.graph.merge_graphs``, which calls ``networkx.compose`` once per
+   child: each call copies the whole graph accumulated so far. The compiler
+   merges into a graph it has just created and keeps only the result, so it
+   can merge in place (:func:`merge_graphs_in_place`).
+2. ``scopes.ScopeWalker`` finds its atom with ``hierarchy.find`` (a depth-first
+   search of the whole tree, once per atom) and, to decide which predecessors
+   an atom can see at each level, walks every earlier sibling subtree of that
+   level (all earlier instances, for an instance's atoms).
+   :class:`IndexedScopeWalker` builds one index per compiled hierarchy (atom
+   -> tree node, plus each node's rank in the order the stock walker visits
+   nodes) and places each predecessor at its level with a binary search.
+
+Both produce the same graph and the same visible scopes, in the same order, as
+stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
+shaped so that they could be proposed upstream as they are. :func:`apply` is
+idempotent and is called by the engine factory (``engines.py``) and the
+benchmark; :func:`remove` restores stock TaskFlow (tests use it to compare).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import weakref
+
+from taskflow.engines.action_engine import compiler, scopes
+from taskflow.types import graph as tf_graph
+
+_lock = threading.Lock()
+_STOCK_GRAPH_MODULE = compiler.gr
+STOCK_SCOPE_WALKER = scopes.ScopeWalker
+
+
+def _default_overlap_detector(to_graph, from_graph):
+    # Same default as TaskFlow's merge_graphs.
+    return len(to_graph.subgraph(from_graph.nodes))
+
+
+def merge_graphs_in_place(graph, *graphs, **kwargs):
+    """Merge ``graphs`` into ``graph`` itself and return it.
+
+    Same arguments, checks and resulting nodes, edges and attributes as
+    ``taskflow.types.graph.merge_graphs``, without copying ``graph`` once per
+    merged graph (which made compiling a flow with many children quadratic).
+    """
+    allow_overlaps = kwargs.get("allow_overlaps", False)
+    overlap_detector = kwargs.get("overlap_detector")
+    if overlap_detector is not None and not callable(overlap_detector):
+        raise ValueError("Overlap detection callback expected to be callable")
+    if overlap_detector is None:
+        overlap_detector = _default_overlap_detector
+    name = graph.name
+    for g in graphs:
+        if not allow_overlaps:
+            overlaps = overlap_detector(graph, g)
+            if overlaps:
+                raise ValueError(
+                    f"Can not merge graph {g} into {graph} since there are {overlaps} "
+                    "overlapping nodes (and we do not support merging nodes)")
+        # networkx.compose copies graph attributes, then nodes, then edges
+        # (the later graph's data winning); do the same, in place.
+        graph.graph.update(g.graph)
+        graph.add_nodes_from(g.nodes(data=True))
+        graph.add_edges_from(g.edges(data=True))
+    if graphs:
+        # Keep the first graph's name, as merge_graphs does.
+        graph.name = name
+    return graph
+
+
+class _CompilerGraphTypes:
+    """``taskflow.types.graph`` as the compiler sees it, with the in-place merge.
+
+    Installed as ``compiler.gr`` so only the compiler (the one caller of
+    ``merge_graphs`` in TaskFlow, always with a graph it has just created)
+    changes; everyone else keeps the documented copying ``merge_graphs``.
+    """
+
+    merge_graphs = staticmethod(merge_graphs_in_place)
+
+    def __getattr__(self, name):
+        return getattr(tf_graph, name)
+
+
+class _ScopeIndex:
+    """Positions of every node of one frozen compilation hierarchy.
+
+    ``rank`` numbers nodes in pre-order, visiting a node's children from the
+    last to the first: exactly the order in which the stock walker's
+    ``depth_first_reverse_iterate`` yields the atoms of earlier siblings. So
+    the atoms a walker sees at the level of ancestor ``A`` (below its own
+    ancestor-or-self ``B``, a child of ``A``) are precisely the nodes ranked
+    in ``(last[B], last[A]]``, where ``last`` is the highest rank inside a
+    node's subtree; and within that range rank order is the stock order.
+    """
+
+    def __init__(self, root):
+        self.node_of = {}
+        self.rank = {}
+        self.last = {}
+        order = []
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            self.rank[node] = len(order)
+            order.append(node)
+            self.node_of.setdefault(node.item, node)
+            # Pushing children first-to-last pops them last-to-first.
+            stack.extend(node)
+        sizes = dict.fromkeys(order, 1)
+        for node in reversed(order):
+            if node.parent is not None and node is not root:
+                sizes[node.parent] += sizes[node]
+        for node in order:
+            self.last[node] = self.rank[node] + sizes[node] - 1
+
+
+_indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _index_for(hierarchy) -> _ScopeIndex | None:
+    """The (cached) index of a frozen hierarchy; None when it may still change."""
+    if not getattr(hierarchy, "frozen", False):
+        return None
+    with _lock:
+        index = _indexes.get(hierarchy)
+        if index is None:
+            index = _indexes[hierarchy] = _ScopeIndex(hierarchy)
+        return index
+
+
+class IndexedScopeWalker(STOCK_SCOPE_WALKER):
+    """``ScopeWalker`` that yields the same scopes using a per-compilation index.
+
+    Cost per atom: its graph predecessors (as stock) plus a binary search per
+    predecessor, instead of a whole-tree search and a scan of every earlier
+    sibling subtree. Falls back to the stock walk for an unfrozen hierarchy.
+    """
+
+    def __init__(self, compilation, atom, names_only=False):
+        self._index = _index_for(compilation.hierarchy)
+        if self._index is None:
+            super().__init__(compilation, atom, names_only=names_only)
+            return
+        self._node = self._index.node_of.get(atom)
+        if self._node is None:
+            raise ValueError(f"Unable to find atom '{atom}' in compilation hierarchy")
+        self._atom = atom
+        self._execution_graph = compilation.execution_graph
+        self._names_only = names_only
+        self._predecessors = None
+        self._level_cache = {}
+        self._levels = None
+
+    def _compute_levels(self):
+        graph = self._execution_graph
+        predecessors = [node for node in graph.bfs_predecessors_iter(self._atom)
+                        if graph.nodes[node]["kind"] in compiler.ATOMS]
+        index = self._index
+        path = list(self._node.path_iter(include_self=True))
+        # bounds[j] is the last rank inside the j-th node of the path (the
+        # atom itself is j = 0); a predecessor ranked in
+        # (bounds[lvl], bounds[lvl + 1]] is visible at level ``lvl``.
+        bounds = [index.last[node] for node in path]
+        levels = [[] for _ in range(len(path) - 1)]
+        invisible = 0
+        deepest = -1
+        for atom in predecessors:
+            rank = index.rank[index.node_of[atom]]
+            j = bisect.bisect_left(bounds, rank)
+            if j == 0 or j >= len(bounds):
+                # A later sibling's atom (possible in graph flows): the stock
+                # walker never yields it, and so keeps walking to the root.
+                invisible += 1
+                continue
+            levels[j - 1].append((rank, atom))
+            deepest = max(deepest, j - 1)
+        if not predecessors:
+            count = 0
+        elif invisible:
+            count = len(levels)
+        else:
+            # Stock stops once every predecessor has been placed.
+            count = deepest + 1
+        return [[atom for _rank, atom in sorted(level, key=lambda p: p[0])]
+                for level in levels[:count]]
+
+    def __iter__(self):
+        if self._index is None:
+            yield from super().__iter__()
+            return
+        if self._levels is None:
+            self._levels = self._compute_levels()
+        for visible in self._levels:
+            if self._names_only:
+                yield [a.name for a in visible]
+            else:
+                yield list(visible)
+
+
+def apply() -> None:
+    """Install the fixes into TaskFlow (idempotent, thread-safe)."""
+    with _lock:
+        if not isinstance(compiler.gr, _CompilerGraphTypes):
+            compiler.gr = _CompilerGraphTypes()
+        scopes.ScopeWalker = IndexedScopeWalker
+
+
+def remove() -> None:
+    """Restore stock TaskFlow (for tests that compare both)."""
+    with _lock:
+        compiler.gr = _STOCK_GRAPH_MODULE
+        scopes.ScopeWalker = STOCK_SCOPE_WALKER
+
+
+def is_applied() -> bool:
+    return isinstance(compiler.gr, _CompilerGraphTypes) and \
+        scopes.ScopeWalker is IndexedScopeWalker

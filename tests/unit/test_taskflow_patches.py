@@ -1,0 +1,219 @@
+"""The compile patches give the same graph and scopes as stock TaskFlow, and flows run."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from taskflow import engines as tf_engines
+from taskflow import retry, task
+from taskflow.engines.action_engine import compiler, scopes
+from taskflow.patterns import graph_flow, linear_flow, unordered_flow
+from taskflow.types import graph as tf_graph
+
+from fleetflow.engine import engines, taskflow_patches
+
+
+class Produce(task.Task):
+    """Returns its own name, so a consumer can tell which producer it saw."""
+
+    def execute(self, **kwargs):
+        return self.name
+
+
+class Echo(task.Task):
+    """Returns the ``value`` it was given (from the closest visible provider)."""
+
+    def execute(self, value):
+        return value
+
+
+def _task(rng: random.Random, name: str, provided: list[str]) -> Produce:
+    # Optionally require something an earlier task provides, by a shared key.
+    requires = [rng.choice(provided)] if provided and rng.random() < 0.5 else []
+    key = f"k{rng.randrange(4)}"  # shared keys: several producers, scoping decides
+    provided.append(key)
+    return Produce(name, provides=key, requires=requires)
+
+
+def _random_flow(rng: random.Random, prefix: str, depth: int, provided: list[str]):
+    kind = rng.choice(["linear", "unordered", "graph"])
+    pattern = {"linear": linear_flow, "unordered": unordered_flow, "graph": graph_flow}[kind]
+    retry_controller = retry.Times(2, name=f"{prefix}-r") if rng.random() < 0.3 else None
+    flow = pattern.Flow(prefix, retry=retry_controller)
+    children = []
+    for i in range(rng.randint(1, 4)):
+        name = f"{prefix}.{i}"
+        if depth < 3 and rng.random() < 0.4:
+            children.append(_random_flow(rng, name, depth + 1, provided))
+        else:
+            children.append(_task(rng, name, provided))
+    if kind == "graph":
+        # No automatic producer -> consumer links (only compiled, never run);
+        # link in a random acyclic order instead, so a predecessor can sit at
+        # a higher child index than its successor.
+        flow.add(*children, resolve_requires=False, resolve_existing=False)
+        order = list(children)
+        rng.shuffle(order)
+        for a, b in zip(order, order[1:], strict=False):
+            if rng.random() < 0.7:
+                flow.link(a, b)
+    else:
+        flow.add(*children)
+    return flow
+
+
+def _reservation(n: int):
+    flow = linear_flow.Flow("reservation").add(Produce("schedule", provides="placements"))
+    instances = unordered_flow.Flow("instances")
+    for i in range(n):
+        p = f"inst-{i:04d}"
+        instances.add(linear_flow.Flow(p, retry=retry.Times(2, name=f"{p}-retry")).add(
+            Produce(f"{p}-claim", provides=f"{p}-claimed", requires=["placements"]),
+            Produce(f"{p}-boot", provides=f"{p}-booted", requires=[f"{p}-claimed"])))
+    return flow.add(instances)
+
+
+def _compile(flow):
+    return compiler.PatternCompiler(flow).compile()
+
+
+def _graph_shape(compilation):
+    graph = compilation.execution_graph
+    nodes = {(n.name, tuple(sorted((k, getattr(v, "name", v)) for k, v in data.items())))
+             for n, data in graph.nodes(data=True)}
+    edges = {(u.name, v.name, tuple(sorted(data.items())))
+             for u, v, data in graph.edges(data=True)}
+    return nodes, edges
+
+
+def _scopes(compilation, walker_cls, names_only=True):
+    graph = compilation.execution_graph
+    atoms = [n for n, d in graph.nodes(data=True) if d["kind"] in compiler.ATOMS]
+    result = {}
+    for atom in atoms:
+        walker = walker_cls(compilation, atom, names_only=names_only)
+        levels = list(walker)
+        assert list(walker) == levels  # a second walk (cached) agrees
+        result[atom.name] = [[a if names_only else a.name for a in level] for level in levels]
+    return result
+
+
+@pytest.fixture
+def stock():
+    taskflow_patches.remove()
+    yield
+    taskflow_patches.remove()
+
+
+FLOWS = [pytest.param(lambda: _reservation(5), id="reservation")] + [
+    pytest.param(lambda seed=seed: _random_flow(random.Random(seed), "f", 0, []),
+                 id=f"random-{seed}") for seed in range(25)]
+
+
+@pytest.mark.parametrize("make_flow", FLOWS)
+def test_patched_compile_gives_the_stock_graph_and_scopes(stock, make_flow):
+    stock_compilation = _compile(make_flow())
+    stock_shape = _graph_shape(stock_compilation)
+    stock_scopes = _scopes(stock_compilation, taskflow_patches.STOCK_SCOPE_WALKER)
+    stock_atoms = _scopes(stock_compilation, taskflow_patches.STOCK_SCOPE_WALKER, False)
+
+    taskflow_patches.apply()
+    patched_compilation = _compile(make_flow())
+    assert compiler.gr.merge_graphs is taskflow_patches.merge_graphs_in_place
+    assert _graph_shape(patched_compilation) == stock_shape
+    assert _scopes(patched_compilation, scopes.ScopeWalker) == stock_scopes
+    assert _scopes(patched_compilation, scopes.ScopeWalker, False) == stock_atoms
+    # The index agrees with the stock walk on the very same compilation too.
+    assert _scopes(patched_compilation, taskflow_patches.STOCK_SCOPE_WALKER) == stock_scopes
+
+
+def test_predecessor_ranked_after_its_atom_is_never_visible(stock):
+    # TaskFlow's patterns add children in execution order, so a predecessor
+    # normally has a lower child index; build the other case by hand: the
+    # stock walker never yields such a predecessor and walks to the root.
+    from taskflow.types import tree
+
+    root_flow = linear_flow.Flow("root")
+    a, b, c = Produce("a"), Produce("b"), Produce("c")
+    graph = tf_graph.DiGraph(name="root")
+    graph.add_node(root_flow, kind=compiler.FLOW, noop=True)
+    for atom in (a, b, c):
+        graph.add_node(atom, kind=compiler.TASK)
+    graph.add_edge(root_flow, c)
+    graph.add_edge(c, a)  # c (index 2) runs before a (index 0)
+    graph.add_edge(c, b)
+    graph.add_edge(a, b)
+    hierarchy = tree.Node(root_flow, kind=compiler.FLOW, noop=True)
+    for atom in (a, b, c):
+        hierarchy.add(tree.Node(atom, kind=compiler.TASK))
+    graph.freeze()
+    hierarchy.freeze()
+    compilation = compiler.Compilation(graph, hierarchy)
+    expected = _scopes(compilation, taskflow_patches.STOCK_SCOPE_WALKER)
+    # "a" sees nothing ("c" is ranked after it) yet walks the level; "b" sees
+    # "a" but not "c"; "c" has no predecessor atoms.
+    assert expected == {"a": [[]], "b": [["a"]], "c": []}
+    assert _scopes(compilation, taskflow_patches.IndexedScopeWalker) == expected
+
+
+def test_apply_is_idempotent_and_remove_restores_stock(stock):
+    taskflow_patches.apply()
+    taskflow_patches.apply()
+    assert taskflow_patches.is_applied()
+    assert scopes.ScopeWalker is taskflow_patches.IndexedScopeWalker
+    taskflow_patches.remove()
+    assert not taskflow_patches.is_applied()
+    assert compiler.gr is tf_graph
+    assert scopes.ScopeWalker is taskflow_patches.STOCK_SCOPE_WALKER
+
+
+def test_in_place_merge_refuses_overlaps_like_stock():
+    a = tf_graph.DiGraph(name="a")
+    a.add_node("x")
+    b = tf_graph.DiGraph(name="b")
+    b.add_edge("x", "y")
+    with pytest.raises(ValueError, match="overlapping"):
+        taskflow_patches.merge_graphs_in_place(a, b)
+    c = tf_graph.DiGraph(name="c")
+    c.add_edge("y", "z", flag=True)
+    merged = taskflow_patches.merge_graphs_in_place(a, c)
+    assert merged is a and merged.name == "a"
+    assert merged.get_edge_data("y", "z") == {"flag": True}
+    assert set(merged.nodes) == {"x", "y", "z"}
+
+
+def test_unknown_atom_is_refused(stock):
+    taskflow_patches.apply()
+    compilation = _compile(_reservation(2))
+    with pytest.raises(ValueError, match="Unable to find atom"):
+        scopes.ScopeWalker(compilation, Produce("stranger"))
+
+
+@pytest.mark.parametrize("engine", ["serial", "parallel"])
+def test_flow_runs_with_the_patches_and_sees_the_right_values(stock, engine):
+    flow = linear_flow.Flow("root").add(
+        Produce("first", provides="value"),
+        unordered_flow.Flow("inner").add(
+            linear_flow.Flow("a").add(Produce("a-shadow", provides="value"),
+                                      Echo("a-use", provides="a-out")),
+            linear_flow.Flow("b").add(Echo("b-use", provides="b-out"))))
+    eng = engines.make_engine(flow, None, None, workers=4, engine=engine)
+    assert taskflow_patches.is_applied()
+    eng.run()
+    results = eng.storage.fetch_all()
+    # "a-use" sees its sibling's value (closest scope), "b-use" the root one.
+    assert results["a-out"] == "a-shadow"
+    assert results["b-out"] == "first"
+
+
+def test_missing_requirement_still_fails_validation(stock):
+    taskflow_patches.apply()
+    flow = linear_flow.Flow("root").add(Echo("lonely"))
+    from taskflow import exceptions as tf_exc
+
+    eng = tf_engines.load(flow)
+    eng.compile()
+    eng.prepare()
+    with pytest.raises(tf_exc.MissingDependencies):
+        eng.validate()
