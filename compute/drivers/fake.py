@@ -26,8 +26,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 
-import sqlalchemy as sa
-
 from fleetflow.common import config, states
 from fleetflow.compute.drivers import fake_store as store
 from fleetflow.compute.exceptions import BuildFailed, HostDead, HostNotServed, InstanceNotFound
@@ -60,7 +58,7 @@ class FakeDriver:
         self.state_path = state_path
         self.boot_seconds = boot_seconds
         self.max_concurrent_builds = max_concurrent_builds
-        self.engine = store.open_engine(state_path)
+        self.store = store.GuestStore(state_path)
         self._inventories: dict[str, Mapping] = {}
         self._faults: dict[str, HostFaults] = {}
         self._semaphores: dict[str, threading.BoundedSemaphore] = {}
@@ -97,8 +95,7 @@ class FakeDriver:
         return store.capacity(self._inventory(host))
 
     def usage(self, host: str) -> dict[str, int]:
-        with self.engine.begin() as conn:
-            return store.usage(conn, host)
+        return store.usage(self.store.read(), host)
 
     # -- faults ------------------------------------------------------------
 
@@ -130,7 +127,7 @@ class FakeDriver:
                 if dead:
                     faults.revived = threading.Event()
                 else:
-                    # Calls hanging on the dead host fail now instead of waiting.
+                    # Calls hanging on the dead host go through now (late).
                     faults.revived.set()
         if dead is False:
             # A host coming back first destroys what was evacuated off it.
@@ -219,7 +216,7 @@ class FakeDriver:
         evacuation: the copy on the fenced source is destroyed when that host comes back."""
         self._check_alive(host)
         with self._guest_lock(host, uuid):
-            with self.engine.begin() as conn:
+            with self.store.write() as conn:
                 store.apply_evacuations(conn, host)
                 store.check_fence(conn, fence)
                 if source_host and source_host != host:
@@ -228,9 +225,7 @@ class FakeDriver:
                 if guest is not None and guest["state"] == states.ACTIVE:
                     if source_host or image is None or image == guest["image"]:
                         return guest  # already rebuilt with this image: nothing to do
-                    conn.execute(store.guests.update().where(
-                        store.guests.c.host == host, store.guests.c.uuid == uuid)
-                        .values(image=image, updated_at=time.time()))
+                    store.update_guest(conn, host, uuid, image=image)
                     store.count_spawn(conn, host, uuid, "rebuilds")
                     return store.load_guest(conn, host, uuid)
             if resources is None:
@@ -241,8 +236,7 @@ class FakeDriver:
     def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
                fence: Mapping | None, ledger: str) -> dict:
         inventory = self._inventory(host)
-        now = time.time()
-        with self.engine.begin() as conn:
+        with self.store.write() as conn:
             store.apply_evacuations(conn, host)
             store.check_fence(conn, fence)
             guest = store.load_guest(conn, host, uuid)
@@ -252,10 +246,7 @@ class FakeDriver:
                 # Capacity is taken when the request arrives (the row is the
                 # claim), so builds waiting for a slot cannot overcommit.
                 store.check_capacity(conn, host, inventory, resources)
-                conn.execute(store.guests.insert().values(
-                    host=host, uuid=uuid, state=states.BUILDING, image=image,
-                    resources={rc: int(v) for rc, v in resources.items() if v},
-                    volumes=[], created_at=now, updated_at=now))
+                store.insert_guest(conn, host, uuid, states.BUILDING, image, resources)
             # else: a BUILDING row without a build in this process is left
             # over from a crash mid-boot: finish that boot now.
         failure = self._take_build_fault(host)
@@ -264,16 +255,12 @@ class FakeDriver:
                 self._closed.wait(self.boot_seconds)
         if failure:
             # A failed spawn leaves nothing behind (deleted, committed, then raised).
-            with self.engine.begin() as conn:
-                conn.execute(store.guests.delete().where(
-                    store.guests.c.host == host, store.guests.c.uuid == uuid,
-                    store.guests.c.state == states.BUILDING))
+            with self.store.write() as conn:
+                store.delete_guest(conn, host, uuid, only_state=states.BUILDING)
             raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
-        with self.engine.begin() as conn:
-            finished = conn.execute(store.guests.update().where(
-                store.guests.c.host == host, store.guests.c.uuid == uuid,
-                store.guests.c.state == states.BUILDING)
-                .values(state=states.ACTIVE, updated_at=time.time())).rowcount
+        with self.store.write() as conn:
+            finished = store.update_guest(conn, host, uuid, only_state=states.BUILDING,
+                                          state=states.ACTIVE)
             if finished:
                 store.count_spawn(conn, host, uuid, ledger)
             guest = store.load_guest(conn, host, uuid)
@@ -285,11 +272,10 @@ class FakeDriver:
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None) -> dict:
         """Remove ``uuid`` from ``host``; a missing guest is already destroyed."""
         self._check_alive(host)
-        with self.engine.begin() as conn:
+        with self.store.write() as conn:
             store.apply_evacuations(conn, host)
             store.check_fence(conn, fence)
-            removed = conn.execute(store.guests.delete().where(
-                store.guests.c.host == host, store.guests.c.uuid == uuid)).rowcount
+            removed = store.delete_guest(conn, host, uuid)
         return {"uuid": uuid, "host": host, "destroyed": bool(removed)}
 
     def migrate_instance(self, host: str, uuid: str, source_host: str,
@@ -303,7 +289,7 @@ class FakeDriver:
         """
         self._check_alive(host)
         inventory = self._inventory(host)
-        with self._guest_lock(host, uuid), self.engine.begin() as conn:
+        with self._guest_lock(host, uuid), self.store.write() as conn:
             store.apply_evacuations(conn, host)
             store.check_fence(conn, fence)
             guest = store.load_guest(conn, host, uuid)
@@ -316,15 +302,11 @@ class FakeDriver:
                                            host=source_host, uuid=uuid)
                 resources = source["resources"]
             store.check_capacity(conn, host, inventory, resources)
-            now = time.time()
-            conn.execute(store.guests.insert().values(
-                host=host, uuid=uuid, state=states.ACTIVE,
-                image=source["image"] if source else None,
-                resources={rc: int(v) for rc, v in resources.items() if v},
-                volumes=source["volumes"] if source else [], migrated_from=source_host,
-                created_at=now, updated_at=now))
-            conn.execute(store.guests.delete().where(
-                store.guests.c.host == source_host, store.guests.c.uuid == uuid))
+            store.insert_guest(conn, host, uuid, states.ACTIVE,
+                               source["image"] if source else None, resources,
+                               volumes=source["volumes"] if source else [],
+                               migrated_from=source_host)
+            store.delete_guest(conn, source_host, uuid)
             return store.load_guest(conn, host, uuid)
 
     def attach_volume(self, host: str, uuid: str, volume_id: str,
@@ -337,7 +319,7 @@ class FakeDriver:
 
     def _change_volumes(self, host, uuid, volume_id, fence, attach: bool) -> dict:
         self._check_alive(host)
-        with self._guest_lock(host, uuid), self.engine.begin() as conn:
+        with self._guest_lock(host, uuid), self.store.write() as conn:
             store.apply_evacuations(conn, host)
             store.check_fence(conn, fence)
             guest = store.load_guest(conn, host, uuid)
@@ -349,9 +331,7 @@ class FakeDriver:
             if attach:
                 volumes.append(volume_id)
             if volumes != guest["volumes"]:
-                conn.execute(store.guests.update().where(
-                    store.guests.c.host == host, store.guests.c.uuid == uuid)
-                    .values(volumes=volumes, updated_at=time.time()))
+                store.update_guest(conn, host, uuid, volumes=volumes)
             return store.load_guest(conn, host, uuid)
 
     def fence_instance(self, host: str, uuid: str) -> None:
@@ -361,32 +341,34 @@ class FakeDriver:
         the host applies it before anything else it does.
         """
         self._inventory(host)
-        with self.engine.begin() as conn:
+        with self.store.write() as conn:
             store.record_evacuation(conn, host, uuid)
 
     def cleanup_evacuated(self, host: str) -> list[str]:
         """Destroy ``host``'s evacuated copies now (host revived)."""
-        with self.engine.begin() as conn:
+        with self.store.write() as conn:
             return store.apply_evacuations(conn, host)
 
     def cleanup_all_evacuated(self) -> dict[str, list[str]]:
         """Destroy the evacuated copies of every served host (agent start)."""
-        with self.engine.begin() as conn:
+        with self.store.write() as conn:
             return store.apply_all_evacuations(conn, set(self._inventories))
 
     # -- reads -------------------------------------------------------------
 
-    def get_instance(self, host: str, uuid: str) -> dict | None:
+    def _read(self, host: str):
+        """A connection to read ``host``'s guests, its pending evacuations applied first."""
         self._check_alive(host)
-        with self.engine.begin() as conn:
-            store.apply_evacuations(conn, host)
-            return store.load_guest(conn, host, uuid)
+        conn = self.store.read()
+        if store.has_evacuations(conn, host):
+            self.cleanup_evacuated(host)
+        return conn
+
+    def get_instance(self, host: str, uuid: str) -> dict | None:
+        return store.load_guest(self._read(host), host, uuid)
 
     def list_instances(self, host: str) -> list[dict]:
-        self._check_alive(host)
-        with self.engine.begin() as conn:
-            store.apply_evacuations(conn, host)
-            return store.load_guests(conn, host)
+        return store.load_guests(self._read(host), host)
 
     def ping(self, host: str) -> dict:
         self._check_alive(host)
@@ -394,12 +376,7 @@ class FakeDriver:
 
     def spawn_count(self, uuid: str, host: str | None = None) -> int:
         """Effective builds of ``uuid`` (on ``host``, or on every host), destroyed or not."""
-        query = sa.select(sa.func.coalesce(sa.func.sum(store.spawns.c.builds), 0)).where(
-            store.spawns.c.uuid == uuid)
-        if host is not None:
-            query = query.where(store.spawns.c.host == host)
-        with self.engine.connect() as conn:
-            return int(conn.execute(query).scalar())
+        return store.spawn_count(self.store.read(), uuid, host)
 
     def close(self) -> None:
         """Release hanging calls and sleeping boots, then the state file."""
@@ -407,4 +384,4 @@ class FakeDriver:
         with self._lock:
             for faults in self._faults.values():
                 faults.revived.set()
-        self.engine.dispose()
+        self.store.close()

@@ -3,11 +3,15 @@
 Like a real hypervisor's guests, the simulated hosts' guests must outlive the
 process that asked for them, so they live in a file (``[compute] state_path``)
 and not in the fleetflow database: after ``kill -9`` a restarted process finds
-them again. Several processes may open the same file (WAL, BEGIN IMMEDIATE and a
-busy timeout, from :func:`fleetflow.persistence.db.create_engine`), so every
-check-then-write below runs inside one write transaction.
+them again. Several processes may open the same file (WAL, a busy timeout and
+``BEGIN IMMEDIATE`` writes), so every check-then-write runs inside one write
+transaction.
 
-Tables (their own MetaData: they are not fleetflow schema, alembic never sees them):
+Plain ``sqlite3``, one connection per thread: a build is ~10 statements, and
+SQLAlchemy's per-statement overhead made the driver, not RPC, the bottleneck
+(44 builds/s against several hundred with plain statements).
+
+Tables:
 
 - ``guests``: one row per guest and host (an instance being evacuated may briefly
   exist on two hosts); ``state`` is BUILDING until the boot finished.
@@ -20,93 +24,145 @@ Tables (their own MetaData: they are not fleetflow schema, alembic never sees th
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sqlite3
+import threading
 import time
-from collections.abc import Mapping
-
-import sqlalchemy as sa
+from collections.abc import Iterator, Mapping
 
 from fleetflow.common.exceptions import StaleFence
 from fleetflow.compute.exceptions import CapacityExceeded
-from fleetflow.persistence.db import create_engine
 
-metadata = sa.MetaData()
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS guests (
+    host TEXT NOT NULL, uuid TEXT NOT NULL, state TEXT NOT NULL, image TEXT,
+    resources TEXT NOT NULL, volumes TEXT NOT NULL, migrated_from TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (host, uuid));
+CREATE INDEX IF NOT EXISTS ix_guests_uuid ON guests (uuid);
+CREATE TABLE IF NOT EXISTS spawns (
+    uuid TEXT NOT NULL, host TEXT NOT NULL, builds INTEGER NOT NULL DEFAULT 0,
+    rebuilds INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (uuid, host));
+CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS evacuated (
+    host TEXT NOT NULL, uuid TEXT NOT NULL, recorded_at REAL NOT NULL,
+    PRIMARY KEY (host, uuid));
+"""
 
-guests = sa.Table(
-    "guests", metadata,
-    sa.Column("host", sa.String(255), primary_key=True),
-    sa.Column("uuid", sa.String(36), primary_key=True),
-    sa.Column("state", sa.String(16), nullable=False),
-    sa.Column("image", sa.String(255), nullable=True),
-    sa.Column("resources", sa.JSON, nullable=False),
-    sa.Column("volumes", sa.JSON, nullable=False),
-    sa.Column("migrated_from", sa.String(255), nullable=True),
-    sa.Column("created_at", sa.Float, nullable=False),
-    sa.Column("updated_at", sa.Float, nullable=False),
-    sa.Index("ix_guests_uuid", "uuid"),
-)
+GUEST_SELECT = """
+SELECT g.*, COALESCE(s.builds, 0) AS builds FROM guests g
+LEFT JOIN spawns s ON s.uuid = g.uuid AND s.host = g.host
+"""
 
-spawns = sa.Table(
-    "spawns", metadata,
-    sa.Column("uuid", sa.String(36), primary_key=True),
-    sa.Column("host", sa.String(255), primary_key=True),
-    sa.Column("builds", sa.Integer, nullable=False, default=0),
-    sa.Column("rebuilds", sa.Integer, nullable=False, default=0),
-)
-
-fences = sa.Table(
-    "fences", metadata,
-    sa.Column("key", sa.String(64), primary_key=True),
-    sa.Column("token", sa.Integer, nullable=False),
-)
-
-evacuated = sa.Table(
-    "evacuated", metadata,
-    sa.Column("host", sa.String(255), primary_key=True),
-    sa.Column("uuid", sa.String(36), primary_key=True),
-    sa.Column("recorded_at", sa.Float, nullable=False),
-)
+BUSY_TIMEOUT_S = 30
 
 
-def open_engine(path: str) -> sa.Engine:
-    """The state file's engine, with its tables created (safe from several processes)."""
-    engine = create_engine(f"sqlite:///{os.path.abspath(path)}")
-    # NOTE: create_all checks, then creates, inside one BEGIN IMMEDIATE
-    # transaction (SQLite DDL is transactional), so two processes opening a
-    # new file at once do not both try to create the tables.
-    with engine.begin() as conn:
-        metadata.create_all(conn)
-    return engine
+class GuestStore:
+    """The state file, with one connection per thread."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        # IF NOT EXISTS: two processes opening a new file at once both succeed.
+        self.connection().executescript(SCHEMA)
+
+    def connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: we issue BEGIN ourselves (IMMEDIATE for
+            # writes, so two check-then-write transactions never interleave).
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed on success, rolled back on error."""
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def read(self) -> sqlite3.Connection:
+        """A connection for single-statement reads (autocommit, WAL snapshot)."""
+        return self.connection()
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
 
 
-def guest_dict(row, spawn_count: int | None = None) -> dict:
+def guest_dict(row) -> dict:
     """A guest as the agent returns it (JSON-safe)."""
-    guest = {
-        "uuid": row.uuid, "host": row.host, "state": row.state, "image": row.image,
-        "resources": dict(row.resources), "volumes": list(row.volumes),
-        "migrated_from": row.migrated_from, "created_at": row.created_at,
+    return {
+        "uuid": row["uuid"], "host": row["host"], "state": row["state"],
+        "image": row["image"], "resources": json.loads(row["resources"]),
+        "volumes": json.loads(row["volumes"]), "migrated_from": row["migrated_from"],
+        "created_at": row["created_at"], "spawn_count": row["builds"],
     }
-    if spawn_count is not None:
-        guest["spawn_count"] = spawn_count
-    return guest
 
 
 def load_guest(conn, host: str, uuid: str) -> dict | None:
-    row = conn.execute(
-        sa.select(guests, sa.func.coalesce(spawns.c.builds, 0).label("builds"))
-        .select_from(guests.outerjoin(
-            spawns, sa.and_(spawns.c.uuid == guests.c.uuid, spawns.c.host == guests.c.host)))
-        .where(guests.c.host == host, guests.c.uuid == uuid)).first()
-    return guest_dict(row, row.builds) if row is not None else None
+    row = conn.execute(GUEST_SELECT + " WHERE g.host = ? AND g.uuid = ?",
+                       (host, uuid)).fetchone()
+    return guest_dict(row) if row is not None else None
 
 
 def load_guests(conn, host: str) -> list[dict]:
-    rows = conn.execute(
-        sa.select(guests, sa.func.coalesce(spawns.c.builds, 0).label("builds"))
-        .select_from(guests.outerjoin(
-            spawns, sa.and_(spawns.c.uuid == guests.c.uuid, spawns.c.host == guests.c.host)))
-        .where(guests.c.host == host).order_by(guests.c.created_at, guests.c.uuid))
-    return [guest_dict(row, row.builds) for row in rows]
+    rows = conn.execute(GUEST_SELECT + " WHERE g.host = ? ORDER BY g.created_at, g.uuid",
+                        (host,))
+    return [guest_dict(row) for row in rows]
+
+
+def insert_guest(conn, host: str, uuid: str, state: str, image: str | None,
+                 resources: Mapping, volumes: list | None = None,
+                 migrated_from: str | None = None) -> None:
+    now = time.time()
+    conn.execute(
+        "INSERT INTO guests (host, uuid, state, image, resources, volumes, migrated_from,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (host, uuid, state, image, json.dumps({rc: int(v) for rc, v in resources.items() if v}),
+         json.dumps(volumes or []), migrated_from, now, now))
+
+
+def update_guest(conn, host: str, uuid: str, only_state: str | None = None, **values) -> int:
+    """Set columns of one guest (``only_state``: only if it is in that state)."""
+    if "volumes" in values:
+        values["volumes"] = json.dumps(values["volumes"])
+    values["updated_at"] = time.time()
+    sets = ", ".join(f"{column} = ?" for column in values)
+    where, params = "host = ? AND uuid = ?", [host, uuid]
+    if only_state is not None:
+        where += " AND state = ?"
+        params.append(only_state)
+    return conn.execute(f"UPDATE guests SET {sets} WHERE {where}",
+                        [*values.values(), *params]).rowcount
+
+
+def delete_guest(conn, host: str, uuid: str, only_state: str | None = None) -> int:
+    if only_state is None:
+        return conn.execute("DELETE FROM guests WHERE host = ? AND uuid = ?",
+                            (host, uuid)).rowcount
+    return conn.execute("DELETE FROM guests WHERE host = ? AND uuid = ? AND state = ?",
+                        (host, uuid, only_state)).rowcount
 
 
 def check_fence(conn, fence: Mapping | None) -> None:
@@ -114,53 +170,59 @@ def check_fence(conn, fence: Mapping | None) -> None:
     if not fence:
         return
     key, token = str(fence["key"]), int(fence["token"])
-    current = conn.execute(sa.select(fences.c.token).where(fences.c.key == key)).scalar()
-    if current is None:
-        conn.execute(fences.insert().values(key=key, token=token))
-    elif current > token:
-        raise StaleFence(f"host refuses job {key}: token {token} is stale (current {current})",
-                         key=key, current=current, token=token)
-    elif token > current:
-        conn.execute(fences.update().where(fences.c.key == key).values(token=token))
+    row = conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        conn.execute("INSERT INTO fences (key, token) VALUES (?, ?)", (key, token))
+    elif row[0] > token:
+        raise StaleFence(f"host refuses job {key}: token {token} is stale (current {row[0]})",
+                         key=key, current=row[0], token=token)
+    elif token > row[0]:
+        conn.execute("UPDATE fences SET token = ? WHERE key = ?", (token, key))
 
 
 def count_spawn(conn, host: str, uuid: str, column: str) -> None:
     """Add one effective spawn (``builds`` or ``rebuilds``) to the ledger."""
-    updated = conn.execute(
-        spawns.update().where(spawns.c.uuid == uuid, spawns.c.host == host)
-        .values({column: spawns.c[column] + 1})).rowcount
-    if not updated:
-        counts = {"builds": 0, "rebuilds": 0, column: 1}
-        conn.execute(spawns.insert().values(uuid=uuid, host=host, **counts))
+    builds, rebuilds = (1, 0) if column == "builds" else (0, 1)
+    conn.execute(
+        "INSERT INTO spawns (uuid, host, builds, rebuilds) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (uuid, host) DO UPDATE SET builds = builds + excluded.builds, "
+        "rebuilds = rebuilds + excluded.rebuilds", (uuid, host, builds, rebuilds))
+
+
+def spawn_count(conn, uuid: str, host: str | None = None) -> int:
+    if host is None:
+        row = conn.execute("SELECT SUM(builds) FROM spawns WHERE uuid = ?", (uuid,)).fetchone()
+    else:
+        row = conn.execute("SELECT SUM(builds) FROM spawns WHERE uuid = ? AND host = ?",
+                           (uuid, host)).fetchone()
+    return int(row[0] or 0)
+
+
+def has_evacuations(conn, host: str) -> bool:
+    return conn.execute("SELECT 1 FROM evacuated WHERE host = ? LIMIT 1",
+                        (host,)).fetchone() is not None
 
 
 def apply_evacuations(conn, host: str) -> list[str]:
     """Destroy the copies of instances rebuilt elsewhere while ``host`` was fenced."""
-    doomed = list(conn.execute(
-        sa.select(evacuated.c.uuid).where(evacuated.c.host == host)).scalars())
+    doomed = [row[0] for row in conn.execute(
+        "SELECT uuid FROM evacuated WHERE host = ? ORDER BY uuid", (host,))]
     if doomed:
-        conn.execute(guests.delete().where(guests.c.host == host, guests.c.uuid.in_(doomed)))
-        conn.execute(evacuated.delete().where(evacuated.c.host == host))
+        conn.execute("DELETE FROM guests WHERE host = ? AND uuid IN "
+                     "(SELECT uuid FROM evacuated WHERE host = ?)", (host, host))
+        conn.execute("DELETE FROM evacuated WHERE host = ?", (host,))
     return doomed
 
 
 def apply_all_evacuations(conn, hosts: set[str]) -> dict[str, list[str]]:
     """:func:`apply_evacuations` for many hosts in one transaction (agent start)."""
-    doomed: dict[str, list[str]] = {}
-    for host, uuid in conn.execute(sa.select(evacuated.c.host, evacuated.c.uuid)):
-        if host in hosts:
-            doomed.setdefault(host, []).append(uuid)
-    for host, uuids in doomed.items():
-        conn.execute(guests.delete().where(guests.c.host == host, guests.c.uuid.in_(uuids)))
-        conn.execute(evacuated.delete().where(evacuated.c.host == host))
-    return doomed
+    pending = {row[0] for row in conn.execute("SELECT DISTINCT host FROM evacuated")}
+    return {host: apply_evacuations(conn, host) for host in sorted(pending & hosts)}
 
 
 def record_evacuation(conn, host: str, uuid: str) -> None:
-    exists = conn.execute(sa.select(evacuated.c.uuid).where(
-        evacuated.c.host == host, evacuated.c.uuid == uuid)).first()
-    if exists is None:
-        conn.execute(evacuated.insert().values(host=host, uuid=uuid, recorded_at=time.time()))
+    conn.execute("INSERT OR IGNORE INTO evacuated (host, uuid, recorded_at) VALUES (?, ?, ?)",
+                 (host, uuid, time.time()))
 
 
 def capacity(inventory: Mapping) -> dict[str, float]:
@@ -180,11 +242,10 @@ def capacity(inventory: Mapping) -> dict[str, float]:
 
 
 def usage(conn, host: str) -> dict[str, int]:
-    used: dict[str, int] = {}
-    for res in conn.execute(sa.select(guests.c.resources).where(guests.c.host == host)).scalars():
-        for rc, amount in res.items():
-            used[rc] = used.get(rc, 0) + int(amount)
-    return used
+    # Summed inside SQLite (json_each): no row decoding in Python per build.
+    return {rc: int(used) for rc, used in conn.execute(
+        "SELECT j.key, SUM(j.value) FROM guests g, json_each(g.resources) j "
+        "WHERE g.host = ? GROUP BY j.key", (host,))}
 
 
 def check_capacity(conn, host: str, inventory: Mapping, resources: Mapping) -> None:
