@@ -68,11 +68,11 @@ class Client:
 
     # -- transport ---------------------------------------------------------
 
-    def request(self, method: str, path: str, *, json=None, params=None):
+    def request(self, method: str, path: str, *, json=None, params=None, headers=None):
         """Send one request; the decoded JSON body, or FleetflowApiError."""
         url = path if path.startswith(("http://", "https://")) else self.base_url + path
         response = self.session.request(method, url, json=json, params=params,
-                                        timeout=self.timeout)
+                                        headers=headers, timeout=self.timeout)
         if response.status_code >= 400:
             raise self._error(response)
         if response.status_code == 204 or not response.content:
@@ -150,3 +150,81 @@ class Client:
 
     def get_image(self, ref: str, tenant_id: str | None = None) -> dict:
         return self.get(self._tenant_path(tenant_id, f"images/{_segment(ref)}"))["image"]
+
+    # -- reservations ------------------------------------------------------
+
+    def reserve(self, reservation: dict, *, dry_run: bool = False,
+                idempotency_key: str | None = None, tenant_id: str | None = None) -> dict:
+        """POST a reservation body (``{"count": 3, "flavor_ref": ...}``).
+
+        Returns the accepted ``reservation`` (id, status, links), or with
+        ``dry_run`` the scheduler's verdict (fits, explanation, ...).
+        """
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body = self.request("POST", self._tenant_path(tenant_id, "reservations"),
+                            json={"reservation": reservation},
+                            params={"dry_run": "true"} if dry_run else None,
+                            headers=headers)
+        return body["dry_run"] if dry_run else body["reservation"]
+
+    def list_reservations(self, *, status=None, limit=None,
+                          tenant_id: str | None = None) -> list[dict]:
+        return list(self.iterate(self._tenant_path(tenant_id, "reservations"), "reservations",
+                                 status=status, limit=limit))
+
+    def get_reservation(self, reservation_id: str, tenant_id: str | None = None) -> dict:
+        path = self._tenant_path(tenant_id, f"reservations/{_segment(reservation_id)}")
+        return self.get(path)["reservation"]
+
+    def delete_reservation(self, reservation_id: str, tenant_id: str | None = None) -> dict:
+        path = self._tenant_path(tenant_id, f"reservations/{_segment(reservation_id)}")
+        return self.delete(path)["reservation"]
+
+    # -- servers -----------------------------------------------------------
+
+    def list_servers(self, *, reservation_id=None, status=None, host=None, limit=None,
+                     tenant_id: str | None = None) -> list[dict]:
+        return list(self.iterate(self._tenant_path(tenant_id, "servers"), "servers",
+                                 reservation_id=reservation_id, status=status, host=host,
+                                 limit=limit))
+
+    def get_server(self, server_id: str, tenant_id: str | None = None) -> dict:
+        return self.get(self._tenant_path(tenant_id, f"servers/{_segment(server_id)}"))[
+            "server"]
+
+    def delete_server(self, server_id: str, tenant_id: str | None = None) -> dict:
+        return self.delete(self._tenant_path(tenant_id, f"servers/{_segment(server_id)}"))[
+            "server"]
+
+    # -- server groups -----------------------------------------------------
+
+    def list_groups(self, *, name=None, tenant_id: str | None = None) -> list[dict]:
+        return list(self.iterate(self._tenant_path(tenant_id, "groups"), "groups", name=name))
+
+    def get_group(self, group_id: str, tenant_id: str | None = None) -> dict:
+        return self.get(self._tenant_path(tenant_id, f"groups/{_segment(group_id)}"))["group"]
+
+    def create_group(self, group: dict, tenant_id: str | None = None) -> dict:
+        """``group``: name, policies, scope, max_per_host, metadata, capabilities."""
+        return self.post(self._tenant_path(tenant_id, "groups"), {"group": group})["group"]
+
+    def update_group(self, group_id: str, changes: dict, tenant_id: str | None = None) -> dict:
+        return self.put(self._tenant_path(tenant_id, f"groups/{_segment(group_id)}"),
+                        {"group": changes})["group"]
+
+    def delete_group(self, group_id: str, tenant_id: str | None = None) -> None:
+        self.delete(self._tenant_path(tenant_id, f"groups/{_segment(group_id)}"))
+
+    # -- quotas ------------------------------------------------------------
+
+    def get_quota(self, tenant_id: str | None = None) -> dict:
+        """The project's own limits and usage."""
+        return self.get(self._tenant_path(tenant_id, "quotas"))["quota"]
+
+    def get_project_quota(self, tenant_id: str) -> dict:
+        """Any project's limits (administrators)."""
+        return self.get(f"/v2/admin/quotas/{_segment(tenant_id)}")["quota"]
+
+    def set_quota(self, tenant_id: str, **limits: int) -> dict:
+        """Set instances / vcpus / ram_mb of a project (administrators)."""
+        return self.put(f"/v2/admin/quotas/{_segment(tenant_id)}", {"quota": limits})["quota"]

@@ -8,11 +8,16 @@ from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
 from fleetflow.cli import fleet as fleet_cmd
+from fleetflow.cli import groups as groups_cmd
+from fleetflow.cli import remote
+from fleetflow.cli import reservations as reservations_cmd
+from fleetflow.cli import servers as servers_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="oslo.config file; may be given more than once.")
+@remote.global_options
 @click.pass_context
 def cli(ctx: click.Context, config_files: tuple[str, ...]) -> None:
     """fleetflow: durable task graphs for a compute cloud."""
@@ -28,6 +33,10 @@ cli.add_command(db_cmd.db)
 cli.add_command(fleet_cmd.fleet)
 cli.add_command(compute_cmd.compute_agent)
 cli.add_command(conductor_cmd.conductor)
+cli.add_command(reservations_cmd.reserve)
+cli.add_command(reservations_cmd.reservations)
+cli.add_command(servers_cmd.servers)
+cli.add_command(groups_cmd.groups)
 
 
 def main() -> None:

@@ -1,0 +1,218 @@
+"""``fleetflow reserve`` and ``fleetflow reservations list|show|delete|watch``.
+
+::
+
+    fleetflow --project p1 reserve --count 100 --flavor m1.small --image cirros \\
+        --capability gpu=true --capability region=north-america --group web --watch
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fleetflow.api.client import FleetflowApiError
+from fleetflow.cli import remote
+
+# Statuses after which a reservation no longer changes by itself (the API's
+# SETTLED set; the CLI does not import server code).
+SETTLED = ("ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED")
+# Exit status of --watch when the reservation did not end ACTIVE or DELETED.
+FAILED_EXIT = 2
+
+
+def _done(progress: dict) -> int:
+    return progress["active"] + progress["error"] + progress["reverted"]
+
+
+def watch(client, reservation_id: str, interval: float, show_bar: bool = True) -> dict:
+    """Poll until the reservation settles; a rich progress bar meanwhile."""
+    reservation = client.get_reservation(reservation_id)
+    if not show_bar:
+        while reservation["status"] not in SETTLED:
+            time.sleep(interval)
+            reservation = client.get_reservation(reservation_id)
+        return reservation
+    columns = [TextColumn("[bold]{task.fields[status]:<10}"), BarColumn(),
+               MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]
+    with Progress(*columns, console=remote.console(), transient=False) as bar:
+        task = bar.add_task(reservation_id, total=None, status="", detail="")
+        while True:
+            counts = reservation["progress"]
+            bar.update(task, total=counts["total"] or None, completed=_done(counts),
+                       status=reservation["status"],
+                       detail=f"active {counts['active']}  building {counts['building']}  "
+                              f"error {counts['error']}  reverted {counts['reverted']}")
+            if reservation["status"] in SETTLED:
+                return reservation
+            time.sleep(interval)
+            reservation = client.get_reservation(reservation_id)
+
+
+def _print_reservation(reservation: dict) -> None:
+    fault = reservation.get("fault")
+    remote.fields(f"reservation {reservation['id']}", [
+        ("name", reservation.get("name")), ("status", reservation["status"]),
+        ("policy", reservation.get("policy")), ("flow_id", reservation.get("flow_id")),
+        ("progress", reservation.get("progress")), ("created_at", reservation.get("created_at")),
+        ("updated_at", reservation.get("updated_at")),
+        ("fault", f"{fault['code']}: {fault['message']}" if fault else None)])
+    instances = reservation.get("instances") or []
+    if instances:
+        remote.table("instances", ["id", "name", "status", "host", "attempts", "fault"], [
+            [i["id"], i["name"], i["status"], i.get("host"), i.get("attempts"),
+             f"{i['fault']['code']}: {i['fault']['message']}" if i.get("fault") else None]
+            for i in instances])
+
+
+def _settled_exit(reservation: dict) -> None:
+    if reservation["status"] not in ("ACTIVE", "DELETED"):
+        raise SystemExit(FAILED_EXIT)
+
+
+@click.command("reserve")
+@click.option("--count", type=click.IntRange(min=1), help="Exactly this many instances.")
+@click.option("--min-count", type=click.IntRange(min=1), help="Fewest acceptable.")
+@click.option("--max-count", type=click.IntRange(min=1), help="Most to build.")
+@click.option("--flavor", required=True, help="Flavor name or id.")
+@click.option("--image", default="cirros", show_default=True, help="Image name or id.")
+@click.option("--capability", "capabilities", multiple=True, metavar="KEY=VALUE",
+              help="Host capability each instance needs (gpu=true, cores>=4, "
+                   "'arch=in x86 arm'); repeatable.")
+@click.option("--group", help="Server group id or name (all instances join it).")
+@click.option("--policy", type=click.Choice(["all-or-nothing", "best-effort"]),
+              default="all-or-nothing", show_default=True, help="What a failure does.")
+@click.option("--volume-gb", type=click.IntRange(min=1), help="A data volume per instance.")
+@click.option("--name", help="Name of the reservation (instances are NAME-0000, ...).")
+@click.option("--idempotency-key", help="Retrying with the same key returns the first "
+                                        "reservation instead of making another.")
+@click.option("--dry-run", is_flag=True, help="Only say whether it fits now.")
+@click.option("--watch", "watch_", is_flag=True, help="Show progress until it settles.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between polls with --watch.")
+@remote.json_option
+@remote.api_errors
+def reserve(count, min_count, max_count, flavor, image, capabilities, group, policy,
+            volume_gb, name, idempotency_key, dry_run, watch_, interval, as_json):
+    """Reserve N instances in one request: one flow places and boots them all.
+
+    With --watch the exit status is 0 when the reservation ends ACTIVE and 2
+    when it ends otherwise (PARTIAL, ERROR, REVERTED ...).
+    """
+    client = remote.client()
+    body: dict = {"flavor_ref": flavor, "image_ref": image, "policy": policy,
+                  "capabilities": remote.key_values(capabilities, "--capability")}
+    if count is not None:
+        body["count"] = count
+    if min_count is not None:
+        body["min_count"] = min_count
+    if max_count is not None:
+        body["max_count"] = max_count
+    if count is None and min_count is None and max_count is None:
+        raise click.UsageError("give --count, or --min-count and/or --max-count")
+    for key, value in (("name", name), ("volume_gb", volume_gb)):
+        if value is not None:
+            body[key] = value
+    if group:
+        body["group_id"] = _group_id(client, group)
+    if dry_run:
+        verdict = client.reserve(body, dry_run=True)
+        if as_json:
+            remote.print_json(verdict)
+        else:
+            remote.fields("dry run", [("fits", verdict["fits"]),
+                                      ("placed", verdict.get("placed")),
+                                      ("explanation", verdict.get("explanation")),
+                                      ("hosts", len(verdict.get("hosts") or {}))])
+        return
+    reservation = client.reserve(body, idempotency_key=idempotency_key)
+    if watch_:
+        final = watch(client, reservation["id"], interval, show_bar=not as_json)
+        if as_json:
+            remote.print_json(final)
+        else:
+            _print_reservation({**final, "instances": None})
+        _settled_exit(final)
+        return
+    if as_json:
+        remote.print_json(reservation)
+    else:
+        click.echo(f"reservation {reservation['id']} {reservation['status']}: "
+                   f"{reservation['links'][0]['href']}")
+
+
+def _group_id(client, ref: str) -> str:
+    """A group given by name becomes its id (names need not be unique: then it must be)."""
+    try:
+        return client.get_group(ref)["id"]
+    except FleetflowApiError as exc:
+        if exc.status != 404:
+            raise
+    found = client.list_groups(name=ref)
+    if len(found) != 1:
+        raise click.BadParameter(f"{len(found)} groups are named {ref!r}; give its id",
+                                 param_hint="--group")
+    return found[0]["id"]
+
+
+@click.group("reservations")
+def reservations() -> None:
+    """List, show, watch and delete reservations."""
+
+
+@reservations.command("list")
+@click.option("--status", help="Only reservations in this status.")
+@remote.json_option
+@remote.api_errors
+def list_(status, as_json):
+    """List the project's reservations with their progress."""
+    found = remote.client().list_reservations(status=status)
+    if as_json:
+        remote.print_json(found)
+        return
+    remote.table("reservations", ["id", "name", "status", "policy", "active", "building",
+                                  "error", "total", "created_at"],
+                 [[r["id"], r.get("name"), r["status"], r["policy"], r["progress"]["active"],
+                   r["progress"]["building"], r["progress"]["error"], r["progress"]["total"],
+                   r.get("created_at")] for r in found])
+
+
+@reservations.command("show")
+@click.argument("reservation_id")
+@remote.json_option
+@remote.api_errors
+def show(reservation_id, as_json):
+    """Show a reservation and each of its instances."""
+    reservation = remote.client().get_reservation(reservation_id)
+    if as_json:
+        remote.print_json(reservation)
+    else:
+        _print_reservation(reservation)
+
+
+@reservations.command("watch")
+@click.argument("reservation_id")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
+@remote.json_option
+@remote.api_errors
+def watch_command(reservation_id, interval, as_json):
+    """Show a reservation's progress until it settles (exit 2 unless ACTIVE or DELETED)."""
+    final = watch(remote.client(), reservation_id, interval, show_bar=not as_json)
+    if as_json:
+        remote.print_json(final)
+    _settled_exit(final)
+
+
+@reservations.command("delete")
+@click.argument("reservation_id")
+@remote.json_option
+@remote.api_errors
+def delete(reservation_id, as_json):
+    """Delete a reservation: a teardown flow deletes every instance."""
+    reservation = remote.client().delete_reservation(reservation_id)
+    if as_json:
+        remote.print_json(reservation)
+    else:
+        click.echo(f"reservation {reservation['id']} {reservation['status']}")
