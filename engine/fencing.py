@@ -8,10 +8,12 @@ owner is running — overwriting the new owner's checkpoints with its own.
 
 So every engine a conductor runs writes through :class:`FencedBackend`, which
 checks the token before each flow or atom detail update and raises
-``StorageFailure`` once a newer owner exists. TaskFlow treats a storage
-failure during completion as fatal to the run: the stale engine stops at
+:class:`StaleCheckpoint` once a newer owner exists. TaskFlow treats an error
+while saving a completion as fatal to the run: the stale engine stops at
 once, writes nothing more, and its conductor abandons (rather than consumes)
-the job. The check and the write are separate transactions, so a window of
+the job — an ``ExecutionFailure`` is one of the conductor's "do not consume"
+errors, and unlike ``StorageFailure`` TaskFlow's storage does not retry it
+(three times, five seconds apart). The check and the write are separate transactions, so a window of
 one write remains; the side-effect fences close it for the effects that
 matter, and a persistence backend that checks the fence inside its own write
 transaction can close it for checkpoints too.
@@ -28,6 +30,10 @@ from fleetflow.common.exceptions import StaleFence
 from fleetflow.persistence import fences
 
 LOG = logging.getLogger(__name__)
+
+
+class StaleCheckpoint(tf_exc.ExecutionFailure):
+    """A checkpoint refused because its engine's owner no longer holds the job."""
 
 
 class FencedBackend(tf_persistence.Backend):
@@ -47,13 +53,13 @@ class FencedBackend(tf_persistence.Backend):
         return FencedConnection(self, self._backend.get_connection())
 
     def check(self) -> None:
-        """Raise StorageFailure (caused by StaleFence) if our token is no longer current."""
+        """Raise StaleCheckpoint (caused by StaleFence) if our token is no longer current."""
         try:
             with self._database.session() as session:
                 fences.check(session, self.fence)
         except StaleFence as exc:
             LOG.warning("refusing checkpoint of a stale owner: %s", exc)
-            raise tf_exc.StorageFailure(f"stale owner: {exc}", cause=exc) from exc
+            raise StaleCheckpoint(f"stale owner: {exc}", cause=exc) from exc
 
     def close(self):
         # The wrapped backend is shared by every engine of the process.

@@ -18,6 +18,7 @@ from typing import Any
 
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
+from taskflow import storage as tf_storage
 from taskflow.engines import helpers as tf_helpers
 from taskflow.persistence import models as tf_models
 
@@ -145,6 +146,8 @@ def load_status(backend, flow_id: str) -> dict:
     meta = flow_detail.meta or {}
     atoms = []
     for atom in flow_detail:
+        if atom.name == tf_storage.Storage.injector_name:
+            continue  # where TaskFlow keeps injected store values, not an atom
         attempts = None
         if isinstance(atom, tf_models.RetryDetail):
             attempts = len(atom.results)

@@ -1,0 +1,219 @@
+"""engine/conductor.py + submit.py: flows run by conductor threads, in memory.
+
+The logbook lives in TaskFlow's in-memory backend; jobs and fences in a
+SQLite database, as in embedded mode.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from taskflow import exceptions as tf_exc
+from taskflow import states as tf_states
+
+from fleetflow.common.exceptions import InvalidInput, NotFound
+from fleetflow.engine import submit as submit_mod
+from fleetflow.engine.conductor import ConductorPool, make_conductor
+from fleetflow.engine.fencing import FencedBackend, StaleCheckpoint
+from fleetflow.flows import keys
+from fleetflow.persistence import fences
+
+SETTLED = (tf_states.SUCCESS, tf_states.REVERTED, tf_states.SUSPENDED, tf_states.FAILURE)
+
+
+def _wait_settled(backend, flow_ids, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = {f: submit_mod.load_status(backend, f)["state"] for f in flow_ids}
+        if all(state in SETTLED for state in found.values()):
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"flows did not settle: {found}")
+
+
+def _wait_state(backend, flow_id, wanted, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    state = None
+    while time.monotonic() < deadline:
+        state = submit_mod.load_status(backend, flow_id)["state"]
+        if state == wanted:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"flow {flow_id} is {state}, not {wanted}")
+
+
+def test_submit_saves_the_flow_under_one_id_and_posts_its_job(board, memory_backend):
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear", {"count": 2},
+                                store={"extra": 1}, owner_tenant="t1")
+    status = submit_mod.load_status(memory_backend, flow_id)
+    assert (status["id"], status["state"], status["flow_name"]) == (flow_id, "PENDING",
+                                                                     "toy-linear")
+    assert status["owner_tenant"] == "t1" and status["on_error"] == "revert"
+    [job] = list(board.iterjobs())
+    assert job.name == flow_id and job.details["flow_uuid"] == flow_id
+    assert job.book_uuid == flow_id
+
+
+def test_submit_refuses_bad_input_before_posting(board, memory_backend):
+    with pytest.raises(InvalidInput):
+        submit_mod.submit(board, memory_backend, "toy-linear", {"count": 1},
+                          on_error="ignore")
+    with pytest.raises(InvalidInput):
+        submit_mod.submit(board, memory_backend, "no-such-flow", {})
+    with pytest.raises(InvalidInput):
+        submit_mod.submit(board, memory_backend, "toy-linear", {"count": 1},
+                          store={"when": object()})
+    assert board.job_count == 0
+
+
+def test_submitting_a_known_id_again_posts_at_most_one_job(board, memory_backend):
+    submitter = submit_mod.Submitter(board, memory_backend)
+    flow_id = submitter("toy-linear", {"count": 1}, tenant_id="t1")
+    assert submitter("toy-linear", {"count": 1}, tenant_id="t1", flow_id=flow_id) == flow_id
+    assert [j.name for j in board.iterjobs()] == [flow_id]
+
+
+def test_load_status_of_an_unknown_flow_is_not_found(memory_backend):
+    with pytest.raises(NotFound):
+        submit_mod.load_status(memory_backend, "no-such-flow")
+
+
+def test_pool_runs_flows_to_success_with_a_fence_token_each(engine_conf, board, memory_backend,
+                                                           effects_log):
+    flow_ids = [submit_mod.submit(board, memory_backend, "toy-linear", {"count": 3})
+                for _ in range(4)]
+    with ConductorPool(engine_conf, workers=2, persistence=memory_backend, wait_timeout=0.05):
+        states = _wait_settled(memory_backend, flow_ids)
+    assert set(states.values()) == {tf_states.SUCCESS}
+    status = submit_mod.load_status(memory_backend, flow_ids[0])
+    assert [a["state"] for a in status["atoms"]] == [tf_states.SUCCESS] * 3
+    assert len(effects_log("execute")) == 12  # every atom once
+    assert {token for _, _, token in effects_log("execute")} == {1}
+    assert board.job_count == 0  # consumed
+
+
+def test_a_failure_reverts_the_flow_and_consumes_its_job(engine_conf, board, memory_backend,
+                                                        effects_log):
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear",
+                                {"count": 3, "fail_at": 2})
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        assert _wait_settled(memory_backend, [flow_id])[flow_id] == tf_states.REVERTED
+    assert sorted(a for _, a, _ in effects_log("revert")) == [
+        "inst-0000-step", "inst-0001-step", "inst-0002-step"]
+    status = submit_mod.load_status(memory_backend, flow_id)
+    failed = {a["name"]: a for a in status["atoms"]}
+    assert failed["inst-0002-step"]["state"] == tf_states.REVERTED
+    assert board.job_count == 0
+
+
+def test_on_error_pause_stops_before_any_revert(engine_conf, board, memory_backend,
+                                                effects_log):
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear",
+                                {"count": 3, "fail_at": 1}, on_error="pause")
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        assert _wait_settled(memory_backend, [flow_id])[flow_id] == tf_states.SUSPENDED
+        time.sleep(0.3)  # give a wrong conductor time to pick the job up again
+    assert effects_log("revert") == []
+    atoms = {a["name"]: a for a in submit_mod.load_status(memory_backend, flow_id)["atoms"]}
+    assert atoms["inst-0000-step"]["state"] == tf_states.SUCCESS
+    assert atoms["inst-0001-step"]["state"] == tf_states.FAILURE
+    assert atoms["inst-0001-step"]["failure"] == {
+        "type": "RuntimeError", "message": "inst-0001-step failed on purpose"}
+    assert atoms["inst-0002-step"]["state"] == tf_states.PENDING
+    # Consumed, so no conductor resumes (and thereby reverts) it on its own.
+    assert board.job_count == 0
+    # The operator's choice here is "revert": re-post; the flow reverts.
+    submit_mod.ensure_posted(board, memory_backend, flow_id)
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        _wait_state(memory_backend, flow_id, tf_states.REVERTED)
+    assert sorted(a for _, a, _ in effects_log("revert")) == ["inst-0000-step",
+                                                              "inst-0001-step"]
+
+
+def test_keepalive_holds_the_claim_through_a_run_longer_than_its_expiry(
+        engine_conf, board, memory_backend, database, effects_log):
+    # Claims last 2 s (engine_conf); this flow runs ~3 s.
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear",
+                                {"count": 6, "sleep": 0.5})
+    [job] = list(board.iterjobs())
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        deadline = time.monotonic() + 10
+        while board.find_owner(job) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        attempts = 0
+        while submit_mod.load_status(memory_backend, flow_id)["state"] not in SETTLED:
+            try:
+                board.claim(job, "rival")
+            except (tf_exc.UnclaimableJob, tf_exc.NotFound):
+                attempts += 1
+            else:
+                pytest.fail("the running job's claim lapsed and a rival took it")
+            time.sleep(0.1)
+    assert attempts > 10
+    assert submit_mod.load_status(memory_backend, flow_id)["state"] == tf_states.SUCCESS
+    assert len(effects_log("execute")) == 6
+
+
+def test_a_conductor_that_lost_its_claim_suspends_its_engine(engine_conf, board, memory_backend,
+                                                             database, effects_log):
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear",
+                                {"count": 8, "sleep": 0.2})
+    conductor = make_conductor(engine_conf, "slow", persistence=memory_backend,
+                               wait_timeout=0.05)
+    [job] = list(board.iterjobs())
+    import threading
+
+    runner = threading.Thread(target=conductor.run)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not effects_log("execute") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # Another owner takes the job over (as after an expiry) and fences us out.
+    with database.session() as session:
+        session.execute(
+            __import__("sqlalchemy").text(
+                "UPDATE jobs SET owner = 'usurper', claim_expires_at = '2999-01-01' "
+                "WHERE uuid = :u"), {"u": job.uuid})
+        fences.advance(session, flow_id, "usurper")
+    # The keep-alive notices, the engine stops, the dispatch ends.
+    deadline = time.monotonic() + 10
+    while job.uuid in conductor.keepalive.held() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.uuid not in conductor.keepalive.held()
+    conductor.stop()
+    runner.join(10)
+    conductor.close()
+    assert len(effects_log("execute")) < 8
+    assert effects_log("revert") == []
+    assert board.find_owner(job) == "usurper"
+
+
+def test_fenced_backend_refuses_checkpoints_from_a_stale_owner(database, memory_backend):
+    with database.session() as session:
+        old = fences.advance(session, "flow-x", "old")
+    fenced = FencedBackend(memory_backend, database, old)
+    from taskflow.persistence import models as tf_models
+
+    book = tf_models.LogBook("b", uuid="flow-x")
+    book.add(tf_models.FlowDetail("f", uuid="flow-x"))
+    conn = fenced.get_connection()
+    conn.save_logbook(book)
+    with database.session() as session:
+        fences.advance(session, "flow-x", "new")
+    detail = conn.get_flow_details("flow-x")
+    detail.state = tf_states.FAILURE
+    with pytest.raises(StaleCheckpoint):
+        conn.update_flow_details(detail)
+    assert memory_backend.get_connection().get_flow_details("flow-x").state != "FAILURE"
+
+
+def test_each_takeover_injects_a_newer_fence(engine_conf, board, memory_backend, database,
+                                             effects_log):
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear", {"count": 1})
+    with database.session() as session:
+        fences.advance(session, flow_id, "an-earlier-owner")
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        _wait_settled(memory_backend, [flow_id])
+    assert [token for _, _, token in effects_log("execute")] == [2]
+    assert keys.FENCE == "fence"
