@@ -1,0 +1,82 @@
+"""``fleetflow servers ...`` against a real API server thread on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fleetflow.cli.main import cli
+from fleetflow.common import states
+from fleetflow.persistence import reservations as rows
+
+
+@pytest.fixture
+def jobs():
+    return []
+
+
+@pytest.fixture
+def api_services(conf, db, jobs):
+    from fleetflow.engine.operations import Operations
+
+    def submit(flow_name, flow_kwargs, **options):
+        jobs.append((flow_name, flow_kwargs, options))
+        return "flow"
+
+    return {"operations": Operations(conf, db, submit=submit)}
+
+
+@pytest.fixture
+def run(live_server, sample_catalog):
+    def _run(*args, project="tenant-a", roles="member,reader"):
+        return CliRunner().invoke(cli, ["--url", live_server, "--project", project,
+                                        "--roles", roles, *args], catch_exceptions=False)
+
+    return _run
+
+
+@pytest.fixture
+def reservation(run, db):
+    """A 2-instance reservation whose first instance is ACTIVE on host-001."""
+    rid = json.loads(run("reserve", "--count", "2", "--flavor", "m1.small",
+                         "--json").output)["id"]
+    with db.session() as session:
+        ids = rows.instance_ids(session, rid)
+        rows.update_instance(session, ids[0], status=states.ACTIVE, host="host-001",
+                             attempts=1, hosts_tried=["host-001"])
+    return rid, ids
+
+
+def test_list_by_reservation_and_show(run, reservation):
+    rid, ids = reservation
+    listed = json.loads(run("servers", "list", "--reservation", rid, "--json").output)
+
+    assert sorted(s["id"] for s in listed) == sorted(ids)
+    active = run("servers", "list", "--reservation", rid, "--status", "ACTIVE")
+    assert ids[0] in active.output and ids[1] not in active.output
+    shown = json.loads(run("servers", "show", ids[0], "--json").output)
+    assert shown["host"] == "host-001" and shown["reservation_id"] == rid
+    assert "host-001" in run("servers", "show", ids[0]).output
+
+
+def test_host_filter_needs_an_administrator(run, reservation):
+    _rid, ids = reservation
+
+    refused = run("servers", "list", "--host", "host-001")
+    assert refused.exit_code == 1 and "403" in refused.output
+    admin = run("servers", "list", "--host", "host-001", "--json", roles="admin")
+    assert [s["id"] for s in json.loads(admin.output)] == [ids[0]]
+
+
+def test_delete(run, reservation, jobs):
+    _rid, ids = reservation
+
+    deleted = run("servers", "delete", ids[0], "--json")
+    assert deleted.exit_code == 0, deleted.output
+    assert json.loads(deleted.output)["status"] == "DELETING"
+    assert jobs[-1][1]["instance_ids"] == [ids[0]]
+    building = run("servers", "delete", ids[1])
+    assert building.exit_code == 1 and "409" in building.output
+    assert run("servers", "show", ids[0], project="tenant-b").exit_code == 1
