@@ -3,7 +3,7 @@
     python bench/rpc.py [--calls 400] [--threads 16] [--fleet-hosts 10000]
                         [--rabbit-url rabbit://guest:guest@127.0.0.1:5672/]
 
-In-process runs the embedded fleet agent on ``kombu+memory:////`` and
+In-process runs the embedded fleet agent on ``kombu+memory://localhost//`` and
 ``fake:``; RabbitMQ runs ``fleetflow compute-agent --all`` in a separate
 process. Each mode measures ``ping`` and ``build_instance`` (boot_seconds = 0,
 so the figure is RPC + the driver's SQLite writes). ``--fleet-hosts`` serves a
@@ -116,7 +116,7 @@ def bench_rabbit(args) -> None:
 def bench_fleet(args) -> None:
     with tempfile.TemporaryDirectory() as directory:
         start = time.perf_counter()
-        conf, _, database = make_cloud(directory, args.fleet_hosts, "kombu+memory:////")
+        conf, _, database = make_cloud(directory, args.fleet_hosts, "kombu+memory://localhost//")
         loaded = time.perf_counter()
         agent = compute_agent.serve_fleet(conf, database)
         served = time.perf_counter()
@@ -143,7 +143,7 @@ def main() -> None:
     parser.add_argument("--skip-rabbit", action="store_true")
     parser.add_argument("--fleet-hosts", type=int, default=10000)
     args = parser.parse_args()
-    bench_in_process(args, "kombu+memory:////")
+    bench_in_process(args, "kombu+memory://localhost//")
     bench_in_process(args, "fake:")
     if not args.skip_rabbit:
         bench_rabbit(args)

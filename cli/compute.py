@@ -47,6 +47,9 @@ def compute_agent(conf, host_list: str | None, all_hosts: bool, transport_url: s
     except Exception as exc:
         database.dispose()
         raise click.ClickException(str(exc)) from exc
+    if not conf.messaging.transport_url.startswith(("rabbit", "kombu+amqp", "amqp")):
+        click.echo(f"warning: transport {conf.messaging.transport_url} does not leave this "
+                   "process; give --transport-url rabbit://... to be reachable", err=True)
     click.echo(f"compute agent {agent.agent_name}: serving {len(agent.driver.hosts)} hosts "
                f"on topic {conf.messaging.topic}", err=True)
     try:

@@ -48,10 +48,11 @@ API_OPTS = [
 ]
 
 MESSAGING_OPTS = [
-    cfg.StrOpt("transport_url", default="kombu+memory:////",
-               help="oslo.messaging transport. 'kombu+memory:////' serves the simulated "
-                    "hosts in-process (measured ~20x faster per sequential call than "
-                    "'fake:', whose listener polls every 50 ms); "
+    cfg.StrOpt("transport_url", default="kombu+memory://localhost//",
+               help="oslo.messaging transport. 'kombu+memory://localhost//' serves the "
+                    "simulated hosts in-process (measured ~10x faster per sequential call "
+                    "than 'fake:', whose listener polls every 50 ms; 'localhost' only "
+                    "stops kombu warning about a missing host name); "
                     "rabbit://guest:guest@127.0.0.1:5672/ crosses processes."),
     cfg.StrOpt("topic", default="fleetflow-compute", help="RPC topic of the compute hosts."),
     cfg.IntOpt("rpc_timeout", default=60, min=1,
