@@ -1,0 +1,8 @@
+"""Compute hosts: the agent (oslo.messaging RPC server), the fake driver, the client.
+
+- ``agent.serve_fleet(conf, database)``: every host served in-process (embedded mode);
+  ``agent.serve(..., per_host=True)``: one RPC server per host (``fleetflow compute-agent``).
+- ``rpcapi.ComputeAPI(conf, database)``: what tasks call; a timeout raises
+  ``exceptions.OutcomeUnknown`` and ``ensure_built`` asks the host before retrying.
+- ``drivers.fake.FakeDriver``: the stateful simulated hypervisor behind the agent.
+"""

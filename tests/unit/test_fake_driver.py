@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from fleetflow.common.exceptions import StaleFence
+from fleetflow.compute.drivers import fake_store as store
 from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.exceptions import (
     BuildFailed,
@@ -282,3 +283,16 @@ def test_fence_instance_applies_when_the_host_comes_back(make_driver):
     second = make_driver()
     assert second.cleanup_all_evacuated() == {"h1": ["stale-copy"]}
     assert [g["uuid"] for g in second.list_instances("h1")] == ["keeper"]
+
+
+def test_a_boot_interrupted_by_a_crash_is_finished_once(make_driver):
+    first = make_driver()
+    # What kill -9 in the middle of a boot leaves: a BUILDING row, no spawn yet.
+    with first.store.write() as conn:
+        store.insert_guest(conn, "h1", "half", "BUILDING", "cirros", SMALL)
+    first.close()
+    second = make_driver()
+    assert second.get_instance("h1", "half")["state"] == "BUILDING"
+    assert second.build_instance("h1", "half", SMALL)["state"] == "ACTIVE"
+    assert second.build_instance("h1", "half", SMALL)["spawn_count"] == 1
+    assert second.usage("h1") == SMALL
