@@ -151,14 +151,15 @@ class ComputeAgent:
             return
         self._stopped = True
         # Wake calls hanging on dead hosts and sleeping boots first, so the
-        # servers' worker threads can finish.
-        self.driver.close()
+        # servers' worker threads can finish; close the state file after them.
+        self.driver.interrupt()
         stoppers = [threading.Thread(target=_stop_server, args=(s,), daemon=True)
                     for s in self.servers]
         for thread in stoppers:
             thread.start()
         for thread in stoppers:
             thread.join()
+        self.driver.close()
 
 
 def _stop_server(server) -> None:

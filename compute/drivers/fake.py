@@ -378,10 +378,14 @@ class FakeDriver:
         """Effective builds of ``uuid`` (on ``host``, or on every host), destroyed or not."""
         return store.spawn_count(self.store.read(), uuid, host)
 
-    def close(self) -> None:
-        """Release hanging calls and sleeping boots, then the state file."""
+    def interrupt(self) -> None:
+        """Shutting down: calls hanging on dead hosts fail, sleeping boots finish now."""
         self._closed.set()
         with self._lock:
             for faults in self._faults.values():
                 faults.revived.set()
+
+    def close(self) -> None:
+        """Interrupt, then close the state file (after the callers are gone)."""
+        self.interrupt()
         self.store.close()
