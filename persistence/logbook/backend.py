@@ -1,0 +1,354 @@
+"""A TaskFlow persistence backend on SQLAlchemy Core, built for many small checkpoints.
+
+TaskFlow's own SQLAlchemy backend rebuilds its ``MetaData`` and tables on every
+connection (so the compiled-statement cache never hits), reads an atom detail
+back before each update, and rewrites every atom detail of a flow whenever the
+flow's state changes. Here:
+
+- tables and statements are built once, at import (``models``, below);
+- an atom detail update (the engine's checkpoint) is ONE ``UPDATE`` in its own
+  transaction: TaskFlow's merge replaces every field with the incoming one, so
+  reading the row first changes nothing; a missing row still raises NotFound;
+- a flow detail update reads its atom rows once and writes only those that are
+  new or differ from what is stored (batched), instead of one read + write each;
+- SQLite runs in WAL mode with ``synchronous=NORMAL`` and ``BEGIN IMMEDIATE``
+  (``persistence.db.create_engine``), PostgreSQL through a connection pool.
+
+Durability: every save commits before it returns, so a checkpoint TaskFlow
+considers saved survives the death of the process (``kill -9``). With SQLite's
+``synchronous=NORMAL`` a power loss may roll back the last commits; use
+PostgreSQL (or ``synchronous=FULL``) when that matters.
+
+Configuration (``taskflow.persistence.backends.fetch`` or the constructor)::
+
+    {"connection": "fleetflow+sqlite:///var/fleetflow.db"}    # or fleetflow+postgresql://...
+    {"connection": "fleetflow+postgresql://u@h/db", "pool_size": 10, "max_overflow": 20}
+    LogbookBackend({}, engine=shared_engine)                     # share a process's engine
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import sqlalchemy as sa
+from oslo_serialization import jsonutils
+from sqlalchemy import exc as sa_exc
+from taskflow import exceptions as exc
+from taskflow.persistence import base, models
+
+from fleetflow.persistence import db, migrate
+from fleetflow.persistence.logbook.models import ATOMDETAILS, FLOWDETAILS, LOGBOOKS
+
+SCHEME_PREFIX = "fleetflow+"
+
+# Atom columns written on update (not uuid or parent_uuid), and which of
+# them hold JSON text.
+ATOM_COLUMNS = ("name", "atom_type", "version", "state", "intention", "meta", "failure",
+                "results", "revert_results", "revert_failure")
+JSON_COLUMNS = frozenset({"meta", "failure", "results", "revert_results", "revert_failure"})
+
+# NOTE: statements are built once; an UPDATE without .values() takes its SET
+# columns from the parameter keys, which are always the same here, so the
+# compiled form is cached after the first use.
+_ad, _fd, _lb = ATOMDETAILS.c, FLOWDETAILS.c, LOGBOOKS.c
+UPDATE_ATOM = sa.update(ATOMDETAILS).where(_ad.uuid == sa.bindparam("b_uuid"))
+INSERT_ATOM = sa.insert(ATOMDETAILS)
+SELECT_ATOM = sa.select(ATOMDETAILS).where(_ad.uuid == sa.bindparam("uuid"))
+SELECT_ATOMS_OF = (sa.select(ATOMDETAILS)
+                   .where(_ad.parent_uuid.in_(sa.bindparam("parents", expanding=True))))
+SELECT_ATOM_TEXT_OF = sa.select(_ad.uuid, *(getattr(_ad, c) for c in ATOM_COLUMNS)).where(
+    _ad.parent_uuid == sa.bindparam("parent"))
+UPDATE_FLOW = sa.update(FLOWDETAILS).where(_fd.uuid == sa.bindparam("b_uuid"))
+INSERT_FLOW = sa.insert(FLOWDETAILS)
+SELECT_FLOW = sa.select(FLOWDETAILS).where(_fd.uuid == sa.bindparam("uuid"))
+SELECT_FLOWS_OF = (sa.select(FLOWDETAILS)
+                   .where(_fd.parent_uuid.in_(sa.bindparam("parents", expanding=True))))
+UPDATE_BOOK = sa.update(LOGBOOKS).where(_lb.uuid == sa.bindparam("b_uuid"))
+INSERT_BOOK = sa.insert(LOGBOOKS)
+SELECT_BOOK = sa.select(LOGBOOKS).where(_lb.uuid == sa.bindparam("uuid"))
+SELECT_BOOKS = sa.select(LOGBOOKS)
+DELETE_BOOK = sa.delete(LOGBOOKS).where(_lb.uuid == sa.bindparam("uuid"))
+FLOWS_OF_BOOK = sa.select(_fd.uuid).where(_fd.parent_uuid == sa.bindparam("uuid"))
+DELETE_FLOWS_OF_BOOK = sa.delete(FLOWDETAILS).where(_fd.parent_uuid == sa.bindparam("uuid"))
+DELETE_ATOMS_OF_BOOK = sa.delete(ATOMDETAILS).where(_ad.parent_uuid.in_(FLOWS_OF_BOOK))
+
+
+def _dumps(value):
+    return None if value is None else jsonutils.dumps(value)
+
+
+def _loads(text):
+    return None if text is None else jsonutils.loads(text)
+
+
+def _atom_values(ad) -> dict:
+    """The stored columns of an atom detail (JSON columns encoded)."""
+    data = ad.to_dict()
+    values = {c: (_dumps(data[c]) if c in JSON_COLUMNS else data.get(c))
+              for c in ATOM_COLUMNS if c != "atom_type"}
+    values["atom_type"] = models.atom_detail_type(ad)
+    return values
+
+
+def _atom_from_row(row):
+    data = {c: (_loads(row[c]) if c in JSON_COLUMNS else row[c]) for c in ATOM_COLUMNS}
+    data["uuid"] = row["uuid"]
+    return models.atom_detail_class(row["atom_type"]).from_dict(data)
+
+
+def _flow_values(fd) -> dict:
+    return {"name": fd.name, "state": fd.state, "meta": _dumps(fd.meta)}
+
+
+def _flow_from_row(row):
+    return models.FlowDetail.from_dict({"name": row["name"], "uuid": row["uuid"],
+                                        "state": row["state"], "meta": _loads(row["meta"])})
+
+
+def _book_values(book) -> dict:
+    data = book.to_dict()
+    return {"name": data["name"], "meta": _dumps(data["meta"]),
+            "created_at": data["created_at"], "updated_at": data["updated_at"]}
+
+
+def _book_from_row(row):
+    return models.LogBook.from_dict({"name": row["name"], "uuid": row["uuid"],
+                                     "meta": _loads(row["meta"]),
+                                     "created_at": row["created_at"],
+                                     "updated_at": row["updated_at"]})
+
+
+def _populate_flows(conn, flows: list) -> None:
+    """Fill flow details with their atom details (one query for all of them)."""
+    if not flows:
+        return
+    by_uuid = {fd.uuid: fd for fd in flows}
+    for row in conn.execute(SELECT_ATOMS_OF, {"parents": list(by_uuid)}).mappings():
+        by_uuid[row["parent_uuid"]].add(_atom_from_row(row))
+
+
+def _write_flow(conn, fd, parent_uuid, insert_if_missing: bool) -> list:
+    """Store ``fd`` and its atom details; return stored atoms ``fd`` lacks.
+
+    Atom rows that already hold exactly what ``fd`` has are not rewritten: a
+    flow's state change otherwise rewrites every atom of the flow.
+    """
+    updated = conn.execute(UPDATE_FLOW, {"b_uuid": fd.uuid, **_flow_values(fd)})
+    stored = {}
+    if updated.rowcount == 0:
+        if not insert_if_missing:
+            raise exc.NotFound(f"No flow details found with uuid '{fd.uuid}'")
+        conn.execute(INSERT_FLOW, {"uuid": fd.uuid, "parent_uuid": parent_uuid,
+                                   **_flow_values(fd)})
+    else:
+        stored = {row[0]: tuple(row[1:])
+                  for row in conn.execute(SELECT_ATOM_TEXT_OF, {"parent": fd.uuid})}
+    inserts, updates = [], []
+    for ad in fd:
+        values = _atom_values(ad)
+        old = stored.pop(ad.uuid, None)
+        if old is None:
+            inserts.append({"uuid": ad.uuid, "parent_uuid": fd.uuid, **values})
+        elif old != tuple(values[c] for c in ATOM_COLUMNS):
+            updates.append({"b_uuid": ad.uuid, **values})
+    if inserts:
+        conn.execute(INSERT_ATOM, inserts)
+    if updates:
+        conn.execute(UPDATE_ATOM, updates)
+    if not stored:
+        return []
+    # Atoms another writer added: return them, as TaskFlow's backends do.
+    rows = conn.execute(sa.select(ATOMDETAILS).where(_ad.uuid.in_(list(stored)))).mappings()
+    return [_atom_from_row(row) for row in rows]
+
+
+class LogbookBackend(base.Backend):
+    """TaskFlow persistence backend storing logbooks in fleetflow's ``tf_`` tables."""
+
+    def __init__(self, conf, engine: sa.Engine | None = None):
+        super().__init__(conf)
+        self._owns_engine = engine is None
+        if engine is None:
+            url = self._conf.get("connection")
+            if not url:
+                raise ValueError("A 'connection' URL (or an engine) is required")
+            if url.startswith(SCHEME_PREFIX):
+                url = url[len(SCHEME_PREFIX):]
+            engine = db.create_engine(url, pool_size=int(self._conf.get("pool_size", 10)),
+                                      max_overflow=int(self._conf.get("max_overflow", 20)))
+        self._engine = engine
+
+    @property
+    def engine(self) -> sa.Engine:
+        return self._engine
+
+    def get_connection(self):
+        # Cheap: TaskFlow's storage asks for a connection per save.
+        return LogbookConnection(self)
+
+    def close(self):
+        if self._owns_engine:
+            self._engine.dispose()
+
+
+class LogbookConnection(base.Connection):
+    """Stateless view of a :class:`LogbookBackend`; each call is one transaction."""
+
+    def __init__(self, backend: LogbookBackend):
+        self._backend = backend
+        self._engine = backend.engine
+
+    @property
+    def backend(self):
+        return self._backend
+
+    def close(self):
+        pass
+
+    @contextlib.contextmanager
+    def _transaction(self, what: str):
+        """One committed transaction; database errors become StorageFailure.
+
+        StorageFailure is what TaskFlow's storage retries on; NotFound passes
+        through untouched (and rolls the transaction back).
+        """
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except sa_exc.SQLAlchemyError:
+            exc.raise_with_cause(exc.StorageFailure, f"Failed {what}")
+
+    # -- schema -------------------------------------------------------------
+
+    def upgrade(self):
+        """Bring the schema (all of fleetflow's migrations) to the newest version."""
+        try:
+            migrate.upgrade(self._engine)
+        except sa_exc.SQLAlchemyError:
+            exc.raise_with_cause(exc.StorageFailure, "Failed upgrading the logbook schema")
+
+    def validate(self):
+        with self._transaction("validating the logbook backend") as conn:
+            conn.execute(sa.select(sa.func.count()).select_from(LOGBOOKS)).scalar()
+
+    def clear_all(self):
+        with self._transaction("clearing all logbooks") as conn:
+            conn.execute(sa.delete(ATOMDETAILS))
+            conn.execute(sa.delete(FLOWDETAILS))
+            conn.execute(sa.delete(LOGBOOKS))
+
+    # -- writes --------------------------------------------------------------
+
+    def update_atom_details(self, atom_detail, ignore_missing=False):
+        """Store an atom detail with one UPDATE (its checkpoint); returns it."""
+        values = _atom_values(atom_detail)
+        with self._transaction(f"updating atom details '{atom_detail.uuid}'") as conn:
+            updated = conn.execute(UPDATE_ATOM, {"b_uuid": atom_detail.uuid, **values})
+            if updated.rowcount == 0:
+                if not ignore_missing:
+                    raise exc.NotFound(
+                        f"No atom details found with uuid '{atom_detail.uuid}'")
+                conn.execute(INSERT_ATOM, {"uuid": atom_detail.uuid, "parent_uuid": None,
+                                           **values})
+        return atom_detail
+
+    def update_flow_details(self, flow_detail, ignore_missing=False):
+        """Store a flow detail and its atom details; returns the stored whole."""
+        with self._transaction(f"updating flow details '{flow_detail.uuid}'") as conn:
+            extra = _write_flow(conn, flow_detail, None, insert_if_missing=ignore_missing)
+        result = flow_detail.copy()
+        for ad in extra:
+            result.add(ad)
+        return result
+
+    def save_logbook(self, book):
+        """Insert or update a logbook with all its flow and atom details."""
+        with self._transaction(f"saving logbook '{book.uuid}'") as conn:
+            values = _book_values(book)
+            if conn.execute(UPDATE_BOOK, {"b_uuid": book.uuid, **values}).rowcount == 0:
+                conn.execute(INSERT_BOOK, {"uuid": book.uuid, **values})
+            result = book.copy()
+            for fd in book:
+                extra = _write_flow(conn, fd, book.uuid, insert_if_missing=True)
+                if extra:
+                    merged = fd.copy()
+                    for ad in extra:
+                        merged.add(ad)
+                    result.add(merged)
+            # Flow details of this book saved by someone else come back too.
+            known = {fd.uuid for fd in book}
+            others = [_flow_from_row(row)
+                      for row in conn.execute(SELECT_FLOWS_OF, {"parents": [book.uuid]})
+                      .mappings() if row["uuid"] not in known]
+            _populate_flows(conn, others)
+            for fd in others:
+                result.add(fd)
+        return result
+
+    def destroy_logbook(self, book_uuid):
+        with self._transaction(f"destroying logbook '{book_uuid}'") as conn:
+            # Explicit child deletes: SQLite enforces ON DELETE CASCADE only
+            # with PRAGMA foreign_keys, which a shared engine might not set.
+            conn.execute(DELETE_ATOMS_OF_BOOK, {"uuid": book_uuid})
+            conn.execute(DELETE_FLOWS_OF_BOOK, {"uuid": book_uuid})
+            if conn.execute(DELETE_BOOK, {"uuid": book_uuid}).rowcount == 0:
+                raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
+
+    # -- reads ---------------------------------------------------------------
+
+    def get_logbook(self, book_uuid, lazy=False):
+        with self._transaction(f"getting logbook '{book_uuid}'") as conn:
+            row = conn.execute(SELECT_BOOK, {"uuid": book_uuid}).mappings().first()
+            if row is None:
+                raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
+            book = _book_from_row(row)
+            if not lazy:
+                flows = [_flow_from_row(r) for r in
+                         conn.execute(SELECT_FLOWS_OF, {"parents": [book_uuid]}).mappings()]
+                _populate_flows(conn, flows)
+                for fd in flows:
+                    book.add(fd)
+        return book
+
+    def get_logbooks(self, lazy=False):
+        with self._transaction("getting logbooks") as conn:
+            books = [_book_from_row(r) for r in conn.execute(SELECT_BOOKS).mappings()]
+            if not lazy and books:
+                by_uuid = {b.uuid: b for b in books}
+                flows = []
+                for row in conn.execute(SELECT_FLOWS_OF, {"parents": list(by_uuid)}).mappings():
+                    fd = _flow_from_row(row)
+                    by_uuid[row["parent_uuid"]].add(fd)
+                    flows.append(fd)
+                _populate_flows(conn, flows)
+        yield from books
+
+    def get_flows_for_book(self, book_uuid, lazy=False):
+        with self._transaction(f"getting flow details of logbook '{book_uuid}'") as conn:
+            flows = [_flow_from_row(r) for r in
+                     conn.execute(SELECT_FLOWS_OF, {"parents": [book_uuid]}).mappings()]
+            if not lazy:
+                _populate_flows(conn, flows)
+        yield from flows
+
+    def get_flow_details(self, fd_uuid, lazy=False):
+        with self._transaction(f"getting flow details '{fd_uuid}'") as conn:
+            row = conn.execute(SELECT_FLOW, {"uuid": fd_uuid}).mappings().first()
+            if row is None:
+                raise exc.NotFound(f"No flow details found with uuid '{fd_uuid}'")
+            fd = _flow_from_row(row)
+            if not lazy:
+                _populate_flows(conn, [fd])
+        return fd
+
+    def get_atom_details(self, ad_uuid):
+        with self._transaction(f"getting atom details '{ad_uuid}'") as conn:
+            row = conn.execute(SELECT_ATOM, {"uuid": ad_uuid}).mappings().first()
+            if row is None:
+                raise exc.NotFound(f"No atom details found with uuid '{ad_uuid}'")
+        return _atom_from_row(row)
+
+    def get_atoms_for_flow(self, fd_uuid):
+        with self._transaction(f"getting atom details of flow '{fd_uuid}'") as conn:
+            rows = conn.execute(SELECT_ATOMS_OF, {"parents": [fd_uuid]}).mappings().all()
+        yield from (_atom_from_row(row) for row in rows)
