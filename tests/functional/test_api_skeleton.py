@@ -331,9 +331,11 @@ def test_every_v2_route_names_a_registered_policy_rule(app):
     for url_rule in app.url_map.iter_rules():
         if not url_rule.rule.startswith("/v2/"):
             continue
-        view_class = app.view_functions[url_rule.endpoint].view_class
+        view = app.view_functions[url_rule.endpoint]
+        view_class = getattr(view, "view_class", None)
         for method in url_rule.methods - {"HEAD", "OPTIONS"}:
-            rule = getattr(getattr(view_class, method.lower()), "policy_rule", None)
+            handler = getattr(view_class, method.lower()) if view_class else view
+            rule = getattr(handler, "policy_rule", None)
             assert rule in registered, f"{method} {url_rule.rule} has no policy rule"
             checked += 1
     assert checked >= 6
