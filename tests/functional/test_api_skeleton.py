@@ -8,6 +8,7 @@ import logging
 import sys
 
 import flask
+import flask_smorest
 import pytest
 from openapi_spec_validator import validate
 
@@ -50,7 +51,11 @@ def app_with_failures(app):
         return {"project_id": ctx.project_id, "user_id": ctx.user_id, "roles": ctx.roles,
                 "is_admin": ctx.is_admin, "request_id": ctx.request_id}
 
+    def aborted():
+        flask_smorest.abort(409, message="Already evacuating.", code="fleetflow.busy")
+
     app.add_url_rule("/v2/admin/test-conflict", view_func=conflict)
+    app.add_url_rule("/v2/admin/test-abort", view_func=aborted)
     app.add_url_rule("/v2/admin/test-crash", view_func=crash)
     app.add_url_rule("/v2/admin/test-whoami", view_func=whoami)
     app.add_url_rule("/placement/test-whoami", "placement_whoami", view_func=whoami)
@@ -113,6 +118,13 @@ def test_fleetflow_error_keeps_its_status_and_code(app_with_failures, admin_head
                                                    headers=admin_headers)
     (error,) = assert_error(response, 409, "fleetflow.conflict")
     assert error["detail"] == "Host host-001 is being evacuated."
+
+
+def test_abort_with_a_code_keeps_it(app_with_failures, admin_headers):
+    response = app_with_failures.test_client().get("/v2/admin/test-abort",
+                                                   headers=admin_headers)
+    (error,) = assert_error(response, 409, "fleetflow.busy")
+    assert error["detail"] == "Already evacuating." and error["title"] == "Conflict"
 
 
 def test_unexpected_exception_is_500_without_leaking(app_with_failures, admin_headers,
