@@ -5,7 +5,7 @@ A fleet file is compact: racks give a host count and a profile, so the default
 turns it into plain host / storage / flavor / image records; ``load`` writes
 those into the database idempotently (hosts keep their uuid across reloads,
 because it is derived from the name) and registers them with placement
-through the ``on_loaded`` hooks.
+(every host and storage backend becomes a resource provider with its inventory).
 """
 
 from __future__ import annotations
@@ -142,52 +142,127 @@ def _backend(name, scope, region, zone, rack, spec, host_name=None) -> dict:
             "volume_types": list(spec.get("volume_types", []))}
 
 
-# Called with (session, fleet) after the rows are written; placement registers
-# its resource providers here so loading a fleet is one step for the operator.
+# Called with (session, fleet) after the rows are written and registered.
 LoadHook = Callable[[orm.Session, Fleet], None]
 on_loaded: list[LoadHook] = []
 
 
 def _upsert(session: orm.Session, model, key: str, rows: list[dict],
-            keep: tuple[str, ...] = ()) -> int:
-    """Insert rows whose ``key`` is new, update the others except ``keep`` columns."""
+            keep: tuple[str, ...] = ()) -> tuple[int, set]:
+    """Insert rows whose ``key`` is new; update the others where they differ.
+
+    ``keep`` columns are never overwritten (an operator's host state).
+    Returns the number inserted and the keys of rows inserted or changed.
+    """
     if not rows:
-        return 0
+        return 0, set()
     column = getattr(model, key)
-    existing = set(session.scalars(sa.select(column)))
+    compared = [c for c in rows[0] if c not in keep and c not in ("created_at", "updated_at")]
+    existing = {r[0]: r[1:] for r in session.execute(
+        sa.select(column, *(getattr(model, c) for c in compared)))}
     new = [r for r in rows if r[key] not in existing]
     if new:
         session.execute(sa.insert(model), new)
+    touched = {r[key] for r in new}
     for row in rows:
-        if row[key] in existing:
-            values = {k: v for k, v in row.items() if k not in keep}
-            session.execute(sa.update(model).where(column == row[key]).values(**values))
-    return len(new)
+        old = existing.get(row[key])
+        if old is None or tuple(row[c] for c in compared) == tuple(old):
+            continue
+        values = {c: row[c] for c in compared if c != key}
+        session.execute(sa.update(model).where(column == row[key]).values(**values)
+                        .execution_options(synchronize_session=False))
+        touched.add(row[key])
+    return len(new), touched
 
 
 def load(session: orm.Session, fleet: Fleet) -> dict[str, int]:
-    """Write the fleet's rows (insert new, update existing); returns counts added."""
+    """Write the fleet's rows (insert new, update changed); returns counts added.
+
+    Every host and storage backend becomes (or is updated as) a placement
+    resource provider in the same transaction.
+    """
     now = models.utcnow()
     hosts = [dict(h, created_at=now, updated_at=now) for h in fleet.hosts]
     storage = [dict(s, created_at=now, updated_at=now) for s in fleet.storage]
     flavors = [{"extra_specs": {}, **f, "id": str(f["id"])} for f in fleet.flavors]
     images = [{"min_disk_gb": 0, "min_ram_mb": 0, **i} for i in fleet.images]
-    added = {
-        # A host already known keeps its operator-set state and its agent on reload.
-        "hosts": _upsert(session, models.Host, "name", hosts,
-                         keep=("state", "state_reason", "created_at", "uuid")),
-        "storage_backends": _upsert(session, models.StorageBackend, "name", storage,
-                                    keep=("created_at", "uuid")),
-        "flavors": _upsert(session, models.Flavor, "id", flavors),
-        "images": _upsert(session, models.Image, "id", images),
-    }
+    # A host already known keeps its operator-set state and its uuid on reload.
+    added_hosts, hosts_touched = _upsert(session, models.Host, "name", hosts,
+                                         keep=("state", "state_reason", "uuid"))
+    added_storage, storage_touched = _upsert(session, models.StorageBackend, "name", storage,
+                                             keep=("uuid",))
+    added = {"hosts": added_hosts, "storage_backends": added_storage,
+             "flavors": _upsert(session, models.Flavor, "id", flavors)[0],
+             "images": _upsert(session, models.Image, "id", images)[0]}
+    register_providers(session, hosts_touched, storage_touched)
     for hook in on_loaded:
         hook(session, fleet)
     return added
 
 
-def is_empty(session: orm.Session) -> bool:
-    return session.execute(sa.select(models.Host.id).limit(1)).first() is None
+def _trait(name: str) -> str:
+    from fleetflow.persistence.placement import fleet as placement_fleet
+    from fleetflow.persistence.placement import providers
+
+    return name if providers.NAME_PATTERN.match(name) else placement_fleet.trait_name(name)
+
+
+def register_providers(session: orm.Session, hosts: set | None = None,
+                       backends: set | None = None) -> None:
+    """Make hosts and storage backends placement resource providers (idempotent).
+
+    ``hosts`` / ``backends`` name the rows to look at (every row when None).
+    Providers that do not exist yet are written in bulk (a 10,000-host fleet
+    loads in seconds, not minutes); existing ones converge one by one, which
+    writes only what changed.
+    """
+    from fleetflow.persistence.placement import fleet as placement_fleet
+    from fleetflow.persistence.placement import models as pm
+
+    known = set(session.scalars(sa.select(pm.ResourceProvider.uuid)))
+    new_rps, new_inv, new_traits = [], [], []
+
+    def add(uuid, name, inventory, traits, parent=None):
+        new_rps.append({"uuid": uuid, "name": name, "generation": 1,
+                        "parent_provider_uuid": parent, "root_provider_uuid": parent or uuid})
+        for rc, spec in inventory.items():
+            new_inv.append({"resource_provider_uuid": uuid, "resource_class": rc,
+                            "total": spec["total"], "reserved": spec.get("reserved", 0),
+                            "allocation_ratio": float(spec.get("allocation_ratio", 1.0))})
+        new_traits.extend({"resource_provider_uuid": uuid, "trait": _trait(t)}
+                          for t in set(traits))
+
+    host_uuids = dict(session.execute(sa.select(models.Host.name, models.Host.uuid)).all())
+    host_query = sa.select(models.Host)
+    if hosts is not None:
+        host_query = host_query.where(models.Host.name.in_(hosts))
+    for host in session.scalars(host_query):
+        if host.uuid in known:
+            placement_fleet.register_host(session, host)
+        else:
+            add(host.uuid, host.name, host.inventory or {},
+                [*(host.traits or ()), placement_fleet.COMPUTE_TRAIT])
+    backend_query = sa.select(models.StorageBackend)
+    if backends is not None:
+        backend_query = backend_query.where(models.StorageBackend.name.in_(backends))
+    for backend in session.scalars(backend_query):
+        if backend.uuid in known:
+            placement_fleet.register_storage_backend(session, backend)
+            continue
+        parent = host_uuids.get(backend.host_name) if backend.scope == "host" else None
+        add(backend.uuid, f"storage:{backend.name}",
+            {"DISK_GB": {"total": int(backend.capacity_gb)}},
+            [placement_fleet.STORAGE_TRAIT,
+             *(placement_fleet.trait_name("VOLUME_TYPE_" + t)
+               for t in backend.volume_types or ())], parent=parent)
+    if new_rps:
+        names = {t["trait"] for t in new_traits}
+        have = set(session.scalars(sa.select(pm.Trait.name).where(pm.Trait.name.in_(names))))
+        if names - have:
+            session.execute(sa.insert(pm.Trait), [{"name": n} for n in sorted(names - have)])
+        session.execute(sa.insert(pm.ResourceProvider), new_rps)
+        session.execute(sa.insert(pm.Inventory), new_inv)
+        session.execute(sa.insert(pm.ProviderTrait), new_traits)
 
 
 def generate(hosts: int, seed: int = 0, hosts_per_rack: int = 16,
