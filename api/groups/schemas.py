@@ -60,7 +60,7 @@ class GroupQueryArgsSchema(PaginationArgsSchema):
     name = ma.fields.String(metadata={"description": "Only groups of this name."})
 
 
-class _GroupFieldsSchema(ma.Schema):
+class GroupFieldsSchema(ma.Schema):
     """Fields a client may send, with the read-only ones refused by name."""
 
     name = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
@@ -88,7 +88,7 @@ class _GroupFieldsSchema(ma.Schema):
                     f"{name} is read-only: the server generates it", field_name=name)
 
 
-class GroupCreateFieldsSchema(_GroupFieldsSchema):
+class GroupCreateFieldsSchema(GroupFieldsSchema):
     policies = ma.fields.List(ma.fields.String(), load_default=list,
                               metadata={"description": POLICIES_HELP})
     scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES),
@@ -109,4 +109,4 @@ class GroupUpdateSchema(ma.Schema):
     otherwise), unless they are sent unchanged.
     """
 
-    group = ma.fields.Nested(_GroupFieldsSchema, required=True)
+    group = ma.fields.Nested(GroupFieldsSchema, required=True)

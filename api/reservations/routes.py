@@ -134,6 +134,12 @@ class Reservations(MethodView):
     @blp.alt_response(200, schema=schemas.DryRunResponseSchema,
                       description="With dry_run=true: whether it fits now; nothing is "
                                   "claimed or written.")
+    @blp.doc(parameters=[{
+        "in": "header", "name": IDEMPOTENCY_HEADER, "required": False,
+        "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY},
+        "description": "Retrying with the same key returns the first reservation (202, "
+                       "Idempotent-Replayed: true); the same key with another body is "
+                       "a 422."}])
     def post(self, args, body, tenant_id):
         """Reserve N instances: ``count``, or ``min_count``/``max_count``.
 
@@ -149,7 +155,16 @@ class Reservations(MethodView):
             verdict = operations.dry_run(req)
             return flask.jsonify(schemas.DryRunResponseSchema().dump({"dry_run": verdict}))
         key = _idempotency_key()
-        reservation, created = operations.reserve(req, idempotency_key=key)
+        try:
+            reservation, created = operations.reserve(req, idempotency_key=key)
+        except sa.exc.IntegrityError:
+            if key is None:
+                raise
+            # NOTE: two retries with one key raced past the lookup; the unique
+            # (tenant_id, idempotency_key) index let one insert win and rolled
+            # this one back before anything was posted. Asking again finds
+            # the winner's reservation.
+            reservation, created = operations.reserve(req, idempotency_key=key)
         headers = {"Location": _self_link(tenant_id, reservation.id)}
         if not created:
             _check_same_request(reservation, req)

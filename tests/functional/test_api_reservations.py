@@ -460,3 +460,46 @@ def test_reader_may_not_delete(reserve, client, reader_headers, jobs, db):
 
     assert client.delete(f"{URL}/{rid}", headers=reader_headers).status_code == 403
     assert jobs == []
+
+
+def test_concurrent_retries_with_one_key_make_one_reservation_on_postgresql(pg_url,
+                                                                            make_conf):
+    """Eight retries of one POST at the same moment: one reservation, one job, all 202."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fleetflow.api.app import create_app
+    from fleetflow.engine.operations import Operations
+    from fleetflow.persistence.db import Database
+    from fleetflow.persistence.models import Flavor, Image
+
+    conf = make_conf(database={"connection": pg_url})
+    database = Database(pg_url)
+    database.upgrade()
+    with database.session() as session:
+        session.add_all([Flavor(id="1", name="m1.small", vcpus=1, ram_mb=2048, disk_gb=20,
+                                extra_specs={}),
+                         Image(id="33333333-3333-3333-3333-333333333333", name="cirros",
+                               min_disk_gb=1, min_ram_mb=64)])
+    posted = []
+    operations = Operations(conf, database, submit=lambda *a, **kw: posted.append(a))
+    app = create_app(conf, database=database, services={"operations": operations})
+    start = threading.Barrier(8)
+    headers = {"X-Project-Id": "tenant-a", "X-Roles": "member", "Idempotency-Key": "same"}
+
+    def post(_):
+        client = app.test_client()
+        start.wait()
+        return client.post(URL, headers=headers, json={"reservation": {
+            "count": 2, "flavor_ref": "m1.small", "image_ref": "cirros"}})
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            responses = list(pool.map(post, range(8)))
+
+        assert [r.status_code for r in responses] == [202] * 8, [r.json for r in responses]
+        assert len({r.json["reservation"]["id"] for r in responses}) == 1
+        assert len(posted) == 1
+        assert counts(database) == (1, 2)
+    finally:
+        database.dispose()
