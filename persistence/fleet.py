@@ -200,6 +200,10 @@ def load(session: orm.Session, fleet: Fleet) -> dict[str, int]:
     return added
 
 
+def is_empty(session: orm.Session) -> bool:
+    return session.execute(sa.select(models.Host.id).limit(1)).first() is None
+
+
 def _trait(name: str) -> str:
     from fleetflow.persistence.placement import fleet as placement_fleet
     from fleetflow.persistence.placement import providers
