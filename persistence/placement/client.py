@@ -79,6 +79,10 @@ class PlacementClient(abc.ABC):
         """``{rc: used}`` of one provider, or of one project (and user)."""
 
     @abc.abstractmethod
+    def usages_by_provider(self) -> dict[str, dict[str, int]]:
+        """``{rp_uuid: {rc: used}}`` of every provider: the scheduler's view of usage."""
+
+    @abc.abstractmethod
     def candidates(self, resources: dict[str, int], required=(),
                    limit: int | None = None) -> dict:
         """Placement's allocation candidates body (``allocation_requests``, summaries)."""
@@ -198,6 +202,9 @@ class LocalPlacement(PlacementClient):
                 if rc != "consumer_count":
                     totals[rc] = totals.get(rc, 0) + used
         return totals
+
+    def usages_by_provider(self) -> dict[str, dict[str, int]]:
+        return self.store.usages_by_provider()
 
     def candidates(self, resources, required=(), limit=None) -> dict:
         return self.store.allocation_candidates(resources, list(required), limit)

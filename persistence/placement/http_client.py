@@ -129,6 +129,13 @@ class HttpPlacement(PlacementClient):
             params["user_id"] = user_id
         return self._call("GET", "/usages", params=params).json()["usages"]
 
+    def usages_by_provider(self) -> dict[str, dict[str, int]]:
+        # NOTE: Placement has no "usage of every provider" call; one GET per
+        # provider is what its own clients do. Fine for hundreds of hosts;
+        # a large cloud on remote Placement wants allocation candidates instead.
+        providers = self._call("GET", "/resource_providers").json()["resource_providers"]
+        return {rp["uuid"]: self.usages(provider=rp["uuid"]) for rp in providers}
+
     def candidates(self, resources, required=(), limit=None) -> dict:
         params = [("resources", ",".join(f"{rc}:{n}" for rc, n in resources.items()))]
         params += [("required", r) for r in required]

@@ -11,11 +11,22 @@ from __future__ import annotations
 import logging
 import time
 
+import sqlalchemy as sa
+
 from fleetflow.persistence.placement import allocations as allocs
 from fleetflow.persistence.placement import candidates, errors, providers
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
 
 LOG = logging.getLogger(__name__)
+
+# PostgreSQL's deadlock and serialization failures; SQLite's busy database.
+RETRYABLE_SQLSTATES = {"40P01", "40001"}
+
+
+def _retryable(exc: sa.exc.DBAPIError) -> bool:
+    """True for a database error that a fresh transaction may not meet again."""
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate in RETRYABLE_SQLSTATES or "database is locked" in str(exc.orig)
 
 
 class PlacementStore:
@@ -39,8 +50,13 @@ class PlacementStore:
             except allocs.LostRace as race:
                 if attempt == self.max_retries:
                     raise race.error from None
-                # A tiny, growing pause lets the winner finish before we re-read.
-                time.sleep(0.001 * (attempt + 1))
+                LOG.debug("placement write lost a race (attempt %d): %s", attempt, race)
+            except sa.exc.DBAPIError as exc:
+                if attempt == self.max_retries or not _retryable(exc):
+                    raise
+                LOG.warning("placement write retried after %s", exc.orig)
+            # A tiny, growing pause lets the winner finish before we re-read.
+            time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
 
     # -- providers -------------------------------------------------------------
@@ -149,6 +165,10 @@ class PlacementStore:
         return self._read(query)
 
     # -- usages and candidates -------------------------------------------------------
+    def usages_by_provider(self) -> dict[str, dict[str, int]]:
+        """``{rp_uuid: {rc: used}}`` of every provider with allocations, in one query."""
+        return self._read(allocs.usages_by_provider)
+
     def provider_usages(self, uuid: str) -> tuple[int, dict[str, int]]:
         """(generation, ``{rc: used}``), every inventoried class included."""
         def query(session):

@@ -1,0 +1,185 @@
+"""What tenants and operators ask the cloud to do, turned into rows and flow jobs.
+
+The API and the CLI call these; they validate against the database, write the
+domain rows in one transaction, and post the flow that does the work. They
+never wait for a flow: status is read back from the rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from fleetflow.common import ids, states
+from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
+from fleetflow.flows import keys
+from fleetflow.persistence import groups as group_rows
+from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
+
+PROVISION = "provision"
+TEARDOWN = "teardown"
+
+# submit(flow_name, flow_kwargs, store, tenant_id, on_error) -> flow id
+Submitter = Callable[..., str]
+
+
+@dataclasses.dataclass
+class ReservationRequest:
+    """A validated reservation body (the API's schema made it; this checks the cloud)."""
+
+    tenant_id: str
+    user_id: str | None
+    flavor_ref: str
+    image_ref: str
+    min_count: int
+    max_count: int
+    name: str | None = None
+    capabilities: dict[str, str] = dataclasses.field(default_factory=dict)
+    group_id: str | None = None
+    policy: str = states.ALL_OR_NOTHING
+    volume_gb: int | None = None
+
+
+def resolve_flavor(session, ref: str) -> Flavor:
+    flavor = session.get(Flavor, str(ref)) or session.execute(
+        sa.select(Flavor).where(Flavor.name == ref)).scalar_one_or_none()
+    if flavor is None:
+        raise InvalidInput(f"flavor_ref: no flavor named or numbered {ref!r}",
+                           field="flavor_ref")
+    return flavor
+
+
+def resolve_image(session, ref: str) -> Image:
+    image = session.get(Image, str(ref)) or session.execute(
+        sa.select(Image).where(Image.name == ref)).scalar_one_or_none()
+    if image is None:
+        raise InvalidInput(f"image_ref: no image named or with id {ref!r}", field="image_ref")
+    return image
+
+
+class Operations:
+    """Entry points for reservations and servers; one per process."""
+
+    def __init__(self, conf, database, submit: Submitter):
+        self.conf = conf
+        self.database = database
+        self.submit = submit
+
+    # -- reservations ------------------------------------------------------------
+    def _check(self, session, req: ReservationRequest):
+        if req.max_count > self.conf.api.max_reservation_count:
+            raise InvalidInput(f"count: at most {self.conf.api.max_reservation_count} "
+                               "instances per reservation", field="count")
+        if not 1 <= req.min_count <= req.max_count:
+            raise InvalidInput("min_count: must be between 1 and max_count",
+                               field="min_count")
+        if req.policy not in states.FAILURE_POLICIES:
+            raise InvalidInput(f"policy: one of {', '.join(states.FAILURE_POLICIES)}",
+                               field="policy")
+        flavor = resolve_flavor(session, req.flavor_ref)
+        image = resolve_image(session, req.image_ref)
+        group = None
+        if req.group_id:
+            try:
+                group = group_rows.get(session, req.group_id, req.tenant_id)
+            except NotFound:
+                raise InvalidInput(f"group_id: no server group {req.group_id}",
+                                   field="group_id") from None
+        return flavor, image, group
+
+    def request_spec(self, session, req: ReservationRequest) -> dict:
+        """The scheduler's input for ``req``, as JSON-safe data."""
+        flavor, image, group = self._check(session, req)
+        capabilities = {k[len("capabilities:"):]: v for k, v in flavor.extra_specs.items()
+                        if k.startswith("capabilities:")}
+        capabilities.update(req.capabilities)
+        spec = {"min_count": req.min_count, "max_count": req.max_count,
+                "resources": flavor.resources, "capabilities": capabilities,
+                "flavor_id": flavor.id, "image_id": image.id, "volume_gb": req.volume_gb}
+        if group is not None:
+            spec["group"] = {"id": group.id, "policies": list(group.policies),
+                             "scope": group.scope, "max_per_host": group.max_per_host,
+                             "capabilities": dict(group.capabilities or {})}
+        return spec
+
+    def reserve(self, req: ReservationRequest,
+                idempotency_key: str | None = None) -> tuple[Reservation, bool]:
+        """Create the reservation and post its provision flow.
+
+        Returns ``(reservation, created)``; with an ``idempotency_key`` already
+        used by this tenant, the first reservation and ``False``. Nothing is
+        written when validation or the quota check fails.
+        """
+        with self.database.session() as session:
+            if idempotency_key:
+                existing = rows.find_by_idempotency_key(session, req.tenant_id,
+                                                        idempotency_key)
+                if existing is not None:
+                    return existing, False
+            spec = self.request_spec(session, req)
+            flavor = session.get(Flavor, spec["flavor_id"])
+            rows.check_quota(session, req.tenant_id, flavor, req.max_count, self.conf.quota)
+            reservation = rows.create(
+                session, tenant_id=req.tenant_id, user_id=req.user_id, name=req.name,
+                policy=req.policy, request=dataclasses.asdict(req) | {"spec": spec},
+                count=req.max_count, flavor_id=flavor.id, image_id=spec["image_id"],
+                group_id=req.group_id, idempotency_key=idempotency_key)
+            # NOTE: the flow id is chosen before the job exists and written in
+            # the same transaction as the rows, so a crash between the two
+            # leaves a PENDING reservation whose flow can be posted again
+            # (never a job without its reservation).
+            reservation.flow_id = ids.new_uuid()
+            flow_id = reservation.flow_id
+            instance_uuids = rows.instance_ids(session, reservation.id)
+        self.submit(PROVISION, {"reservation_id": reservation.id, "count": req.max_count,
+                                "policy": req.policy,
+                                "with_volumes": bool(req.volume_gb)},
+                    store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
+                           keys.TENANT_ID: req.tenant_id, keys.INSTANCE_UUIDS: instance_uuids},
+                    tenant_id=req.tenant_id, flow_id=flow_id)
+        return reservation, True
+
+    def dry_run(self, req: ReservationRequest) -> dict[str, Any]:
+        """Whether ``req`` fits right now, with the scheduler's explanation; claims nothing."""
+        from fleetflow.flows.tasks import schedule
+
+        with self.database.session() as session:
+            spec = self.request_spec(session, req)
+            return schedule.dry_run(session, spec, self.conf)
+
+    def delete_reservation(self, tenant_id: str | None, reservation_id: str) -> Reservation:
+        with self.database.session() as session:
+            reservation = rows.get(session, reservation_id, tenant_id)
+            if reservation.status in (states.DELETING, states.DELETED):
+                return reservation
+            if reservation.status not in states.SETTLED:
+                raise Conflict(f"reservation {reservation_id} is {reservation.status}; "
+                               "delete it once it has settled")
+            reservation.status = states.DELETING
+            instance_ids = rows.instance_ids(session, reservation_id)
+        self.submit(TEARDOWN, {"instance_ids": instance_ids, "reservation_id": reservation_id},
+                    store={keys.TENANT_ID: reservation.tenant_id},
+                    tenant_id=reservation.tenant_id, flow_id=None)
+        return reservation
+
+    def delete_server(self, tenant_id: str | None, instance_id: str) -> Instance:
+        with self.database.session() as session:
+            instance = session.get(Instance, instance_id) if ids.is_uuid(instance_id) else None
+            if instance is None or (tenant_id is not None and instance.tenant_id != tenant_id):
+                raise NotFound(f"server {instance_id} not found")
+            if instance.status in (states.DELETING, states.DELETED, states.REVERTED):
+                return instance
+            if instance.status not in (states.ACTIVE, states.ERROR):
+                raise Conflict(f"server {instance_id} is {instance.status}; "
+                               "delete it once it has settled")
+            instance.status = states.DELETING
+            instance.task_state = states.TASK_DELETING
+        self.submit(TEARDOWN, {"instance_ids": [instance_id],
+                               "reservation_id": instance.reservation_id},
+                    store={keys.TENANT_ID: instance.tenant_id},
+                    tenant_id=instance.tenant_id, flow_id=None)
+        return instance

@@ -1,0 +1,80 @@
+"""Boots: one RPC to the chosen host, which answers once the guest is ACTIVE.
+
+A build is keyed by the instance uuid on the host, so a boot repeated after
+a crash (TaskFlow re-runs atoms that were RUNNING) finds the guest already
+there and spawns nothing; an unanswered call is settled by asking the host
+what it has (``ensure_built``) before sending the build again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.common.exceptions import FleetflowError
+from fleetflow.flows import runtime
+from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Host, utcnow
+
+LOG = logging.getLogger(__name__)
+
+
+def note_build_failure(session, host: str) -> None:
+    session.execute(sa.update(Host).where(Host.name == host).values(
+        build_failures=Host.build_failures + 1, last_build_failure_at=utcnow()))
+
+
+class BootInstance(FleetTask):
+    """Build the instance on its host and wait for ACTIVE.
+
+    ``host`` None (best-effort, candidates ran out) does nothing. A failure
+    is written on the instance row (code, message, step, host) before it is
+    raised, so the retry's next attempt and the API both see it.
+
+    Revert: destroys the guest on that host (idempotent; nothing if absent).
+    """
+
+    def __init__(self, *args, final: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The last task of the instance's chain marks it ACTIVE.
+        self.final = final
+
+    def execute(self, instance_uuids: list, index: int, host: str | None,
+                request_spec: dict, fence=None) -> dict | None:
+        if host is None:
+            return None
+        rt = runtime.get()
+        uuid = instance_uuids[index]
+        with rt.database.session() as session:
+            rows.update_instance(session, uuid, task_state=states.TASK_SPAWNING)
+        try:
+            guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
+                                            image=request_spec.get("image_id"), fence=fence)
+        except FleetflowError as exc:
+            with rt.database.session() as session:
+                rows.update_instance(session, uuid, fault=rows.fault(
+                    exc.code, exc.message, step="boot", host=host))
+                note_build_failure(session, host)
+            raise
+        with rt.database.session() as session:
+            values = {"host": host, "fault": None}
+            if self.final:
+                values.update(status=states.ACTIVE, task_state=None)
+            rows.update_instance(session, uuid, **values)
+        return {"host": host, "state": guest.get("state") if guest else None}
+
+    def revert(self, result, instance_uuids: list, index: int, host: str | None,
+               fence=None, **kwargs) -> None:
+        if host is None:
+            return
+        rt = runtime.get()
+        uuid = instance_uuids[index]
+        with rt.database.session() as session:
+            rows.update_instance(session, uuid, status=states.REVERTING,
+                                 task_state=states.TASK_REVERTING)
+        # Whether or not execute finished, the world may hold a guest: a crash
+        # can come after the host built it and before the result was saved.
+        rt.compute.ensure_destroyed(host, uuid, fence=fence)

@@ -1,0 +1,181 @@
+"""Claims: placement allocations and group membership, written before any boot.
+
+An instance's allocation is keyed by its uuid (the placement consumer), so a
+claim repeated after a crash finds its own allocation and does nothing more.
+The group rule is checked again here, under the group's row lock, against
+the members *now*: the scheduler's view may be stale by the time we claim
+(two reservations scheduled at the same moment into one anti-affinity group).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.common.exceptions import Conflict
+from fleetflow.flows import keys, runtime
+from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.persistence import groups
+from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Host
+from fleetflow.persistence.placement.errors import PlacementConflict
+from fleetflow.scheduler.policies import GroupRule
+from fleetflow.scheduler.snapshot import CloudSnapshot, HostState
+from fleetflow.scheduler.spec import GroupSpec
+
+LOG = logging.getLogger(__name__)
+
+
+class ClaimRace(Conflict):
+    """The chosen host no longer fits: capacity or a group rule was taken meanwhile."""
+
+    code = "CLAIM_CONFLICT"
+
+
+def _host_states(session, names) -> dict[str, HostState]:
+    result = {}
+    for row in session.scalars(sa.select(Host).where(Host.name.in_(set(names)))):
+        result[row.name] = HostState(name=row.name, uuid=row.uuid, region=row.region,
+                                     zone=row.zone, rack=row.rack)
+    return result
+
+
+def join_group(session, group_id: str, instance_uuid: str, host: str) -> None:
+    """Check the group rule for ``host`` against the current members, then join.
+
+    Must run in a transaction that holds the group lock (``groups.lock``).
+    Raises ClaimRace when another member took the place meanwhile.
+    """
+    group = groups.lock(session, group_id)
+    spec = GroupSpec.from_row(group, exclude_instances=[instance_uuid])
+    known = _host_states(session, [*spec.member_hosts, host])
+    candidate = known.get(host) or HostState(name=host)
+    rule = GroupRule(spec, CloudSnapshot(known.values() if host in known
+                                         else [*known.values(), candidate]))
+    allowed, steps = rule.filter([candidate])
+    if not allowed:
+        why = "; ".join(str(s) for s in steps if s.after < s.before)
+        raise ClaimRace(f"group {group_id}: {host} would break the rule ({why})",
+                        host=host, group_id=group_id)
+    groups.join(session, group_id, instance_uuid, host)
+
+
+def allocation_for(request_spec: dict, rp_uuid: str) -> dict:
+    return {rp_uuid: dict(request_spec["resources"])}
+
+
+def release(instance_uuid: str, host: str | None, group_id: str | None, fence) -> None:
+    """Drop the instance's allocation (on ``host`` only, when given) and its membership."""
+    rt = runtime.get()
+    rt.placement.release(instance_uuid, providers=[_provider_of(host)] if host else None,
+                         fence=fence)
+    if group_id:
+        with rt.database.session() as session:
+            groups.leave(session, instance_uuid, group_id, host=host)
+
+
+def _provider_of(host: str) -> str:
+    from fleetflow.persistence.fleet import stable_uuid
+
+    # Hosts register as providers under the uuid of their row, which the fleet
+    # loader derives from the name; reading the row would cost a query per claim.
+    return stable_uuid(host)
+
+
+class ClaimPrimaries(FleetTask):
+    """All-or-nothing fast path: every primary claimed in one multi-consumer write.
+
+    Provides the indexes it claimed (all, or none when anything conflicted —
+    the per-instance claims then do the work one by one, with reschedules).
+
+    Revert: releases the allocations and memberships of every instance it claimed.
+    """
+
+    default_provides = keys.PRIMARIES_CLAIMED
+
+    def execute(self, placements: dict, request_spec: dict, instance_uuids: list,
+                tenant_id: str, fence=None) -> list:
+        rt = runtime.get()
+        hosts = placements["hosts"]
+        group_id = (request_spec.get("group") or {}).get("id")
+        wanted = {instance_uuids[int(i)]: hosts[i][0] for i in hosts}
+        if group_id:
+            try:
+                with rt.database.session() as session:
+                    for uuid, host in wanted.items():
+                        join_group(session, group_id, uuid, host)
+            except ClaimRace as exc:
+                LOG.info("fast path off for this reservation: %s", exc)
+                return []
+        allocations = {uuid: allocation_for(request_spec, placements["host_uuids"][host])
+                       for uuid, host in wanted.items()}
+        try:
+            rt.placement.claim_many(allocations, project_id=tenant_id, user_id=tenant_id,
+                                    fence=fence)
+        except PlacementConflict as exc:
+            LOG.info("fast path off for this reservation: %s", exc)
+            if group_id:
+                with rt.database.session() as session:
+                    for uuid in wanted:
+                        groups.leave(session, uuid, group_id)
+            return []
+        return sorted(hosts, key=int)
+
+    def revert(self, result, placements: dict, request_spec: dict, instance_uuids: list,
+               tenant_id: str, fence=None, **kwargs) -> None:
+        group_id = (request_spec.get("group") or {}).get("id")
+        # Whatever the result says, undo what the world shows: a crash may
+        # have come after the write but before the result was saved.
+        for index, candidates in (placements or {}).get("hosts", {}).items():
+            release(instance_uuids[int(index)], candidates[0], group_id, fence)
+
+
+class ClaimResources(FleetTask):
+    """Claim one instance's resources on the host its retry chose, and join its group.
+
+    ``host`` None means its candidates ran out under best-effort: the
+    instance is marked ERROR with its last fault and nothing is claimed.
+
+    Revert: releases the allocation on that host and leaves the group.
+    """
+
+    def execute(self, instance_uuids: list, index: int, host: str | None, placements: dict,
+                primaries_claimed: list, request_spec: dict, tenant_id: str,
+                fence=None) -> dict | None:
+        rt = runtime.get()
+        instance_uuid = instance_uuids[index]
+        if host is None:
+            with rt.database.session() as session:
+                rows.update_instance(session, instance_uuid, status=states.ERROR,
+                                     task_state=None)
+            return None
+        with rt.database.session() as session:
+            rows.record_attempt(session, instance_uuid, host)
+            rows.update_instance(session, instance_uuid, status=states.BUILDING,
+                                 task_state=states.TASK_CLAIMING)
+        primary = placements["hosts"].get(str(index), [None])[0]
+        if host == primary and str(index) in primaries_claimed:
+            return {"host": host, "fast_path": True}
+        group_id = (request_spec.get("group") or {}).get("id")
+        if group_id:
+            with rt.database.session() as session:
+                join_group(session, group_id, instance_uuid, host)
+        rp_uuid = placements["host_uuids"].get(host) or _provider_of(host)
+        try:
+            rt.placement.claim(instance_uuid, allocation_for(request_spec, rp_uuid),
+                               project_id=tenant_id, user_id=tenant_id, fence=fence)
+        except PlacementConflict as exc:
+            if group_id:
+                with rt.database.session() as session:
+                    groups.leave(session, instance_uuid, group_id, host=host)
+            raise ClaimRace(f"{host}: {exc}", host=host) from exc
+        return {"host": host, "fast_path": False}
+
+    def revert(self, result, instance_uuids: list, index: int, host: str | None,
+               request_spec: dict, fence=None, **kwargs) -> None:
+        if host is None:
+            return
+        group_id = (request_spec.get("group") or {}).get("id")
+        release(instance_uuids[index], host, group_id, fence)
