@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from fleetflow.cli import compute as compute_cmd
@@ -11,6 +13,7 @@ from fleetflow.cli import fleet as fleet_cmd
 from fleetflow.cli import groups as groups_cmd
 from fleetflow.cli import remote
 from fleetflow.cli import reservations as reservations_cmd
+from fleetflow.cli import serve as serve_cmd
 from fleetflow.cli import servers as servers_cmd
 
 
@@ -37,7 +40,11 @@ cli.add_command(reservations_cmd.reserve)
 cli.add_command(reservations_cmd.reservations)
 cli.add_command(servers_cmd.servers)
 cli.add_command(groups_cmd.groups)
+cli.add_command(serve_cmd.serve)
 
 
 def main() -> None:
+    # TaskFlow imports eventlet through oslo.service; we never monkey-patch,
+    # so its deprecation notice says nothing to an operator.
+    warnings.filterwarnings("ignore", message=".*[Ee]ventlet.*")
     cli(prog_name="fleetflow")

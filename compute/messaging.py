@@ -7,6 +7,7 @@ object, so a client with a transport of its own would never reach the server).
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import oslo_messaging
@@ -48,6 +49,9 @@ def get_transport(conf: cfg.ConfigOpts, url: str | None = None) -> oslo_messagin
         if transport is None:
             register_library_opts(conf)
             if url.startswith("kombu+memory"):
+                # oslo.messaging warns on every connection that choosing kombu
+                # through the URL is experimental; in-process it is our default.
+                logging.getLogger("oslo.messaging._drivers.impl_rabbit").setLevel(logging.ERROR)
                 # The in-memory broker has no heartbeats; without this every
                 # connection logs a warning saying so.
                 conf.set_override("heartbeat_timeout_threshold", 0,

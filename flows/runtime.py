@@ -45,3 +45,16 @@ def get() -> Runtime:
         raise RuntimeError("no fleetflow runtime installed in this process: conductors "
                            "call flows.runtime.install() before running flows")
     return runtime
+
+
+def install_from_conf(conf, database=None) -> Runtime:
+    """Build and install the clients ``conf`` describes (conductor processes, serve)."""
+    # Importing the flow packages registers their factories by name.
+    import fleetflow.flows.provision  # noqa: F401
+    from fleetflow.compute.rpcapi import ComputeAPI
+    from fleetflow.persistence.db import get_database
+    from fleetflow.persistence.placement.client import from_conf as placement_from_conf
+
+    database = database or get_database(conf)
+    return install(Runtime(conf, database, placement_from_conf(conf, database),
+                           ComputeAPI(conf, database)))

@@ -1,0 +1,122 @@
+"""``fleetflow serve``: a whole cloud in one process.
+
+The API, conductor threads and (unless ``[compute] simulate = false``) every
+host of the fleet simulated in-process — on SQLite by default, so nothing else
+needs installing. An empty database gets its schema and a fleet first.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import click
+
+LOG = logging.getLogger("fleetflow.serve")
+
+
+def _prepare_database(conf):
+    from fleetflow.persistence import fleet
+    from fleetflow.persistence.db import get_database
+
+    database = get_database(conf)
+    database.upgrade()
+    with database.session() as session:
+        if fleet.is_empty(session):
+            expanded = fleet.expand(fleet.read(conf.fleet.file))
+            fleet.load(session, expanded)
+            click.echo(f"loaded fleet: {len(expanded.hosts)} hosts, "
+                       f"{len(expanded.storage)} storage backends")
+    return database
+
+
+class Cloud:
+    """Every part of an embedded cloud, started and stopped in order."""
+
+    def __init__(self, conf):
+        self.conf = conf
+        self.database = None
+        self.agent = None
+        self.pool = None
+        self.server = None
+
+    def start(self):
+        from werkzeug.serving import make_server
+
+        from fleetflow.api import auth
+        from fleetflow.api.app import create_app
+        from fleetflow.compute.agent import serve_fleet
+        from fleetflow.engine.backend import get_backend
+        from fleetflow.engine.conductor import ConductorPool
+        from fleetflow.engine.jobboard import make_jobboard
+        from fleetflow.engine.operations import Operations
+        from fleetflow.engine.submit import Submitter
+        from fleetflow.flows import runtime
+
+        conf = self.conf
+        self.database = _prepare_database(conf)
+        if conf.compute.simulate:
+            self.agent = serve_fleet(conf, self.database)
+        rt = runtime.install_from_conf(conf, self.database)
+        persistence = get_backend(conf)
+        board = make_jobboard(conf, persistence)
+        submit = Submitter(board, persistence)
+        if conf.conductor.workers:
+            self.pool = ConductorPool(conf, persistence=persistence)
+            self.pool.start()
+        app = create_app(conf, self.database, services={
+            "operations": Operations(conf, self.database, submit),
+            "job_submitter": submit,
+            "placement_store": getattr(rt.placement, "store", None),
+            "compute_rpcapi": rt.compute,
+            "jobboard": board,
+            "logbook_backend": persistence,
+        })
+        if auth.noauth_exposed(conf):
+            click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "
+                        "anyone who reaches the port can act as admin", fg="red", err=True)
+        self.server = make_server(conf.api.host, conf.api.port, app, threaded=True)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.conf.api.host}:{self.server.server_port}"
+
+    def serve_forever(self):
+        self.server.serve_forever()
+
+    def stop(self):
+        if self.server is not None:
+            self.server.shutdown()
+        if self.pool is not None:
+            self.pool.stop()
+        if self.agent is not None:
+            self.agent.stop()
+
+
+@click.command("serve")
+@click.pass_obj
+def serve(conf) -> None:
+    """Run the API, conductors and the simulated fleet until Ctrl-C."""
+    logging.basicConfig(level=logging.DEBUG if conf.debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    cloud = Cloud(conf).start()
+    click.echo(f"fleetflow serving on {cloud.url}  (Ctrl-C to stop)")
+    stopping = threading.Event()
+
+    def _stop(signum, _frame):
+        if not stopping.is_set():
+            stopping.set()
+            # shutdown() waits for serve_forever to return: call it off the
+            # thread that is running serve_forever.
+            threading.Thread(target=cloud.server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        cloud.serve_forever()
+    finally:
+        cloud.server = None
+        cloud.stop()
+        click.echo("fleetflow stopped")
