@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.persistence import fences
 from fleetflow.persistence.placement import errors
 from fleetflow.persistence.placement.client import ConsumerAllocations, PlacementClient
@@ -19,6 +19,7 @@ CONFLICTS = {
     errors.DUPLICATE_NAME: errors.DuplicateProvider,
     errors.PROVIDER_IN_USE: errors.ProviderInUse,
     errors.CANNOT_DELETE_PARENT: errors.CannotDeleteParent,
+    StaleFence.code: StaleFence,
 }
 FENCE_HEADER = "FleetFlow-Fence"
 
