@@ -39,11 +39,16 @@ def conductor(conf, workers: int, name: str | None) -> None:
     """
     from fleetflow.engine.backend import get_backend
     from fleetflow.engine.conductor import ConductorPool, default_name
+    from fleetflow.persistence import migrate
     from fleetflow.persistence.db import get_database
 
     logging.basicConfig(level=logging.DEBUG if conf.debug else logging.INFO,
                         format="%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
-    get_database(conf).upgrade()
+    # NOTE: many conductors may start at once; the schema has one owner
+    # ('fleetflow db upgrade', or 'fleetflow serve'), conductors only check it.
+    if not migrate.is_current(get_database(conf).engine):
+        raise click.ClickException("the database schema is not current: run "
+                                   "'fleetflow db upgrade' first")
     persistence = get_backend(conf)
     _setup_process(conf)
     stop = threading.Event()
