@@ -49,6 +49,7 @@ BLUEPRINTS = [
     "fleetflow.api.groups.routes",
     "fleetflow.api.quotas.routes",
     "fleetflow.api.placement.routes",
+    "fleetflow.api.audit.routes",
 ]
 
 

@@ -6,6 +6,7 @@ import warnings
 
 import click
 
+from fleetflow.cli import audit as audit_cmd
 from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
@@ -41,6 +42,7 @@ cli.add_command(reservations_cmd.reservations)
 cli.add_command(servers_cmd.servers)
 cli.add_command(groups_cmd.groups)
 cli.add_command(serve_cmd.serve)
+cli.add_command(audit_cmd.audit_cmd)
 
 
 def main() -> None:

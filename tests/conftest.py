@@ -116,3 +116,23 @@ def rabbit_url():
     """The real RabbitMQ (tests use unique topics of their own)."""
     need_service("rabbitmq")
     return RABBIT_URL
+
+
+@pytest.fixture
+def assert_audit_clean():
+    """``assert_audit_clean(database, placement, compute, **audit_kwargs)``.
+
+    Call it at the end of a flow, crash or revert test, once every flow has
+    settled: it runs the strict audit and fails with every mismatch listed.
+    Returns the report (its ``counts`` say how much was looked at).
+    """
+    def _check(database, placement_client, compute_api, **kwargs):
+        from fleetflow.engine.audit import audit
+
+        kwargs.setdefault("strict", True)
+        report = audit(database, placement_client, compute_api, **kwargs)
+        if not report.clean:
+            pytest.fail("the audit is not clean: " + report.summary(), pytrace=False)
+        return report
+
+    return _check

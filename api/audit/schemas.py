@@ -1,0 +1,48 @@
+"""Schemas of the admin audit route."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+from fleetflow.engine.audit import KINDS
+
+KIND_HELP = "; ".join(f"{kind}: {meaning}" for kind, meaning in KINDS.items())
+
+
+class AuditQueryArgsSchema(ma.Schema):
+    """Query arguments of GET /v2/admin/audit."""
+
+    strict = ma.fields.Boolean(
+        load_default=False,
+        metadata={"description": "Flows have settled: instances in transitional states "
+                                 "(PENDING, SCHEDULING, BUILDING, REVERTING, DELETING) are "
+                                 "mismatches too."})
+    host = ma.fields.List(
+        ma.fields.String(), load_default=None,
+        metadata={"description": "Ask only these hosts for their guests (repeatable); "
+                                 "placement, rows and groups are always checked whole."})
+
+
+class MismatchSchema(ma.Schema):
+    """One disagreement between placement, rows, hosts and groups."""
+
+    kind = ma.fields.String(required=True, metadata={"description": KIND_HELP})
+    subject = ma.fields.String(required=True,
+                               metadata={"description": "The uuid it is about (a consumer, "
+                                                        "instance, volume, host name, or "
+                                                        "group/instance of a member)."})
+    detail = ma.fields.String(required=True)
+    host = ma.fields.String(allow_none=True)
+
+
+class AuditSchema(ma.Schema):
+    clean = ma.fields.Boolean(required=True)
+    mismatches = ma.fields.List(ma.fields.Nested(MismatchSchema), required=True)
+    counts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(),
+                            metadata={"description": "How much was looked at: hosts, "
+                                                     "hosts_unreachable, guests, instances, "
+                                                     "volumes, consumers, memberships."})
+
+
+class AuditResponseSchema(ma.Schema):
+    audit = ma.fields.Nested(AuditSchema, required=True)

@@ -1,0 +1,164 @@
+"""``fleetflow audit``: print every mismatch between placement, rows, hosts and groups.
+
+Where it runs (``--mode``):
+
+- ``api``: ``GET /v2/admin/audit`` of a running API (``--url``, else the global
+  ``--url`` / ``FLEETFLOW_URL``, else ``[api] host:port``). This is the only
+  way to reach hosts simulated inside a running ``fleetflow serve``: its
+  in-process RPC transport cannot be reached from another process.
+- ``direct``: reads the database and placement itself and asks the hosts over
+  ``[messaging] transport_url``. When that transport is in-process (embedded
+  mode) and the hosts are simulated, the simulated hosts' state file is read
+  instead, which is what those hosts would answer.
+- ``auto`` (default): the API when it answers, otherwise direct; the choice is
+  said on stderr.
+
+Exit status: 0 when clean, 1 when there is any mismatch, 2 when the audit
+could not run. The API is called as an administrator: ``--project`` defaults
+to ``admin`` and, unless ``--roles`` or ``--token`` is given, the role is ``admin``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+import requests
+
+from fleetflow.cli import remote
+
+MODES = ("auto", "api", "direct")
+IN_PROCESS_TRANSPORTS = ("kombu+memory:", "fake:")
+
+
+class ApiUnreachable(Exception):
+    """Nothing answers at the API address (auto mode falls back to direct)."""
+
+
+def _api_url(conf, url: str | None) -> str:
+    if url:
+        return url
+    given = click.get_current_context().meta.get(remote.META_KEY)
+    if given is not None and given.url != remote.DEFAULT_URL:
+        return given.url
+    host = "127.0.0.1" if conf.api.host in ("0.0.0.0", "::", "") else conf.api.host
+    return f"http://{host}:{conf.api.port}"
+
+
+def _api_client(url: str):
+    from fleetflow.api.client import Client
+
+    given = click.get_current_context().meta.get(remote.META_KEY) or remote.Remote()
+    roles = given.roles if (given.token or given.roles != "member,reader") else "admin"
+    return Client(url, project_id=given.project or "admin", user_id=given.user or "admin",
+                  roles=[r.strip() for r in roles.split(",") if r.strip()],
+                  token=given.token, timeout=600)
+
+
+def audit_via_api(url: str, strict: bool, hosts) -> dict:
+    params = {"strict": "true" if strict else "false"}
+    if hosts:
+        params["host"] = list(hosts)
+    try:
+        return _api_client(url).get("/v2/admin/audit", **params)["audit"]
+    except requests.ConnectionError as exc:
+        raise ApiUnreachable(f"no API answers at {url}: {exc}") from exc
+
+
+class SimulatedHosts:
+    """The simulated hosts' guests read from their state file (embedded mode).
+
+    Same ``list_instances`` as the RPC client; faults injected into a running
+    ``serve`` live in its memory, so a "dead" host looks alive from here.
+    """
+
+    def __init__(self, conf, database):
+        from fleetflow.compute.agent import load_inventories
+        from fleetflow.compute.drivers.fake import FakeDriver
+
+        self.driver = FakeDriver.from_conf(conf)
+        self.driver.add_hosts(load_inventories(database))
+
+    def list_instances(self, host: str, timeout: float | None = None) -> list[dict]:
+        return self.driver.list_instances(host)
+
+    def close(self) -> None:
+        self.driver.close()
+
+
+def audit_direct(conf, strict: bool, hosts, rpc_timeout: float) -> tuple[dict, str]:
+    from fleetflow.compute.rpcapi import ComputeAPI
+    from fleetflow.engine.audit import audit
+    from fleetflow.persistence.db import get_database
+    from fleetflow.persistence.placement.client import from_conf as placement_from_conf
+
+    database = get_database(conf)
+    placement = placement_from_conf(conf, database)
+    simulated = (conf.compute.simulate
+                 and conf.messaging.transport_url.startswith(IN_PROCESS_TRANSPORTS))
+    compute = SimulatedHosts(conf, database) if simulated else ComputeAPI(conf, database)
+    how = ("database directly; guests from the simulated hosts' state file" if simulated
+           else f"database directly; hosts over {conf.messaging.transport_url.split('@')[-1]}")
+    try:
+        report = audit(database, placement, compute, hosts=list(hosts) or None,
+                       strict=strict, rpc_timeout=rpc_timeout)
+    finally:
+        if simulated:
+            compute.close()
+    return report.to_dict(), how
+
+
+def print_report(result: dict, source: str) -> None:
+    mismatches = result["mismatches"]
+    counts = result.get("counts") or {}
+    if mismatches:
+        remote.table(f"audit ({source}): {len(mismatches)} mismatches",
+                     ["kind", "subject", "host", "detail"],
+                     [[m["kind"], m["subject"], m.get("host"), m["detail"]]
+                      for m in mismatches])
+    looked = ", ".join(f"{k}={v}" for k, v in counts.items() if k != "mismatches")
+    click.echo(f"{len(mismatches)} mismatches" + (f" ({looked})" if looked else ""))
+
+
+@click.command("audit")
+@click.option("--json", "as_json", is_flag=True, help="Print {\"audit\": ...} as JSON.")
+@click.option("--strict", is_flag=True,
+              help="Flows have settled: transitional states are mismatches too.")
+@click.option("--mode", type=click.Choice(MODES), default="auto", show_default=True,
+              help="api: ask the running API; direct: read the database and hosts here; "
+                   "auto: the API if it answers, else direct.")
+@click.option("--url", default=None,
+              help="API to ask (default: global --url / FLEETFLOW_URL, else [api] host:port).")
+@click.option("--host", "hosts", multiple=True, help="Ask only this host (repeatable).")
+@click.option("--rpc-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds a host may take to list its guests (direct mode).")
+@click.pass_obj
+def audit_cmd(conf, as_json, strict, mode, url, hosts, rpc_timeout) -> None:
+    """Reconcile placement, instances, hosts and group memberships.
+
+    Prints every mismatch; exit 0 only when the cloud is clean (1: mismatches,
+    2: the audit could not run).
+    """
+    ctx = click.get_current_context()
+    try:
+        result, source = _run(conf, strict, mode, _api_url(conf, url), hosts, rpc_timeout)
+    except Exception as exc:  # noqa: BLE001 - any failure to audit is exit status 2
+        click.echo(f"audit failed: {exc}", err=True)
+        ctx.exit(2)
+    click.echo(f"audit via {source}", err=True)
+    if as_json:
+        click.echo(json.dumps({"audit": result}, indent=2, sort_keys=True))
+    else:
+        print_report(result, source.split(";")[0])
+    ctx.exit(0 if result["clean"] else 1)
+
+
+def _run(conf, strict, mode, url, hosts, rpc_timeout) -> tuple[dict, str]:
+    if mode in ("auto", "api"):
+        try:
+            return audit_via_api(url, strict, hosts), f"API {url}"
+        except ApiUnreachable:
+            if mode == "api":
+                raise
+            click.echo(f"no API answers at {url}; auditing directly", err=True)
+    return audit_direct(conf, strict, hosts, rpc_timeout)

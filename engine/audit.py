@@ -1,0 +1,307 @@
+"""The audit: do placement, the rows, the hosts and the groups agree?
+
+DESIGN section 6 point 3 promises that after every flow (success, revert,
+crash) nothing leaks. :func:`audit` checks it by reading the four places the
+cloud's state lives, each in bulk (see :mod:`.audit_sources`), and comparing:
+
+- placement allocations: instance consumers on their host's provider, data
+  volume consumers on their backend's provider, migration consumers during a move;
+- instance and volume rows (status, host, backend);
+- the guests each host really runs (asked over RPC, in parallel);
+- server group memberships.
+
+Each disagreement is one :class:`Mismatch`; :data:`KINDS` lists them. A flow
+that is still running legitimately has half-made state, so instances in
+transitional states are skipped unless ``strict=True`` — which tests use once
+every flow has settled, and which then reports the in-flight rows themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from fleetflow.common import states
+from fleetflow.engine import audit_sources as sources
+
+# Every kind of mismatch, with what it means (also the CLI's and API's legend).
+KINDS = {
+    "leaked_allocation": "a consumer holds allocations that no live instance, volume or "
+                         "move explains",
+    "instance_without_allocation": "an ACTIVE instance holds nothing on its host's provider",
+    "allocation_on_wrong_host": "an instance holds resources on another host's provider",
+    "double_allocation": "an instance holds resources on more than one host outside a move",
+    "orphan_guest": "a host runs a guest whose instance is missing, gone, or placed elsewhere",
+    "missing_guest": "an ACTIVE instance's host does not run it",
+    "stale_membership": "a group member whose instance is gone or on another host",
+    "volume_without_allocation": "a volume in use holds nothing on its backend",
+    "volume_on_wrong_backend": "a volume's space is held on a backend other than its own",
+    "leaked_volume": "a volume that is not deleted belongs to an instance that is gone",
+    "stray_attachment": "a guest has a volume attached that is not its in-use volume",
+    "missing_attachment": "an in-use volume is not attached to its instance's guest",
+    "unknown_host": "an instance row names a host that is not in the fleet",
+    "unreachable_host": "a host did not answer: its guests are unknown",
+    "unsettled_instance": "strict audit: an instance is still in a transitional state",
+    "unsettled_volume": "strict audit: a volume is still being created",
+}
+
+GONE = frozenset({states.DELETED, states.REVERTED})
+IN_FLIGHT = frozenset({states.PENDING, states.SCHEDULING, states.BUILDING, states.REVERTING,
+                       states.DELETING})
+MIGRATION_TYPE = "MIGRATION"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """One disagreement: its kind, the uuid it is about, and what was seen."""
+
+    kind: str
+    subject: str
+    detail: str
+    host: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class AuditReport:
+    """Every mismatch found, and how much was looked at (``counts``)."""
+
+    mismatches: list[Mismatch] = dataclasses.field(default_factory=list)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.mismatches
+
+    def of_kind(self, kind: str) -> list[Mismatch]:
+        return [m for m in self.mismatches if m.kind == kind]
+
+    def kinds(self) -> Counter:
+        return Counter(m.kind for m in self.mismatches)
+
+    def to_dict(self) -> dict:
+        return {"clean": self.clean, "mismatches": [m.to_dict() for m in self.mismatches],
+                "counts": dict(self.counts)}
+
+    def summary(self) -> str:
+        """One line per mismatch (what a failing test prints)."""
+        if self.clean:
+            return "0 mismatches"
+        lines = [f"{len(self.mismatches)} mismatches:"]
+        lines += [f"  {m.kind} {m.subject}" + (f" on {m.host}" if m.host else "")
+                  + f": {m.detail}" for m in self.mismatches]
+        return "\n".join(lines)
+
+
+def audit(database, placement_client, compute_api, hosts=None, *, strict: bool = False,
+          workers: int = 32, rpc_timeout: float | None = None) -> AuditReport:
+    """Compare placement, rows, hosts and groups; return every mismatch.
+
+    ``hosts``: host names to ask over RPC (default: every host of the fleet);
+    guest checks only cover the hosts asked and answering, the other checks
+    the whole cloud. ``compute_api`` None skips the hosts altogether.
+    ``strict``: flows have settled, so transitional states are mismatches too.
+    """
+    rows = sources.read_rows(database)
+    view = sources.read_placement(placement_client, database)
+    asked = list(rows.hosts) if hosts is None else list(hosts)
+    guests = (sources.ask_hosts(compute_api, asked, workers=workers, timeout=rpc_timeout)
+              if compute_api is not None else sources.Guests({}, {}))
+    checker = _Checker(rows, view, guests, strict)
+    checker.run()
+    report = AuditReport(checker.found, {
+        "hosts": len(rows.hosts), "hosts_asked": len(guests.by_host) + len(guests.unreachable),
+        "hosts_unreachable": len(guests.unreachable),
+        "guests": sum(len(g) for g in guests.by_host.values()),
+        "instances": len(rows.instances), "volumes": len(rows.volumes),
+        "consumers": len(view.allocations), "memberships": len(rows.members),
+        "mismatches": len(checker.found)})
+    return report
+
+
+class _Checker:
+    """The comparisons, one method per source; results accumulate in ``found``."""
+
+    def __init__(self, rows: sources.Rows, view: sources.PlacementView,
+                 guests: sources.Guests, strict: bool):
+        self.rows, self.view, self.guests, self.strict = rows, view, guests, strict
+        self.found: list[Mismatch] = []
+        self.host_of_provider = {uuid: name for name, uuid in rows.hosts.items()}
+        # Providers that are compute hosts: by trait, or by a host row of that uuid.
+        self.compute = set(view.compute_providers) | set(self.host_of_provider)
+        self.moving = any(i.task_state == states.TASK_MIGRATING
+                          for i in rows.instances.values())
+
+    def add(self, kind, subject, detail, host=None) -> None:
+        self.found.append(Mismatch(kind, subject, detail, host))
+
+    def skip(self, instance) -> bool:
+        """In flight and not strict: half-made state is expected, leave it alone."""
+        return not self.strict and instance.status in IN_FLIGHT
+
+    def run(self) -> None:
+        self.check_allocations()
+        self.check_instances()
+        self.check_volumes()
+        self.check_guests()
+        self.check_memberships()
+        for host, reason in sorted(self.guests.unreachable.items()):
+            self.add("unreachable_host", host, reason, host)
+
+    # -- placement -------------------------------------------------------------
+    def check_allocations(self) -> None:
+        for consumer, amounts in self.view.allocations.items():
+            instance = self.rows.instances.get(consumer)
+            volume = self.rows.volumes.get(consumer)
+            if instance is not None:
+                self._instance_allocation(instance, amounts)
+            elif volume is not None:
+                self._volume_allocation(volume, amounts)
+            elif self.view.consumer_types.get(consumer) == MIGRATION_TYPE:
+                # No migration rows exist: a move is explained by an instance
+                # being moved right now, and a settled cloud has no moves left.
+                if self.strict or not self.moving:
+                    self.add("leaked_allocation", consumer,
+                             f"migration consumer holds {_fmt(amounts)} and no move is "
+                             "running")
+            else:
+                self.add("leaked_allocation", consumer,
+                         f"no instance, volume or migration has this uuid; it holds "
+                         f"{_fmt(amounts)}")
+
+    def _instance_allocation(self, instance, amounts) -> None:
+        if self.skip(instance):
+            return
+        if instance.status in GONE:
+            self.add("leaked_allocation", instance.id,
+                     f"instance is {instance.status} but holds {_fmt(amounts)}",
+                     instance.host)
+            return
+        on_hosts = sorted(rp for rp in amounts if rp in self.compute)
+        moving = instance.task_state == states.TASK_MIGRATING and not self.strict
+        if len(on_hosts) > 1 and not moving:
+            self.add("double_allocation", instance.id,
+                     "holds resources on " + ", ".join(self._name(rp) for rp in on_hosts),
+                     instance.host)
+        expected = self.rows.hosts.get(instance.host) if instance.host else None
+        wrong = [rp for rp in on_hosts if rp != expected]
+        if wrong and (expected is None or expected not in on_hosts):
+            where = f"its host {instance.host}" if instance.host else "no host"
+            self.add("allocation_on_wrong_host", instance.id,
+                     f"holds resources on {', '.join(self._name(rp) for rp in wrong)}, "
+                     f"but the row says {where}", instance.host)
+
+    def _volume_allocation(self, volume, amounts) -> None:
+        if volume.status == states.VOLUME_DELETED:
+            self.add("leaked_allocation", volume.id,
+                     f"volume is DELETED but holds {_fmt(amounts)}")
+            return
+        expected = self.rows.backends.get(volume.backend)
+        if expected is not None and expected not in amounts:
+            self.add("volume_on_wrong_backend", volume.id,
+                     f"holds {_fmt(amounts)}, but its backend is {volume.backend}")
+
+    # -- rows ------------------------------------------------------------------
+    def check_instances(self) -> None:
+        for instance in self.rows.instances.values():
+            if instance.status in IN_FLIGHT:
+                if self.strict:
+                    self.add("unsettled_instance", instance.id,
+                             f"status {instance.status}, task {instance.task_state}",
+                             instance.host)
+                continue
+            if instance.status != states.ACTIVE or not instance.host:
+                continue
+            provider = self.rows.hosts.get(instance.host)
+            if provider is None:
+                self.add("unknown_host", instance.id,
+                         f"ACTIVE on {instance.host}, which is not in the fleet", instance.host)
+            elif provider not in self.view.allocations.get(instance.id, {}):
+                self.add("instance_without_allocation", instance.id,
+                         f"ACTIVE on {instance.host} but holds nothing on its provider",
+                         instance.host)
+
+    def check_volumes(self) -> None:
+        for volume in self.rows.volumes.values():
+            if volume.status == states.VOLUME_DELETED:
+                continue
+            if volume.status == states.VOLUME_CREATING:
+                if self.strict:
+                    self.add("unsettled_volume", volume.id, "status CREATING")
+                continue
+            owner = self.rows.instances.get(volume.instance_id) if volume.instance_id else None
+            if volume.instance_id and (owner is None or owner.status in GONE):
+                self.add("leaked_volume", volume.id,
+                         f"{volume.status}, but its instance {volume.instance_id} is "
+                         f"{owner.status if owner else 'missing'}")
+            if volume.status == states.VOLUME_IN_USE and volume.id not in self.view.allocations:
+                self.add("volume_without_allocation", volume.id,
+                         f"IN-USE on backend {volume.backend} but holds nothing")
+
+    # -- hosts -----------------------------------------------------------------
+    def check_guests(self) -> None:
+        attached = {}  # instance id -> its IN-USE volume ids
+        for volume in self.rows.volumes.values():
+            if volume.status == states.VOLUME_IN_USE and volume.instance_id:
+                attached.setdefault(volume.instance_id, set()).add(volume.id)
+        seen = set()
+        for host, guests in self.guests.by_host.items():
+            for guest in guests:
+                seen.add((host, guest["uuid"]))
+                self._guest(host, guest, attached.get(guest["uuid"], set()))
+        for instance in self.rows.instances.values():
+            if (instance.status == states.ACTIVE and instance.host in self.guests.by_host
+                    and (instance.host, instance.id) not in seen):
+                self.add("missing_guest", instance.id,
+                         f"ACTIVE on {instance.host}, which does not run it", instance.host)
+
+    def _guest(self, host: str, guest: dict, volumes: set) -> None:
+        uuid = guest["uuid"]
+        instance = self.rows.instances.get(uuid)
+        if instance is None:
+            self.add("orphan_guest", uuid, f"{guest.get('state')} guest with no instance row",
+                     host)
+            return
+        if self.skip(instance):
+            return
+        if instance.status in GONE:
+            self.add("orphan_guest", uuid, f"guest of a {instance.status} instance", host)
+            return
+        if instance.host != host:
+            self.add("orphan_guest", uuid,
+                     f"instance is placed on {instance.host or 'no host'}, not here", host)
+            return
+        if instance.status != states.ACTIVE:
+            return
+        on_guest = set(guest.get("volumes") or ())
+        for volume_id in sorted(on_guest - volumes):
+            self.add("stray_attachment", volume_id, f"attached to {uuid} but not IN-USE by it",
+                     host)
+        for volume_id in sorted(volumes - on_guest):
+            self.add("missing_attachment", volume_id, f"IN-USE by {uuid} but not attached",
+                     host)
+
+    # -- groups ----------------------------------------------------------------
+    def check_memberships(self) -> None:
+        for member in self.rows.members:
+            instance = self.rows.instances.get(member.instance_id)
+            subject = f"{member.group_id}/{member.instance_id}"
+            if instance is None or instance.status in GONE:
+                state = instance.status if instance else "missing"
+                self.add("stale_membership", subject, f"instance is {state}", member.host)
+            elif self.skip(instance):
+                continue
+            elif instance.status == states.ACTIVE and member.host != instance.host:
+                self.add("stale_membership", subject,
+                         f"member says host {member.host}, instance runs on {instance.host}",
+                         member.host)
+
+    def _name(self, provider: str) -> str:
+        return self.host_of_provider.get(provider, provider)
+
+
+def _fmt(amounts: dict) -> str:
+    return "; ".join(f"{rp}: " + ", ".join(f"{rc}={n}" for rc, n in sorted(res.items()))
+                     for rp, res in sorted(amounts.items()))

@@ -1,0 +1,298 @@
+"""The audit against a small real cloud: clean when it is, and each mismatch made for real.
+
+Every broken state below is produced with the real parts (placement claims,
+builds on the simulated hosts over RPC, rows in the database), then the audit
+must report exactly that mismatch and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from taskflow import states as tf_states
+
+from fleetflow.common import ids, states
+from fleetflow.persistence import groups
+from fleetflow.persistence.models import GroupMember, Instance, Volume
+
+H1, H2 = "z1-r1-h01", "z1-r1-h02"
+SMALL = {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
+
+
+def _only(report, kind, subject=None):
+    """The report holds exactly one mismatch, of ``kind`` (about ``subject``)."""
+    assert [m.kind for m in report.mismatches] == [kind], report.summary()
+    if subject is not None:
+        assert report.mismatches[0].subject == subject, report.summary()
+    return report.mismatches[0]
+
+
+def _set_instance(cloud, uuid, **values):
+    with cloud.database.session() as session:
+        session.execute(sa.update(Instance).where(Instance.id == uuid).values(**values))
+
+
+# -- clean clouds -----------------------------------------------------------------------
+
+def test_a_cloud_built_directly_and_by_flows_audits_clean(small_cloud, assert_audit_clean):
+    small_cloud.boot(H1)
+    small_cloud.boot("z1-r2-h01")
+    assert small_cloud.provision(3) == tf_states.SUCCESS
+    assert small_cloud.provision(2, volume_gb=10) == tf_states.SUCCESS
+    report = small_cloud.audit()
+    assert report.clean, report.summary()
+    assert report.summary() == "0 mismatches"
+    assert report.counts["hosts"] == report.counts["hosts_asked"] == 4
+    assert report.counts["instances"] == 7 and report.counts["guests"] == 7
+    assert report.counts["volumes"] == 2 and report.counts["consumers"] == 9
+    assert_audit_clean(small_cloud.database, small_cloud.placement, small_cloud.compute)
+
+
+def test_a_reverted_flow_leaves_a_clean_cloud(small_cloud):
+    for host in ("z1-r1-h01", "z1-r1-h02"):
+        small_cloud.driver.set_faults(host, fail_next=100)
+    # gpu hosts only (rack r1): both fail every build, so the reservation reverts.
+    assert small_cloud.provision(2, capabilities={"gpu": "true"}) == tf_states.REVERTED
+    report = small_cloud.audit()
+    assert report.clean, report.summary()
+    assert report.counts["instances"] == 2 and report.counts["guests"] == 0
+
+
+def test_teardown_of_group_members_leaves_no_stale_membership(small_cloud):
+    with small_cloud.database.session() as session:
+        gid = groups.create(session, "t1", "spread", ["anti-affinity"]).id
+    assert small_cloud.provision(2, group_id=gid) == tf_states.SUCCESS
+    assert small_cloud.audit().clean
+    with small_cloud.database.session() as session:
+        assert groups.member_count(session, gid) == 2
+
+
+# -- each mismatch, made for real -------------------------------------------------------
+
+def test_an_allocation_nobody_explains_is_leaked(small_cloud):
+    stray = ids.new_uuid()
+    small_cloud.placement.claim(stray, {small_cloud.host_uuid(H1): SMALL}, "t1", "t1")
+    found = _only(small_cloud.audit(), "leaked_allocation", stray)
+    assert "VCPU=1" in found.detail
+
+
+def test_a_deleted_instance_still_holding_resources_is_leaked(small_cloud):
+    uuid = small_cloud.boot(H1)
+    small_cloud.compute.destroy_instance(H1, uuid)
+    _set_instance(small_cloud, uuid, status=states.DELETED)
+    _only(small_cloud.audit(), "leaked_allocation", uuid)
+
+
+def test_a_guest_without_a_row_is_an_orphan(small_cloud):
+    uuid = ids.new_uuid()
+    small_cloud.compute.build_instance(H2, uuid, SMALL)
+    found = _only(small_cloud.audit(), "orphan_guest", uuid)
+    assert found.host == H2
+
+
+def test_a_guest_left_on_the_old_host_is_an_orphan(small_cloud):
+    uuid = small_cloud.boot(H1)
+    # The instance "moved" to H2 completely (row, allocation, guest) but H1 kept a copy.
+    small_cloud.compute.build_instance(H2, uuid, SMALL)
+    from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
+
+    small_cloud.placement.write([ConsumerWrite(uuid, {small_cloud.host_uuid(H2): SMALL},
+                                               "t1", "t1", ANY_GENERATION)])
+    _set_instance(small_cloud, uuid, host=H2)
+    found = _only(small_cloud.audit(), "orphan_guest", uuid)
+    assert found.host == H1
+
+
+def test_an_active_row_without_its_guest_is_missing(small_cloud):
+    uuid = small_cloud.boot(H1)
+    small_cloud.compute.destroy_instance(H1, uuid)
+    _only(small_cloud.audit(), "missing_guest", uuid)
+
+
+def test_an_active_instance_without_allocation(small_cloud):
+    uuid = small_cloud.boot(H1)
+    assert small_cloud.placement.release(uuid)
+    _only(small_cloud.audit(), "instance_without_allocation", uuid)
+
+
+def test_an_allocation_on_another_host(small_cloud):
+    from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
+
+    uuid = small_cloud.boot(H1)
+    small_cloud.placement.write([ConsumerWrite(uuid, {small_cloud.host_uuid(H2): SMALL},
+                                               "t1", "t1", ANY_GENERATION)])
+    report = small_cloud.audit()
+    assert sorted(m.kind for m in report.mismatches) == [
+        "allocation_on_wrong_host", "instance_without_allocation"], report.summary()
+    assert H2 in report.of_kind("allocation_on_wrong_host")[0].detail
+
+
+def test_an_instance_holding_two_hosts_is_a_double_allocation(small_cloud):
+    uuid = small_cloud.boot(H1)
+    small_cloud.placement.claim(uuid, {small_cloud.host_uuid(H2): SMALL}, "t1", "t1")
+    found = _only(small_cloud.audit(), "double_allocation", uuid)
+    assert H1 in found.detail and H2 in found.detail
+
+
+def test_a_migration_consumer_is_leaked_once_no_move_runs(small_cloud):
+    uuid = small_cloud.boot(H1)
+    migration = ids.new_uuid()
+    small_cloud.placement.move(uuid, migration, {small_cloud.host_uuid(H2): SMALL}, "t1", "t1")
+    small_cloud.compute.migrate_instance(H2, uuid, H1)
+    _set_instance(small_cloud, uuid, host=H2, task_state=states.TASK_MIGRATING)
+    # During the move (not strict) the migration consumer is expected ...
+    assert small_cloud.audit(strict=False).clean
+    # ... once the move is over it must have been dropped.
+    _set_instance(small_cloud, uuid, task_state=None)
+    _only(small_cloud.audit(), "leaked_allocation", migration)
+
+
+def test_members_of_gone_or_moved_instances_are_stale(small_cloud):
+    with small_cloud.database.session() as session:
+        gid = groups.create(session, "t1", "g", ["anti-affinity"]).id
+    gone = small_cloud.boot(H1, group_id=gid)
+    moved = small_cloud.boot(H2, group_id=gid)
+    small_cloud.compute.destroy_instance(H1, gone)
+    small_cloud.placement.release(gone)
+    _set_instance(small_cloud, gone, status=states.DELETED)
+    with small_cloud.database.session() as session:
+        session.execute(sa.update(GroupMember).where(GroupMember.instance_id == moved)
+                        .values(host="z1-r2-h02"))
+    report = small_cloud.audit()
+    assert [m.kind for m in report.mismatches] == ["stale_membership"] * 2, report.summary()
+    assert {m.subject for m in report.mismatches} == {f"{gid}/{gone}", f"{gid}/{moved}"}
+
+
+def test_volume_mismatches(small_cloud):
+    from fleetflow.flows.tasks.volume import volume_id_for
+
+    assert small_cloud.provision(1, volume_gb=10) == tf_states.SUCCESS
+    with small_cloud.database.session() as session:
+        volume = session.scalars(sa.select(Volume)).one()
+        volume_id, instance_id = volume.id, volume.instance_id
+    assert volume_id == volume_id_for(instance_id)
+    assert small_cloud.placement.release(volume_id)
+    _only(small_cloud.audit(), "volume_without_allocation", volume_id)
+    # A volume left behind by an instance that is gone.
+    with small_cloud.database.session() as session:
+        session.add(Volume(id=ids.new_uuid(), tenant_id="t1", size_gb=5,
+                           status=states.VOLUME_AVAILABLE, instance_id=ids.new_uuid()))
+    kinds = sorted(m.kind for m in small_cloud.audit().mismatches)
+    assert kinds == ["leaked_volume", "volume_without_allocation"]
+
+
+def test_a_volume_detached_behind_the_rows_back(small_cloud):
+    assert small_cloud.provision(1, volume_gb=10) == tf_states.SUCCESS
+    with small_cloud.database.session() as session:
+        volume = session.scalars(sa.select(Volume)).one()
+        instance = session.get(Instance, volume.instance_id)
+        volume_id, uuid, host = volume.id, instance.id, instance.host
+    small_cloud.compute.detach_volume(host, uuid, volume_id)
+    _only(small_cloud.audit(), "missing_attachment", volume_id)
+    stray = ids.new_uuid()
+    small_cloud.compute.attach_volume(host, uuid, volume_id)
+    small_cloud.compute.attach_volume(host, uuid, stray)
+    _only(small_cloud.audit(), "stray_attachment", stray)
+
+
+def test_a_dead_host_is_unreachable_not_clean(small_cloud):
+    small_cloud.boot(H1)
+    small_cloud.driver.set_faults(H1, dead=True)
+    found = _only(small_cloud.audit(), "unreachable_host", H1)
+    assert "HostDead" in found.detail
+    report = small_cloud.audit(hosts=[H2])
+    assert report.clean and report.counts["hosts_asked"] == 1
+
+
+def test_in_flight_instances_count_only_when_strict(small_cloud):
+    uuid = small_cloud.boot(H1)
+    small_cloud.compute.destroy_instance(H1, uuid)
+    small_cloud.placement.release(uuid)
+    _set_instance(small_cloud, uuid, status=states.BUILDING, task_state=states.TASK_SPAWNING)
+    assert small_cloud.audit(strict=False).clean
+    _only(small_cloud.audit(strict=True), "unsettled_instance", uuid)
+
+
+def test_assert_audit_clean_fails_with_the_list(small_cloud, assert_audit_clean):
+    uuid = ids.new_uuid()
+    small_cloud.compute.build_instance(H2, uuid, SMALL)
+    with pytest.raises(pytest.fail.Exception, match=f"orphan_guest {uuid} on {H2}"):
+        assert_audit_clean(small_cloud.database, small_cloud.placement, small_cloud.compute)
+
+
+# -- the API route --------------------------------------------------------------------
+
+def test_api_route_admin_only(small_cloud, client, admin_headers, member_headers):
+    r = client.get("/v2/admin/audit?strict=true", headers=admin_headers)
+    assert r.status_code == 200, r.get_json()
+    body = r.get_json()["audit"]
+    assert body["clean"] is True and body["mismatches"] == [] and body["counts"]["hosts"] == 4
+    uuid = ids.new_uuid()
+    small_cloud.compute.build_instance(H1, uuid, SMALL)
+    body = client.get("/v2/admin/audit", headers=admin_headers).get_json()["audit"]
+    assert body["clean"] is False
+    assert body["mismatches"] == [{"kind": "orphan_guest", "subject": uuid, "host": H1,
+                                   "detail": "ACTIVE guest with no instance row"}]
+    only = client.get(f"/v2/admin/audit?host={H2}", headers=admin_headers).get_json()
+    assert only["audit"]["clean"] is True
+    r = client.get("/v2/admin/audit", headers=member_headers)
+    assert r.status_code == 403
+
+
+# -- the CLI -------------------------------------------------------------------------
+
+def _run_cli(conf, *args):
+    from fleetflow.cli.audit import audit_cmd
+
+    return CliRunner().invoke(audit_cmd, list(args), obj=conf, catch_exceptions=False)
+
+
+def test_cli_direct_exit_codes(small_cloud):
+    result = _run_cli(small_cloud.conf, "--mode", "direct", "--strict")
+    assert result.exit_code == 0, result.output
+    assert "0 mismatches" in result.output
+    uuid = ids.new_uuid()
+    small_cloud.placement.claim(uuid, {small_cloud.host_uuid(H1): SMALL}, "t1", "t1")
+    result = _run_cli(small_cloud.conf, "--mode", "direct")
+    assert result.exit_code == 1
+    assert "leaked_allocation" in result.output and uuid in result.output
+    result = _run_cli(small_cloud.conf, "--mode", "direct", "--json")
+    assert result.exit_code == 1
+    body = json.loads(result.stdout)
+    assert [m["kind"] for m in body["audit"]["mismatches"]] == ["leaked_allocation"]
+
+
+def test_cli_through_the_api_and_fallback(small_cloud, live_server, make_conf):
+    result = _run_cli(small_cloud.conf, "--url", live_server, "--strict")
+    assert result.exit_code == 0, result.output
+    assert f"audit via API {live_server}" in result.stderr
+    small_cloud.compute.build_instance(H2, ids.new_uuid(), SMALL)
+    result = _run_cli(small_cloud.conf, "--url", live_server)
+    assert result.exit_code == 1 and "orphan_guest" in result.output
+    # Nothing listens there: auto falls back to direct, api mode fails with status 2.
+    dead = "http://127.0.0.1:9"
+    result = _run_cli(small_cloud.conf, "--url", dead)
+    assert result.exit_code == 1 and "auditing directly" in result.stderr
+    result = _run_cli(small_cloud.conf, "--url", dead, "--mode", "api")
+    assert result.exit_code == 2 and "no API answers" in result.stderr
+
+
+def test_cli_direct_reads_the_simulated_hosts_of_another_process(small_cloud):
+    """The embedded transport cannot leave a process: direct mode reads the state file."""
+    from fleetflow.cli.audit import SimulatedHosts
+
+    uuid = small_cloud.boot(H1)
+    hosts = SimulatedHosts(small_cloud.conf, small_cloud.database)
+    try:
+        assert [g["uuid"] for g in hosts.list_instances(H1)] == [uuid]
+    finally:
+        hosts.close()
+
+
+def test_cli_error_is_status_2(make_conf, tmp_path):
+    conf = make_conf(database={"connection": f"sqlite:///{tmp_path / 'missing' / 'x.db'}"})
+    result = _run_cli(conf, "--mode", "direct")
+    assert result.exit_code == 2 and "audit failed" in result.stderr
