@@ -1,0 +1,120 @@
+"""The embedded cloud of ``fleetflow serve``, driven over real HTTP.
+
+API, conductor threads, the SQL jobboard and the simulated fleet run in this
+process exactly as ``fleetflow serve`` runs them; the test talks to the API
+on 127.0.0.1 and waits for flows to settle as a client would.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+import yaml
+
+from fleetflow.cli.serve import Cloud
+from fleetflow.compute import messaging
+
+SETTLED = {"ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED"}
+
+
+def _fleet(tmp_path, racks: list[dict]) -> str:
+    doc = {
+        "profiles": {"small": {"inventory": {
+            "VCPU": {"total": 8, "allocation_ratio": 1.0},
+            "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
+            "DISK_GB": {"total": 200, "allocation_ratio": 1.0}}}},
+        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": racks}]}],
+        "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
+                     "disk_gb": 20}],
+        "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+@pytest.fixture
+def start_cloud(make_conf, tmp_path):
+    clouds = []
+
+    def _start(racks, workers=2):
+        conf = make_conf(api={"port": 0}, conductor={"workers": workers},
+                         fleet={"file": _fleet(tmp_path, racks)},
+                         jobboard={"claim_expiry": 10, "keepalive_interval": 1.0})
+        cloud = Cloud(conf).start()
+        threading.Thread(target=cloud.serve_forever, daemon=True).start()
+        clouds.append(cloud)
+        return cloud
+
+    yield _start
+    for cloud in clouds:
+        cloud.stop()
+        messaging.forget_transport(cloud.conf)
+
+
+def _headers(tenant="demo", roles="member"):
+    return {"X-Project-Id": tenant, "X-Roles": roles}
+
+
+def _wait(url: str, timeout: float = 600.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = requests.get(url, headers=_headers(), timeout=10).json()["reservation"]
+        if body["status"] in SETTLED or time.monotonic() > deadline:
+            return body
+        time.sleep(0.2)
+
+
+def test_reservation_over_http_goes_active_then_is_deleted(start_cloud):
+    cloud = start_cloud([{"name": "r1", "hosts": 4, "profile": "small"}])
+    base = f"{cloud.url}/v2/demo"
+    answer = requests.post(f"{base}/reservations", headers=_headers(), json={"reservation": {
+        "name": "web", "count": 6, "flavor_ref": "m1.small", "image_ref": "cirros"}})
+    assert answer.status_code == 202, answer.text
+    url = answer.headers["Location"]
+    body = _wait(url)
+    assert body["status"] == "ACTIVE", body
+    assert body["progress"] == {"total": 6, "active": 6, "building": 0, "error": 0,
+                                "reverted": 0}
+    assert all(i["host"] and i["attempts"] == 1 for i in body["instances"])
+    servers = requests.get(f"{base}/servers", params={"reservation_id": body["id"]},
+                           headers=_headers()).json()["servers"]
+    assert len(servers) == 6
+    assert requests.delete(url, headers=_headers()).status_code == 202
+    body = _wait(url)
+    assert body["status"] == "DELETED", body
+    assert cloud.agent.driver.list_instances("z1-r1-h01") == []
+
+
+def test_fifty_concurrent_reservations_keep_anti_affinity(start_cloud):
+    # Exactly 50 hosts carry the blue sticker; 10 more do not and must stay empty.
+    cloud = start_cloud([
+        {"name": f"r{i}", "hosts": 10, "profile": "small", "capabilities": {"sticker": "blue"}}
+        for i in range(1, 6)] + [{"name": "r9", "hosts": 10, "profile": "small"}],
+        workers=6)
+    base = f"{cloud.url}/v2/demo"
+    group = requests.post(f"{base}/groups", headers=_headers(), json={
+        "group": {"name": "spread", "policies": ["anti-affinity"]}}).json()["group"]
+
+    def reserve(i):
+        answer = requests.post(f"{base}/reservations", headers=_headers(), json={
+            "reservation": {"name": f"one-{i}", "count": 1, "flavor_ref": "m1.small",
+                            "image_ref": "cirros", "group_id": group["id"],
+                            "capabilities": {"sticker": "blue"}}})
+        assert answer.status_code == 202, answer.text
+        return answer.headers["Location"]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        urls = list(pool.map(reserve, range(50)))
+        bodies = list(pool.map(_wait, urls))
+    assert [b["status"] for b in bodies] == ["ACTIVE"] * 50, [
+        (b["status"], b["fault"]) for b in bodies if b["status"] != "ACTIVE"]
+    hosts = [b["instances"][0]["host"] for b in bodies]
+    assert len(set(hosts)) == 50
+    assert not any(h.startswith("z1-r9-") for h in hosts)
+    members = requests.get(f"{base}/groups/{group['id']}", headers=_headers()).json()
+    assert len(members["group"]["members"]) == 50
