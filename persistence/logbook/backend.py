@@ -37,7 +37,7 @@ from taskflow import exceptions as exc
 from taskflow.persistence import base, models
 
 from fleetflow.persistence import db, migrate
-from fleetflow.persistence.logbook.models import ATOMDETAILS, FLOWDETAILS, LOGBOOKS
+from fleetflow.persistence.logbook.models import ATOMDETAILS, FLOWDETAILS, LOGBOOKS, utcnow
 
 SCHEME_PREFIX = "fleetflow+"
 
@@ -71,6 +71,56 @@ DELETE_BOOK = sa.delete(LOGBOOKS).where(_lb.uuid == sa.bindparam("uuid"))
 FLOWS_OF_BOOK = sa.select(_fd.uuid).where(_fd.parent_uuid == sa.bindparam("uuid"))
 DELETE_FLOWS_OF_BOOK = sa.delete(FLOWDETAILS).where(_fd.parent_uuid == sa.bindparam("uuid"))
 DELETE_ATOMS_OF_BOOK = sa.delete(ATOMDETAILS).where(_ad.parent_uuid.in_(FLOWS_OF_BOOK))
+
+
+class _AtomCheckpoint:
+    """The atom detail UPDATE, compiled once per engine, run on a pooled DBAPI connection.
+
+    This is the statement the engine issues for every state change of every
+    atom, so it skips SQLAlchemy's per-execution machinery (events, result
+    objects, a separate ``BEGIN IMMEDIATE``): one ``UPDATE`` on a connection
+    from the engine's pool, committed before returning. On SQLite the pool's
+    connections run in autocommit mode (``persistence.db``), so the UPDATE is
+    its own transaction and takes the write lock itself, waiting up to the
+    busy timeout; on PostgreSQL it is followed by COMMIT.
+    """
+
+    COLUMNS = (*ATOM_COLUMNS, "updated_at")
+
+    def __init__(self, engine: sa.Engine):
+        statement = (sa.update(ATOMDETAILS).where(_ad.uuid == sa.bindparam("b_uuid"))
+                     .values({c: sa.bindparam(c) for c in self.COLUMNS}))
+        dialect = engine.dialect
+        compiled = statement.compile(dialect=dialect)
+        self._engine = engine
+        self._sql = compiled.string
+        self._order = compiled.positiontup if dialect.positional else None
+        self._errors = dialect.loaded_dbapi.Error
+        # Only updated_at may need converting (SQLite stores datetimes as text).
+        column_type = ATOMDETAILS.c.updated_at.type
+        self._when = column_type.dialect_impl(dialect).bind_processor(dialect)
+
+    def __call__(self, params: dict) -> int:
+        """Run the UPDATE; returns the number of rows it matched."""
+        now = utcnow()
+        params["updated_at"] = self._when(now) if self._when else now
+        args = tuple(params[k] for k in self._order) if self._order else params
+        raw = self._engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(self._sql, args)
+                matched = cursor.rowcount
+            finally:
+                cursor.close()
+            raw.commit()
+            return matched
+        except self._errors:
+            with contextlib.suppress(Exception):
+                raw.rollback()
+            exc.raise_with_cause(exc.StorageFailure, "Failed writing an atom checkpoint")
+        finally:
+            raw.close()
 
 
 def _dumps(value):
@@ -177,6 +227,7 @@ class LogbookBackend(base.Backend):
             engine = db.create_engine(url, pool_size=int(self._conf.get("pool_size", 10)),
                                       max_overflow=int(self._conf.get("max_overflow", 20)))
         self._engine = engine
+        self._checkpoint = _AtomCheckpoint(engine)
 
     @property
     def engine(self) -> sa.Engine:
@@ -197,6 +248,7 @@ class LogbookConnection(base.Connection):
     def __init__(self, backend: LogbookBackend):
         self._backend = backend
         self._engine = backend.engine
+        self._checkpoint = backend._checkpoint
 
     @property
     def backend(self):
@@ -242,14 +294,13 @@ class LogbookConnection(base.Connection):
     def update_atom_details(self, atom_detail, ignore_missing=False):
         """Store an atom detail with one UPDATE (its checkpoint); returns it."""
         values = _atom_values(atom_detail)
-        with self._transaction(f"updating atom details '{atom_detail.uuid}'") as conn:
-            updated = conn.execute(UPDATE_ATOM, {"b_uuid": atom_detail.uuid, **values})
-            if updated.rowcount == 0:
-                if not ignore_missing:
-                    raise exc.NotFound(
-                        f"No atom details found with uuid '{atom_detail.uuid}'")
-                conn.execute(INSERT_ATOM, {"uuid": atom_detail.uuid, "parent_uuid": None,
-                                           **values})
+        if self._checkpoint({"b_uuid": atom_detail.uuid, **values}):
+            return atom_detail
+        if not ignore_missing:
+            raise exc.NotFound(f"No atom details found with uuid '{atom_detail.uuid}'")
+        with self._transaction(f"inserting atom details '{atom_detail.uuid}'") as conn:
+            conn.execute(INSERT_ATOM, {"uuid": atom_detail.uuid, "parent_uuid": None,
+                                       **_atom_values(atom_detail)})
         return atom_detail
 
     def update_flow_details(self, flow_detail, ignore_missing=False):
