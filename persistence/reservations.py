@@ -158,8 +158,12 @@ def update_instances(session: orm.Session, instance_ids_: list[str], **values) -
     session.execute(sa.update(Instance).where(Instance.id.in_(instance_ids_)).values(**values))
 
 
-def record_attempt(session: orm.Session, instance_id: str, host: str) -> None:
-    """One more try of this instance, on ``host`` (kept in order, no repeats in a row)."""
+def record_attempt(session: orm.Session, instance_id: str, host: str, **values) -> None:
+    """One more try of this instance, on ``host`` (kept in order, no repeats in a row).
+
+    ``values`` are further columns to write in the same statement (status,
+    task_state): one write per step keeps SQLite's single writer free.
+    """
     instance = session.get(Instance, instance_id)
     if instance is None:
         return
@@ -169,6 +173,8 @@ def record_attempt(session: orm.Session, instance_id: str, host: str) -> None:
         instance.attempts = (instance.attempts or 0) + 1
     instance.hosts_tried = tried
     instance.host = host
+    for key, value in values.items():
+        setattr(instance, key, value)
     instance.updated_at = utcnow()
     session.flush()
 

@@ -48,8 +48,6 @@ class BootInstance(FleetTask):
             return None
         rt = runtime.get()
         uuid = instance_uuids[index]
-        with rt.database.session() as session:
-            rows.update_instance(session, uuid, task_state=states.TASK_SPAWNING)
         try:
             guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
                                             image=request_spec.get("image_id"), fence=fence)
