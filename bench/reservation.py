@@ -1,0 +1,112 @@
+"""Time from POST /reservations to every instance ACTIVE, through ``fleetflow serve``.
+
+Each run starts a fresh ``fleetflow serve`` (embedded: SQLite, in-process
+conductors and simulated hosts) on a generated fleet in a temporary
+directory, posts one reservation over HTTP and polls it until it settles.
+
+    python bench/reservation.py --n 100 1000 5000 --hosts 200
+    python bench/reservation.py --n 1000 --hosts 100 --boot-seconds 2 --builds-per-host 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import requests
+
+HEADERS = {"X-Project-Id": "bench", "X-Roles": "member"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workdir: str, hosts: int, env_extra: dict) -> tuple[subprocess.Popen, str]:
+    fleet = os.path.join(workdir, "fleet.yaml")
+    subprocess.run(["fleetflow", "fleet", "generate", "--hosts", str(hosts), "-o", fleet],
+                   check=True, capture_output=True)
+    port = free_port()
+    env = dict(os.environ, FLEETFLOW_API_PORT=str(port), FLEETFLOW_FLEET_FILE=fleet,
+               FLEETFLOW_API_MAX_RESERVATION_COUNT="100000", FLEETFLOW_STATE_DIR=workdir,
+               FLEETFLOW_DATABASE_CONNECTION=f"sqlite:///{workdir}/fleetflow.db",
+               **env_extra)
+    log = open(os.path.join(workdir, "serve.log"), "w")  # noqa: SIM115
+    proc = subprocess.Popen(["fleetflow", "serve"], cwd=workdir, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            requests.get(f"{url}/openapi.json", timeout=2)
+            return proc, url
+        except requests.ConnectionError:
+            if proc.poll() is not None:
+                sys.exit(f"fleetflow serve exited; see {workdir}/serve.log")
+            time.sleep(0.2)
+    proc.kill()
+    sys.exit("fleetflow serve did not start")
+
+
+def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir:
+        proc, url = start_server(workdir, hosts, env_extra)
+        try:
+            t0 = time.monotonic()
+            answer = requests.post(f"{url}/v2/bench/reservations", headers=HEADERS, json={
+                "reservation": {"name": f"bench-{n}", "count": n, "flavor_ref": flavor,
+                                "image_ref": "cirros"}}, timeout=120)
+            answer.raise_for_status()
+            accepted = time.monotonic() - t0
+            location = answer.headers["Location"]
+            while True:
+                body = requests.get(location, headers=HEADERS, timeout=120).json()
+                status = body["reservation"]["status"]
+                if status not in ("PENDING", "SCHEDULING", "BUILDING", "REVERTING"):
+                    break
+                time.sleep(poll)
+            total = time.monotonic() - t0
+            return {"n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
+                    "total_s": total, "progress": body["reservation"]["progress"]}
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, nargs="+", default=[100])
+    parser.add_argument("--hosts", type=int, default=200)
+    parser.add_argument("--boot-seconds", type=float, default=0.0)
+    parser.add_argument("--builds-per-host", type=int, default=10)
+    parser.add_argument("--engine-workers", type=int, default=None,
+                        help="[conductor] engine_workers (threads per flow)")
+    parser.add_argument("--flavor", default="m1.tiny")
+    parser.add_argument("--poll", type=float, default=0.1)
+    args = parser.parse_args()
+    env = {"FLEETFLOW_COMPUTE_BOOT_SECONDS": str(args.boot_seconds),
+           "FLEETFLOW_COMPUTE_MAX_CONCURRENT_BUILDS": str(args.builds_per_host)}
+    if args.engine_workers:
+        env["FLEETFLOW_CONDUCTOR_ENGINE_WORKERS"] = str(args.engine_workers)
+    print(f"{'N':>6} {'hosts':>6} {'boot s':>6} {'status':>8} {'202 in s':>9} {'ACTIVE in s':>12}")
+    for n in args.n:
+        r = run_one(n, args.hosts, env, args.flavor, args.poll)
+        print(f"{r['n']:>6} {r['hosts']:>6} {args.boot_seconds:>6} {r['status']:>8} "
+              f"{r['accepted_s']:>9.2f} {r['total_s']:>12.2f}", flush=True)
+        if r["status"] != "ACTIVE":
+            print(f"       progress: {r['progress']}")
+
+
+if __name__ == "__main__":
+    main()
