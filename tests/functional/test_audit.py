@@ -296,3 +296,17 @@ def test_cli_error_is_status_2(make_conf, tmp_path):
     conf = make_conf(database={"connection": f"sqlite:///{tmp_path / 'missing' / 'x.db'}"})
     result = _run_cli(conf, "--mode", "direct")
     assert result.exit_code == 2 and "audit failed" in result.stderr
+
+
+def test_audit_over_a_remote_placement(small_cloud, live_server):
+    """A Placement reached over HTTP is read per provider and gives the same answer."""
+    from fleetflow.engine.audit import audit
+    from fleetflow.persistence.placement.http_client import HttpPlacement
+
+    remote = HttpPlacement(live_server + "/placement", "admin")
+    small_cloud.boot(H1)
+    report = audit(small_cloud.database, remote, small_cloud.compute, strict=True)
+    assert report.clean and report.counts["consumers"] == 1, report.summary()
+    stray = ids.new_uuid()
+    small_cloud.placement.claim(stray, {small_cloud.host_uuid(H2): SMALL}, "t1", "t1")
+    _only(audit(small_cloud.database, remote, small_cloud.compute), "leaked_allocation", stray)
