@@ -1,16 +1,12 @@
 """The TaskFlow persistence backend (logbooks, flow and atom details) of a process.
 
 Everything in fleetflow reaches TaskFlow's persistence through
-:func:`get_backend`, so the backend can be swapped in one place. Today it is
-TaskFlow's stock SQLAlchemy backend on the fleetflow database itself (its
-``logbooks`` / ``flowdetails`` / ``atomdetails`` tables sit beside ours),
-running on fleetflow's own SQLAlchemy engine so SQLite gets WAL, a busy
-timeout and ``BEGIN IMMEDIATE`` and PostgreSQL gets psycopg 3 and a pool;
+:func:`get_backend`, so the backend can be swapped in one place. It is
+fleetflow's own logbook backend (persistence/logbook/backend.py: SQLAlchemy
+Core, one UPDATE per checkpoint) on the process's shared database engine,
+whose ``tf_*`` tables come from fleetflow's migrations (STYLE.md point 11:
+the schema is upgraded once at start-up by its owner, never here);
 ``memory://`` gives TaskFlow's in-memory backend (tests).
-
-The schema is created once per process and URL (STYLE.md point 11), and with
-``create_all`` on every dialect: TaskFlow's own alembic chain would share the
-``alembic_version`` table with fleetflow's branches on PostgreSQL and fail.
 """
 
 from __future__ import annotations
@@ -18,11 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-import sqlalchemy as sa
 from taskflow.persistence import backends as tf_backends
-from taskflow.persistence.backends.sqlalchemy import tables as tf_tables
-
-from fleetflow.persistence.db import get_database
 
 MEMORY_URLS = ("memory://", "memory:")
 
@@ -32,14 +24,6 @@ _backends: dict[str, object] = {}
 
 def _is_memory(url: str) -> bool:
     return url.strip().lower() in MEMORY_URLS
-
-
-def create_schema(engine: sa.Engine) -> None:
-    """Create TaskFlow's logbook tables on ``engine`` if they are missing."""
-    metadata = sa.MetaData()
-    tf_tables.fetch(metadata)
-    with engine.begin() as conn:
-        metadata.create_all(bind=conn, checkfirst=True)
 
 
 def get_backend(conf, url: str | None = None):
@@ -57,9 +41,9 @@ def get_backend(conf, url: str | None = None):
         if _is_memory(url):
             backend = tf_backends.fetch({"connection": "memory://"})
         else:
-            engine = get_database(conf).engine
-            create_schema(engine)
-            backend = tf_backends.fetch({"connection": url}, engine=engine)
+            from fleetflow.engine.engines import logbook_backend
+
+            backend = logbook_backend(conf)
         with contextlib.closing(backend.get_connection()) as conn:
             conn.validate()
         _backends[url] = backend

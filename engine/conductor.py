@@ -46,19 +46,19 @@ META_KEY = "fleetflow"
 ON_ERROR_REVERT = "revert"
 ON_ERROR_PAUSE = "pause"
 ON_ERROR_CHOICES = (ON_ERROR_REVERT, ON_ERROR_PAUSE)
-
-
-def engine_options(conf) -> dict:
-    """TaskFlow engine options of a conductor: a parallel engine on threads.
-
-    Boots block on hosts, so one flow runs its ready atoms in parallel.
-    """
-    return {"engine": "parallel", "executor": "threaded",
-            "max_workers": conf.conductor.engine_workers}
+# Flow states a conductor never runs again on its own (see _already_settled).
+SETTLED_FLOW_STATES = frozenset({tf_states.SUCCESS, tf_states.REVERTED, tf_states.FAILURE})
 
 
 def default_engine_factory(flow_detail, store: dict, backend, conf):
-    """Rebuild the flow of ``flow_detail`` and load it into an engine (not compiled)."""
+    """Rebuild the flow of ``flow_detail`` and load it into an engine (not compiled).
+
+    engine/engines.py gives the options (a parallel engine on
+    ``[conductor] engine_workers`` threads) and installs TaskFlow's compile
+    fixes first.
+    """
+    from fleetflow.engine.engines import engine_options
+
     return tf_engines.load_from_detail(flow_detail, store=store, backend=backend,
                                        **engine_options(conf))
 
@@ -92,6 +92,11 @@ class PauseOnErrorListener(listener_base.Listener):
     def _pause(self, name: str) -> None:
         LOG.warning("atom %s failed: pausing the flow for an operator", name)
         self.paused = True
+        # Recorded in the flow detail, so a conductor that finds this job
+        # again (we died before consuming it) leaves the flow alone too.
+        options = dict(self._engine.storage.flow_meta.get(META_KEY) or {})
+        options.update(paused=True, paused_at=name)
+        self._engine.storage.update_flow_metadata({META_KEY: options})
         self._engine.suspend()
 
     def _task_receiver(self, state, details):
@@ -131,6 +136,8 @@ class FleetConductor(impl_blocking.BlockingConductor):
             self._keepalive.stop()
 
     def _dispatch_job(self, job):
+        if self._already_settled(job):
+            return True
         # Extend the claim from the moment we run the job (rebuilding a big
         # flow takes time too) until the conductor has consumed/abandoned it.
         self._keepalive.hold(job)
@@ -149,6 +156,24 @@ class FleetConductor(impl_blocking.BlockingConductor):
             # The operator's resume / revert re-posts a job for it.
             return True
         return consume
+
+    def _already_settled(self, job) -> bool:
+        """True when the job's flow must not run again: consume the job instead.
+
+        A conductor can die after its flow ended and before it consumed the
+        job; the next one then finds a SUCCESS, REVERTED or FAILURE flow
+        detail, and TaskFlow would run a REVERTED (or FAILURE) flow again from
+        scratch, repeating every side effect. A paused flow waits for an
+        operator, who re-posts it after resetting it.
+        """
+        flow_detail = self._flow_detail_from_job(job)
+        paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        if flow_detail.state in SETTLED_FLOW_STATES or paused:
+            LOG.info("flow %s is %s%s already: consuming job %s without running it",
+                     flow_detail.uuid, flow_detail.state, " (paused)" if paused else "",
+                     job.uuid)
+            return True
+        return False
 
     def _engine_from_job(self, job):
         flow_detail = self._flow_detail_from_job(job)

@@ -168,5 +168,6 @@ def load_status(backend, flow_id: str) -> dict:
         "flow_name": meta.get(META_KEY, {}).get("flow_name"),
         "owner_tenant": meta.get(META_KEY, {}).get("owner_tenant"),
         "on_error": meta.get(META_KEY, {}).get("on_error", ON_ERROR_REVERT),
+        "paused": bool(meta.get(META_KEY, {}).get("paused")),
         "atoms": atoms,
     }

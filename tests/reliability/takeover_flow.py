@@ -15,12 +15,10 @@ rejected / reverted, with its pid and token) so tests can see who did what.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid as uuidlib
@@ -189,7 +187,10 @@ class TakeoverCloud:
         self.board = make_jobboard(self.conf, self.backend)
         self.flows: dict[str, list[dict]] = {}
         self.expect_revert: set[str] = set()
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list = []
+        from forkserver import ForkServer
+
+        self.forkserver = ForkServer(self.env)
         self._host_cycle = 0
 
     # -- work ------------------------------------------------------------------------
@@ -235,30 +236,24 @@ class TakeoverCloud:
         return [tuple(r) for r in rows if event is None or r[2] == event]
 
     # -- conductor processes -------------------------------------------------------
-    def spawn(self, name: str, crash_at: str | None = None) -> subprocess.Popen:
+    def spawn(self, name: str, crash_at: str | None = None):
+        """A ``fleetflow conductor --name <name>`` process (forked from the fork server)."""
         env = dict(self.env)
         if crash_at:
             env[CRASH_ENV] = crash_at
-        log = open(os.path.join(self.workdir, f"conductor-{name}.log"), "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from fleetflow.cli.main import main; main()",
-             "conductor", "--workers", "1", "--name", name],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
-        log.close()
-        proc.conductor_name = name
+        proc = self.forkserver.spawn(["conductor", "--workers", "1", "--name", name], env,
+                                     os.path.join(self.workdir, f"conductor-{name}.log"))
         self.procs.append(proc)
         return proc
 
     @staticmethod
-    def wait_exit(proc: subprocess.Popen, timeout: float = 90.0) -> int:
+    def wait_exit(proc, timeout: float = 90.0) -> int:
         return proc.wait(timeout)
 
     def stop_all(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)
-                    proc.terminate()
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
         for proc in self.procs:
             try:
                 proc.wait(30)
@@ -268,6 +263,7 @@ class TakeoverCloud:
 
     def close(self) -> None:
         self.stop_all()
+        self.forkserver.close()
         self.board.close()
         self.driver.close()
         self.database.dispose()

@@ -43,6 +43,35 @@ def _wait_state(backend, flow_id, wanted, timeout=30.0):
     raise AssertionError(f"flow {flow_id} is {state}, not {wanted}")
 
 
+def _wait(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def _clear_paused(backend, flow_id):
+    conn = backend.get_connection()
+    detail = conn.get_flow_details(flow_id)
+    detail.meta["fleetflow"]["paused"] = False
+    conn.update_flow_details(detail)
+
+
+def test_a_settled_flow_is_never_run_again(engine_conf, board, memory_backend, effects_log):
+    # A conductor died after its flow reverted and before consuming the job:
+    # TaskFlow would run the REVERTED flow again from scratch.
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear",
+                                {"count": 2, "fail_at": 1})
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        _wait_state(memory_backend, flow_id, tf_states.REVERTED)
+    runs = len(effects_log())
+    submit_mod.ensure_posted(board, memory_backend, flow_id)  # the job left behind
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        _wait(lambda: board.job_count == 0)
+    assert len(effects_log()) == runs
+    assert submit_mod.load_status(memory_backend, flow_id)["state"] == tf_states.REVERTED
+
+
 def test_submit_saves_the_flow_under_one_id_and_posts_its_job(board, memory_backend):
     flow_id = submit_mod.submit(board, memory_backend, "toy-linear", {"count": 2},
                                 store={"extra": 1}, owner_tenant="t1")
@@ -121,9 +150,17 @@ def test_on_error_pause_stops_before_any_revert(engine_conf, board, memory_backe
     assert atoms["inst-0001-step"]["failure"] == {
         "type": "RuntimeError", "message": "inst-0001-step failed on purpose"}
     assert atoms["inst-0002-step"]["state"] == tf_states.PENDING
-    # Consumed, so no conductor resumes (and thereby reverts) it on its own.
+    # Consumed, so no conductor resumes (and thereby reverts) it on its own,
+    # and marked paused, so even a re-posted job leaves it alone ...
     assert board.job_count == 0
-    # The operator's choice here is "revert": re-post; the flow reverts.
+    assert submit_mod.load_status(memory_backend, flow_id)["paused"] is True
+    submit_mod.ensure_posted(board, memory_backend, flow_id)
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        _wait(lambda: board.job_count == 0)
+    assert submit_mod.load_status(memory_backend, flow_id)["state"] == tf_states.SUSPENDED
+    assert effects_log("revert") == []
+    # ... until the operator decides: here "revert" (clear the mark, re-post).
+    _clear_paused(memory_backend, flow_id)
     submit_mod.ensure_posted(board, memory_backend, flow_id)
     with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
         _wait_state(memory_backend, flow_id, tf_states.REVERTED)
