@@ -1,6 +1,6 @@
 """Audit time on a generated fleet: rows, placement and every host asked over RPC.
 
-    python bench/audit.py [--hosts 1000] [--instances 2000] [--repeat 3] [--workers 32]
+    python bench/audit.py [--hosts 1000] [--instances 2000] [--repeat 3] [--workers 16]
 
 Builds a fresh SQLite cloud: ``persistence.fleet.generate(hosts)`` loaded and
 registered in placement, the fleet served in-process by one agent on
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--instances", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=16)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         conf, database, placement, agent = build_cloud(directory, args.hosts, args.instances)

@@ -96,7 +96,7 @@ class AuditReport:
 
 
 def audit(database, placement_client, compute_api, hosts=None, *, strict: bool = False,
-          workers: int = 32, rpc_timeout: float | None = None) -> AuditReport:
+          workers: int = 16, rpc_timeout: float | None = None) -> AuditReport:
     """Compare placement, rows, hosts and groups; return every mismatch.
 
     ``hosts``: host names to ask over RPC (default: every host of the fleet);

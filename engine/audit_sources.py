@@ -120,7 +120,7 @@ def _read_http(client, workers: int = 16) -> PlacementView:
     return PlacementView(dict(allocations), {c: "unknown" for c in allocations}, compute)
 
 
-def ask_hosts(compute_api, hosts, workers: int = 32, timeout: float | None = None) -> Guests:
+def ask_hosts(compute_api, hosts, workers: int = 16, timeout: float | None = None) -> Guests:
     """``list_instances`` of every host, in parallel.
 
     A host that does not answer (dead, timed out, not served) is reported as
