@@ -217,3 +217,50 @@ def test_missing_requirement_still_fails_validation(stock):
     eng.prepare()
     with pytest.raises(tf_exc.MissingDependencies):
         eng.validate()
+
+
+def test_gc_is_paused_during_engine_compile_and_restored(stock):
+    import gc
+
+    taskflow_patches.apply()
+    seen = []
+
+    class Probe(task.Task):
+        def execute(self):
+            seen.append(gc.isenabled())
+
+    original = compiler.PatternCompiler.compile
+
+    def spying_compile(self):
+        seen.append(gc.isenabled())
+        return original(self)
+
+    compiler.PatternCompiler.compile = spying_compile
+    try:
+        assert gc.isenabled()
+        eng = tf_engines.load(linear_flow.Flow("f").add(Probe("p")))
+        eng.compile()
+        eng.run()
+    finally:
+        compiler.PatternCompiler.compile = original
+    assert seen == [False, True]  # paused while compiling, back on for the run
+    assert gc.isenabled()
+
+
+def test_gc_pause_nests_and_survives_errors():
+    import gc
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), taskflow_patches.gc_paused():
+        with taskflow_patches.gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause still holds
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with taskflow_patches.gc_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()
