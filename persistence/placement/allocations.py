@@ -4,19 +4,20 @@ One call to :func:`replace_allocations` replaces the allocations of one or
 more consumers in the caller's transaction, all or nothing:
 
 1. the fence (if any) is checked;
-2. every named provider must exist (else BadRequest, 400);
-3. each consumer's generation is checked: ``None`` means "I am the first
+2. the consumers' rows and the providers they hold allocations on are read;
+3. every provider that gains or loses allocations is read and row-locked in
+   uuid order; each newly named one must exist (else BadRequest, 400);
+4. each consumer's generation is checked: ``None`` means "I am the first
    writer" and fails when the consumer already has allocations; an integer
    must equal the stored generation; :data:`ANY_GENERATION` (DELETE and
    pre-1.28 requests) skips the check;
-4. consumer rows are bumped with compare-and-swap (or inserted), which also
-   serialises writers of one consumer;
-5. the old allocations are replaced by the new ones;
-6. every provider that gains or loses allocations has its generation bumped
-   with compare-and-swap, in uuid order (no deadlocks between writers);
-7. only then are capacity, min_unit, max_unit and step_size checked against
-   fresh sums: after step 6 we hold each provider's row lock, so under READ
-   COMMITTED no other writer can have changed its allocations unseen.
+5. consumer rows are bumped with compare-and-swap (or inserted), which also
+   catches a consumer changed since step 2;
+6. the old allocations are replaced by the new ones;
+7. every touched provider's generation is bumped with compare-and-swap;
+8. only then are capacity, min_unit, max_unit and step_size checked against
+   fresh sums: no other writer can change these providers' allocations until
+   we commit, so under READ COMMITTED the sums are the truth.
 
 A lost provider race raises :class:`LostRace`; the store retries the whole
 transaction. Anything else is the caller's error and is raised as is.
@@ -111,12 +112,6 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     uuids = sorted(w.consumer_uuid for w in writes)
     new_rps = {rp for w in writes for rp in w.allocations}
 
-    generations = dict(conn.execute(sa.select(RP.c.uuid, RP.c.generation).where(
-        RP.c.uuid.in_(new_rps))).all()) if new_rps else {}
-    if new_rps - set(generations):
-        raise errors.BadRequest("Allocation for resource provider "
-                                f"'{sorted(new_rps - set(generations))[0]}' that does not exist.")
-
     consumers: dict[str, int] = {}
     held: dict[str, set[str]] = defaultdict(set)
     for consumer_uuid, generation, rp in conn.execute(
@@ -126,15 +121,24 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
         consumers[consumer_uuid] = generation
         if rp is not None:
             held[consumer_uuid].add(rp)
+
+    # Every provider that gains or loses allocations, read and row-locked in
+    # uuid order (PostgreSQL: FOR NO KEY UPDATE, which still lets others insert
+    # allocations that reference the row). The lock makes writers queue for a
+    # hot provider instead of all reading one generation and all but one losing
+    # the compare-and-swap below, which stays as the guard (and is all SQLite,
+    # whose BEGIN IMMEDIATE already serialises writers, needs).
+    touched = sorted(new_rps | {rp for rps in held.values() for rp in rps})
+    generations = dict(conn.execute(
+        sa.select(RP.c.uuid, RP.c.generation).where(RP.c.uuid.in_(touched))
+        .order_by(RP.c.uuid).with_for_update(key_share=True)).all()) if touched else {}
+    if new_rps - set(generations):
+        raise errors.BadRequest("Allocation for resource provider "
+                                f"'{sorted(new_rps - set(generations))[0]}' that does not exist.")
     _check_consumer_generations(writes, consumers, held)
+    # A consumer changed since we read it fails its compare-and-swap here.
     _write_consumers(conn, writes, consumers)
 
-    # Providers we take allocations from. Their set cannot change under us: any
-    # change to these consumers' allocations bumps the consumer rows we now hold.
-    old_rps = {rp for rps in held.values() for rp in rps} - set(generations)
-    if old_rps:
-        generations.update(conn.execute(sa.select(RP.c.uuid, RP.c.generation).where(
-            RP.c.uuid.in_(old_rps))).all())
     if held:
         conn.execute(A.delete().where(A.c.consumer_uuid.in_(sorted(held))))
     rows = [{"consumer_uuid": w.consumer_uuid, "resource_provider_uuid": rp,
