@@ -166,6 +166,17 @@ def test_apply_is_idempotent_and_remove_restores_stock(stock):
     assert not taskflow_patches.is_applied()
     assert compiler.gr is tf_graph
     assert scopes.ScopeWalker is taskflow_patches.STOCK_SCOPE_WALKER
+    assert tf_graph.DiGraph.no_predecessors_iter is taskflow_patches.STOCK_NO_PREDECESSORS
+
+
+def test_no_predecessor_and_successor_iterators_match_stock(stock):
+    graph = tf_graph.DiGraph()
+    graph.add_nodes_from(["lonely", "a", "b", "c"])
+    graph.add_edges_from([("a", "b"), ("b", "c"), ("a", "c")])
+    expected = (list(graph.no_predecessors_iter()), list(graph.no_successors_iter()))
+    taskflow_patches.apply()
+    assert (list(graph.no_predecessors_iter()), list(graph.no_successors_iter())) == expected
+    assert expected == (["lonely", "a"], ["lonely", "c"])
 
 
 def test_in_place_merge_refuses_overlaps_like_stock():
