@@ -37,15 +37,16 @@ from taskflow import exceptions as exc
 from taskflow.persistence import base, models
 
 from fleetflow.persistence import db, migrate
-from fleetflow.persistence.logbook.models import ATOMDETAILS, FLOWDETAILS, LOGBOOKS, utcnow
+from fleetflow.persistence.logbook.checkpoint import AtomCheckpoint
+from fleetflow.persistence.logbook.models import (
+    ATOM_COLUMNS,
+    ATOMDETAILS,
+    FLOWDETAILS,
+    JSON_COLUMNS,
+    LOGBOOKS,
+)
 
 SCHEME_PREFIX = "fleetflow+"
-
-# Atom columns written on update (not uuid or parent_uuid), and which of
-# them hold JSON text.
-ATOM_COLUMNS = ("name", "atom_type", "version", "state", "intention", "meta", "failure",
-                "results", "revert_results", "revert_failure")
-JSON_COLUMNS = frozenset({"meta", "failure", "results", "revert_results", "revert_failure"})
 
 # NOTE: statements are built once; an UPDATE without .values() takes its SET
 # columns from the parameter keys, which are always the same here, so the
@@ -71,56 +72,6 @@ DELETE_BOOK = sa.delete(LOGBOOKS).where(_lb.uuid == sa.bindparam("uuid"))
 FLOWS_OF_BOOK = sa.select(_fd.uuid).where(_fd.parent_uuid == sa.bindparam("uuid"))
 DELETE_FLOWS_OF_BOOK = sa.delete(FLOWDETAILS).where(_fd.parent_uuid == sa.bindparam("uuid"))
 DELETE_ATOMS_OF_BOOK = sa.delete(ATOMDETAILS).where(_ad.parent_uuid.in_(FLOWS_OF_BOOK))
-
-
-class _AtomCheckpoint:
-    """The atom detail UPDATE, compiled once per engine, run on a pooled DBAPI connection.
-
-    This is the statement the engine issues for every state change of every
-    atom, so it skips SQLAlchemy's per-execution machinery (events, result
-    objects, a separate ``BEGIN IMMEDIATE``): one ``UPDATE`` on a connection
-    from the engine's pool, committed before returning. On SQLite the pool's
-    connections run in autocommit mode (``persistence.db``), so the UPDATE is
-    its own transaction and takes the write lock itself, waiting up to the
-    busy timeout; on PostgreSQL it is followed by COMMIT.
-    """
-
-    COLUMNS = (*ATOM_COLUMNS, "updated_at")
-
-    def __init__(self, engine: sa.Engine):
-        statement = (sa.update(ATOMDETAILS).where(_ad.uuid == sa.bindparam("b_uuid"))
-                     .values({c: sa.bindparam(c) for c in self.COLUMNS}))
-        dialect = engine.dialect
-        compiled = statement.compile(dialect=dialect)
-        self._engine = engine
-        self._sql = compiled.string
-        self._order = compiled.positiontup if dialect.positional else None
-        self._errors = dialect.loaded_dbapi.Error
-        # Only updated_at may need converting (SQLite stores datetimes as text).
-        column_type = ATOMDETAILS.c.updated_at.type
-        self._when = column_type.dialect_impl(dialect).bind_processor(dialect)
-
-    def __call__(self, params: dict) -> int:
-        """Run the UPDATE; returns the number of rows it matched."""
-        now = utcnow()
-        params["updated_at"] = self._when(now) if self._when else now
-        args = tuple(params[k] for k in self._order) if self._order else params
-        raw = self._engine.raw_connection()
-        try:
-            cursor = raw.cursor()
-            try:
-                cursor.execute(self._sql, args)
-                matched = cursor.rowcount
-            finally:
-                cursor.close()
-            raw.commit()
-            return matched
-        except self._errors:
-            with contextlib.suppress(Exception):
-                raw.rollback()
-            exc.raise_with_cause(exc.StorageFailure, "Failed writing an atom checkpoint")
-        finally:
-            raw.close()
 
 
 def _dumps(value):
@@ -227,7 +178,7 @@ class LogbookBackend(base.Backend):
             engine = db.create_engine(url, pool_size=int(self._conf.get("pool_size", 10)),
                                       max_overflow=int(self._conf.get("max_overflow", 20)))
         self._engine = engine
-        self._checkpoint = _AtomCheckpoint(engine)
+        self._checkpoint = AtomCheckpoint(engine)
 
     @property
     def engine(self) -> sa.Engine:

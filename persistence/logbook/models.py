@@ -79,6 +79,12 @@ class AtomDetailRow(Base):
                                                     onupdate=utcnow)
 
 
+# Atom columns written on update (not uuid or parent_uuid), and which of
+# them hold JSON text.
+ATOM_COLUMNS = ("name", "atom_type", "version", "state", "intention", "meta", "failure",
+                "results", "revert_results", "revert_failure")
+JSON_COLUMNS = frozenset({"meta", "failure", "results", "revert_results", "revert_failure"})
+
 LOGBOOKS: sa.Table = LogbookRow.__table__
 FLOWDETAILS: sa.Table = FlowDetailRow.__table__
 ATOMDETAILS: sa.Table = AtomDetailRow.__table__
