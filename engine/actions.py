@@ -1,0 +1,346 @@
+"""Operator actions on flows: list, show, resume, revert.
+
+A flow is known by its operation id (logbook uuid = flow detail uuid = job
+name, see engine/submit.py). Its state is TaskFlow's flow state, plus one of
+ours: ``PAUSED``, a flow that ``on_error = pause`` stopped (SUSPENDED) at its
+first failure, before anything was reverted.
+
+What the actions may do, by state:
+
+============  =========================================  ========================
+state         resume                                     revert
+============  =========================================  ========================
+PENDING       post the job again if it is missing        Conflict
+RUNNING       post the job again if it is missing        Conflict, unless it is
+              (a crashed owner's claim expires; a new    reverting already
+              conductor resumes from the checkpoint)
+SUSPENDED     post the job again                         every atom to REVERT
+PAUSED        failed atoms re-run (PENDING/EXECUTE),     on_error = revert, every
+              the others keep their results              atom to REVERT
+FAILURE       REVERT_FAILURE atoms retry their revert    same as resume
+              (SUCCESS/REVERT), the revert continues
+SUCCESS       Conflict                                   Conflict
+REVERTED      Conflict: loading it runs it from scratch  nothing to do
+============  =========================================  ========================
+
+Why the atoms are rewritten before the job is posted (TaskFlow 6.5, measured;
+"Revert, retry, resume"): a conductor that loads a flow detail applies
+TaskFlow's failure resolution to every atom it finds in FAILURE, so a paused
+flow re-posted as it stands would be reverted, not resumed; an atom in
+REVERT_FAILURE is not retried by a plain re-run, and the rest of the flow runs
+again, leaking what the failed revert held. A FAILURE flow is also set
+SUSPENDED, since conductors consume FAILURE flows without running them.
+
+An operator's revert turns every failed atom into "SUCCESS, intention
+REVERT" and keeps its failure: its revert gets that ``Failure`` as ``result``
+(STYLE.md point 5) and retry controllers are not asked again: the operator
+chose to revert, not to try another host.
+
+Both actions are idempotent: a second call finds nothing left to rewrite and
+the job already posted. Only one operator action at a time is expected per
+flow; concurrent calls may each post a job (ensure_posted is not atomic) —
+conductors consume the extra one as soon as the flow is settled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from taskflow import exceptions as tf_exc
+from taskflow import states as tf_states
+from taskflow import storage as tf_storage
+from taskflow.persistence import models as tf_models
+
+from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
+from fleetflow.engine import submit as submit_mod
+from fleetflow.engine.conductor import META_KEY, ON_ERROR_REVERT
+
+LOG = logging.getLogger(__name__)
+
+#: Derived flow state: stopped by ``on_error = pause`` for an operator.
+PAUSED = "PAUSED"
+FLOW_STATES = (tf_states.PENDING, tf_states.RUNNING, tf_states.SUCCESS, tf_states.FAILURE,
+               tf_states.REVERTED, tf_states.SUSPENDED, tf_states.SUSPENDING,
+               tf_states.RESUMING, tf_states.REVERTING, PAUSED)
+RESUMABLE = frozenset({tf_states.PENDING, tf_states.RUNNING, tf_states.SUSPENDED,
+                       tf_states.SUSPENDING, tf_states.RESUMING, PAUSED, tf_states.FAILURE})
+REVERTIBLE = frozenset({tf_states.SUSPENDED, PAUSED, tf_states.FAILURE})
+# Flow states in which an engine may still be writing atoms: we only re-post.
+_LIVE = frozenset({tf_states.PENDING, tf_states.RUNNING, tf_states.SUSPENDING,
+                   tf_states.RESUMING})
+# Atom states that say the atom's execute was started at least once.
+_NEVER_RAN = frozenset({tf_states.PENDING, tf_states.IGNORE, None})
+_LIST_BATCH = 500
+
+
+def _options(flow_detail) -> dict:
+    return dict((flow_detail.meta or {}).get(META_KEY) or {})
+
+
+def flow_state(flow_detail) -> str:
+    """TaskFlow's state of ``flow_detail``, or PAUSED for a flow paused on error."""
+    state = flow_detail.state or tf_states.PENDING
+    if state == tf_states.SUSPENDED and _options(flow_detail).get("paused"):
+        return PAUSED
+    return state
+
+
+def _summary(flow_detail) -> dict:
+    options = _options(flow_detail)
+    return {
+        "id": flow_detail.uuid,
+        "name": options.get("flow_name") or flow_detail.name,
+        "state": flow_state(flow_detail),
+        "owner_tenant": options.get("owner_tenant"),
+        "on_error": options.get("on_error", ON_ERROR_REVERT),
+        "submitted_at": options.get("submitted_at"),
+        "paused_at": options.get("paused_at") if options.get("paused") else None,
+    }
+
+
+# -- list ---------------------------------------------------------------------------
+
+
+def _flow_details_after(backend, marker: str | None):
+    """Every flow detail (lazy: no atoms) with a uuid above ``marker``, by uuid.
+
+    fleetflow's logbook backend is read in uuid order, a batch at a time; any
+    other TaskFlow backend (the in-memory one of tests) is read whole.
+    """
+    from fleetflow.persistence.logbook.backend import LogbookBackend
+
+    if isinstance(backend, LogbookBackend):
+        yield from _logbook_flow_details_after(backend, marker)
+        return
+    with contextlib.closing(backend.get_connection()) as conn:
+        details = [fd for book in conn.get_logbooks(lazy=True)
+                   for fd in conn.get_flows_for_book(book.uuid, lazy=True)]
+    details.sort(key=lambda fd: fd.uuid)
+    yield from (fd for fd in details if marker is None or fd.uuid > marker)
+
+
+def _logbook_flow_details_after(backend, marker: str | None):
+    import sqlalchemy as sa
+    from oslo_serialization import jsonutils
+
+    from fleetflow.persistence.logbook.models import FLOWDETAILS
+
+    columns = FLOWDETAILS.c
+    while True:
+        stmt = (sa.select(columns.uuid, columns.name, columns.state, columns.meta)
+                .order_by(columns.uuid).limit(_LIST_BATCH))
+        if marker is not None:
+            stmt = stmt.where(columns.uuid > marker)
+        with backend.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        for uuid, name, state, meta in rows:
+            yield tf_models.FlowDetail.from_dict({
+                "uuid": uuid, "name": name, "state": state,
+                "meta": jsonutils.loads(meta) if meta else {}})
+        if len(rows) < _LIST_BATCH:
+            return
+        marker = rows[-1][0]
+
+
+def list_flows(backend, state: str | None = None, tenant: str | None = None,
+               limit: int = 100, marker: str | None = None) -> tuple[list[dict], bool]:
+    """One page of flows, sorted by id: ``(summaries, more)``.
+
+    ``state`` filters on the (derived) state: PAUSED flows are not listed as
+    SUSPENDED. ``tenant`` keeps the flows whose owner tenant it is. ``marker``
+    is the id of the last flow of the previous page; ``more`` says a next
+    page exists.
+    """
+    if state is not None and state not in FLOW_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(FLOW_STATES)}", field="state")
+    page: list[dict] = []
+    for flow_detail in _flow_details_after(backend, marker):
+        summary = _summary(flow_detail)
+        if state is not None and summary["state"] != state:
+            continue
+        if tenant is not None and summary["owner_tenant"] != tenant:
+            continue
+        if len(page) == limit:
+            return page, True
+        page.append(summary)
+    return page, False
+
+
+# -- show ---------------------------------------------------------------------------
+
+
+def _failure_view(failure, step: str) -> dict | None:
+    if failure is None:
+        return None
+    # A Failure loaded from storage carries type names, not the exception.
+    type_names = failure.to_dict(include_args=False).get("exc_type_names") or ["Exception"]
+    return {"type": type_names[0].rsplit(".", 1)[-1], "message": failure.exception_str,
+            "step": step}
+
+
+def _atom_view(atom) -> dict:
+    is_retry = isinstance(atom, tf_models.RetryDetail)
+    if is_retry:
+        attempts = len(atom.results)
+    else:
+        # NOTE: TaskFlow keeps no execution count for a task; we can only
+        # tell whether it was started (a resumed task may have run twice).
+        attempts = 0 if atom.state in _NEVER_RAN else 1
+    return {
+        "name": atom.name,
+        "kind": "retry" if is_retry else "task",
+        "state": atom.state,
+        "intention": atom.intention,
+        "attempts": attempts,
+        "failure": _failure_view(atom.failure, atom.name),
+        "revert_failure": _failure_view(atom.revert_failure, atom.name),
+    }
+
+
+def _load(backend, flow_id: str):
+    with contextlib.closing(backend.get_connection()) as conn:
+        try:
+            return conn.get_flow_details(flow_id)
+        except tf_exc.NotFound as exc:
+            raise NotFound(f"flow {flow_id} not found", flow_id=flow_id) from exc
+
+
+def _atoms(flow_detail):
+    # The injector holds store values TaskFlow injected; it is not an atom.
+    return [ad for ad in flow_detail if ad.name != tf_storage.Storage.injector_name]
+
+
+def show_flow(backend, flow_id: str, tenant: str | None = None) -> dict:
+    """The flow's summary and every atom (name, kind, state, intention, attempts, failure).
+
+    ``failure`` of the flow is the first failed atom's (what an operator
+    looks at first). With ``tenant``, another tenant's flow is NotFound.
+    """
+    flow_detail = _load(backend, flow_id)
+    view = _summary(flow_detail)
+    if tenant is not None and view["owner_tenant"] != tenant:
+        raise NotFound(f"flow {flow_id} not found", flow_id=flow_id)
+    atoms = sorted((_atom_view(ad) for ad in _atoms(flow_detail)), key=lambda a: a["name"])
+    view["atoms"] = atoms
+    failed = [a for a in atoms if a["state"] in (tf_states.FAILURE, tf_states.REVERT_FAILURE)]
+    first = failed[0] if failed else None
+    view["failure"] = (first["failure"] or first["revert_failure"]) if first else None
+    return view
+
+
+# -- resume / revert ------------------------------------------------------------------
+
+
+def _save(backend, flow_detail) -> None:
+    with contextlib.closing(backend.get_connection()) as conn:
+        conn.update_flow_details(flow_detail)
+
+
+def _reset_for_resume(flow_detail) -> list[str]:
+    """Rewrite a stopped flow's atoms so that the next run carries on; returns their names."""
+    changed = []
+    reverting = flow_detail.state == tf_states.FAILURE
+    for atom in _atoms(flow_detail):
+        if atom.state == tf_states.REVERT_FAILURE:
+            # Only this revert is retried; the run then goes on reverting.
+            atom.state, atom.intention, atom.revert_failure = (
+                tf_states.SUCCESS, tf_states.REVERT, None)
+        elif reverting:
+            continue  # a flow that was reverting keeps reverting
+        elif atom.state == tf_states.FAILURE:
+            atom.reset(tf_states.PENDING)  # runs again; its failure is cleared
+        elif (atom.state in (tf_states.SUCCESS, tf_states.PENDING)
+              and atom.intention in (tf_states.REVERT, tf_states.RETRY)):
+            # Intentions recorded by the failure resolution that the pause
+            # stopped short of acting on: done atoms stay done.
+            atom.intention = tf_states.EXECUTE
+        else:
+            continue
+        changed.append(atom.name)
+    return changed
+
+
+def _mark_for_revert(flow_detail) -> list[str]:
+    """Every atom to REVERT, as TaskFlow's RevertAll does; failed atoms keep their failure."""
+    changed = []
+    for atom in _atoms(flow_detail):
+        before = (atom.state, atom.intention)
+        if atom.state in (tf_states.FAILURE, tf_states.REVERT_FAILURE):
+            # NOTE: not left in FAILURE: on load the engine would ask the
+            # atom's retry controller, which may retry instead of reverting.
+            atom.state, atom.revert_failure = tf_states.SUCCESS, None
+        if atom.state not in (tf_states.REVERTED, tf_states.IGNORE):
+            atom.intention = tf_states.REVERT
+        if (atom.state, atom.intention) != before:
+            changed.append(atom.name)
+    return changed
+
+
+def _stopped_detail(backend, flow_id: str, allowed: frozenset, action: str):
+    flow_detail = _load(backend, flow_id)
+    state = flow_state(flow_detail)
+    if state not in allowed:
+        hint = {tf_states.REVERTED: " (resuming it would run it again from scratch)",
+                tf_states.RUNNING: " (wait for it, or resume it if its conductor died)"}
+        raise Conflict(f"flow {flow_id} is {state}: it cannot be {action}"
+                       f"{hint.get(state, '')}", flow_id=flow_id, state=state)
+    return flow_detail, state
+
+
+def resume(board, backend, flow_id: str) -> dict:
+    """Make a stopped flow runnable from its last checkpoint and post its job.
+
+    Returns the flow as :func:`show_flow` shows it. NotFound for an unknown
+    id, Conflict for a SUCCESS or REVERTED flow.
+    """
+    flow_detail, state = _stopped_detail(backend, flow_id, RESUMABLE, "resumed")
+    if state not in _LIVE:
+        changed = _reset_for_resume(flow_detail)
+        options = _options(flow_detail)
+        options.pop("paused", None)
+        options.pop("paused_at", None)
+        flow_detail.meta = {**(flow_detail.meta or {}), META_KEY: options}
+        if flow_detail.state == tf_states.FAILURE:
+            flow_detail.state = tf_states.SUSPENDED  # conductors skip FAILURE flows
+        # Atoms first, in the same save as the cleared pause mark: a
+        # conductor holding an old job of this flow skips it while paused.
+        _save(backend, flow_detail)
+        LOG.info("flow %s (%s) resumed; atoms reset: %s", flow_id, state, changed or "none")
+    submit_mod.ensure_posted(board, backend, flow_id)
+    return show_flow(backend, flow_id)
+
+
+def _reverting(flow_detail) -> bool:
+    """True when an operator's revert was applied (on_error revert, atoms marked)."""
+    return (_options(flow_detail).get("on_error") == ON_ERROR_REVERT
+            and any(a.intention == tf_states.REVERT for a in _atoms(flow_detail)))
+
+
+def revert(board, backend, flow_id: str) -> dict:
+    """Switch a stopped (paused, suspended or failed) flow to reverting and post its job.
+
+    Sets ``on_error`` to ``revert`` (a later failure of a revert is not
+    paused either) and marks every atom for revert. NotFound for an unknown
+    id, Conflict for a flow in any other state. Asking again is harmless: a
+    flow already reverted or reverting is shown as it is.
+    """
+    flow_detail = _load(backend, flow_id)
+    state = flow_state(flow_detail)
+    if state == tf_states.REVERTED or (state in _LIVE and _reverting(flow_detail)):
+        # Asked again: reverted already, or a conductor is reverting it.
+        return show_flow(backend, flow_id)
+    flow_detail, state = _stopped_detail(backend, flow_id, REVERTIBLE, "reverted")
+    changed = _mark_for_revert(flow_detail)
+    options = _options(flow_detail)
+    options.pop("paused", None)
+    options.pop("paused_at", None)
+    options["on_error"] = ON_ERROR_REVERT
+    flow_detail.meta = {**(flow_detail.meta or {}), META_KEY: options}
+    if flow_detail.state == tf_states.FAILURE:
+        flow_detail.state = tf_states.SUSPENDED
+    _save(backend, flow_detail)
+    LOG.info("flow %s (%s) set to revert; atoms marked: %s", flow_id, state,
+             changed or "none")
+    submit_mod.ensure_posted(board, backend, flow_id)
+    return show_flow(backend, flow_id)
