@@ -1,0 +1,190 @@
+"""Distributed mode end to end: every part a separate process on the real servers.
+
+PostgreSQL holds the state, Redis the jobboard, RabbitMQ carries compute RPC:
+``fleetflow serve`` (API only), two ``fleetflow conductor`` processes and one
+``fleetflow compute-agent --all``. A 50-instance reservation is posted over
+HTTP; once it is under way the conductor holding its job is killed with
+SIGKILL, and the other one must finish it: ACTIVE, one spawn per instance,
+and a clean audit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+
+import pytest
+import requests
+import yaml
+
+ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
+TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
+
+FLEET = {
+    "profiles": {"small": {"inventory": {
+        "VCPU": {"total": 16, "allocation_ratio": 1.0},
+        "MEMORY_MB": {"total": 32768, "allocation_ratio": 1.0},
+        "DISK_GB": {"total": 400, "allocation_ratio": 1.0}}}},
+    "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
+        {"name": "r1", "hosts": 5, "profile": "small"},
+        {"name": "r2", "hosts": 5, "profile": "small"}]}]}],
+    "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}],
+    "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Processes:
+    def __init__(self, workdir, env):
+        self.workdir, self.env, self.procs = workdir, env, {}
+
+    def run(self, *args) -> None:
+        subprocess.run(["fleetflow", *args], env=self.env, cwd=self.workdir, check=True,
+                       capture_output=True, timeout=300)
+
+    def start(self, name: str, *args) -> subprocess.Popen:
+        log = open(os.path.join(self.workdir, f"{name}.log"), "w")  # noqa: SIM115
+        proc = subprocess.Popen(["fleetflow", *args], env=self.env, cwd=self.workdir,
+                                stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        with open(os.path.join(self.workdir, f"{name}.log")) as f:
+            return f.read()[-3000:]
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def distributed(tmp_path, pg_url, redis_url, rabbit_url):
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(FLEET))
+    port = _free_port()
+    suffix = uuid.uuid4().hex[:8]
+    env = dict(os.environ,
+               FLEETFLOW_STATE_DIR=str(tmp_path),
+               FLEETFLOW_DATABASE_CONNECTION=pg_url,
+               FLEETFLOW_JOBBOARD_BACKEND="redis",
+               FLEETFLOW_JOBBOARD_REDIS_URL=redis_url,
+               FLEETFLOW_JOBBOARD_BOARD_NAME=f"dist-{suffix}",
+               FLEETFLOW_JOBBOARD_CLAIM_EXPIRY="3",
+               FLEETFLOW_JOBBOARD_KEEPALIVE_INTERVAL="0.5",
+               FLEETFLOW_MESSAGING_TRANSPORT_URL=rabbit_url,
+               FLEETFLOW_MESSAGING_TOPIC=f"fleetflow-compute-{suffix}",
+               FLEETFLOW_MESSAGING_RPC_TIMEOUT="20",
+               FLEETFLOW_COMPUTE_SIMULATE="false",
+               FLEETFLOW_COMPUTE_BOOT_SECONDS="1.0",
+               FLEETFLOW_COMPUTE_STATE_PATH=str(tmp_path / "hosts.db"),
+               FLEETFLOW_CONDUCTOR_WORKERS="0",
+               # Few engine threads and a slow boot: the flow lasts long enough
+               # (about 50 / 4 x 1 s) for the test to kill its conductor mid-way.
+               FLEETFLOW_CONDUCTOR_ENGINE_WORKERS="4",
+               FLEETFLOW_API_PORT=str(port),
+               FLEETFLOW_FLEET_FILE=str(fleet_file))
+    env.pop("FLEETFLOW_CRASH_AT", None)
+    procs = Processes(str(tmp_path), env)
+    procs.run("db", "upgrade")
+    procs.run("fleet", "load", str(fleet_file))
+    procs.start("agent", "compute-agent", "--all")
+    procs.start("c1", "conductor", "--name", "c1")
+    procs.start("c2", "conductor", "--name", "c2")
+    procs.start("api", "serve")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            requests.get(f"{url}/openapi.json", timeout=2)
+            break
+        except requests.ConnectionError:
+            assert time.monotonic() < deadline, procs.log("api")
+            time.sleep(0.3)
+    procs.url = url
+    yield procs
+    procs.stop_all()
+
+
+def _board(env):
+    from fleetflow.common import config
+    from fleetflow.engine.backend import get_backend
+    from fleetflow.engine.jobboard import make_jobboard
+
+    conf = config.load(args=[], environ=env)
+    return make_jobboard(conf, get_backend(conf))
+
+
+def _owner(board, flow_id: str) -> str | None:
+    for job in board.iterjobs(only_unclaimed=False, ensure_fresh=True):
+        if job.name == flow_id:
+            return board.find_owner(job)
+    return None
+
+
+def test_fifty_instances_survive_the_death_of_their_conductor(distributed):
+    procs = distributed
+    board = _board(procs.env)
+    answer = requests.post(f"{procs.url}/v2/demo/reservations", headers=TENANT, json={
+        "reservation": {"name": "dist", "count": 50, "flavor_ref": "m1.small",
+                        "image_ref": "cirros"}}, timeout=60)
+    assert answer.status_code == 202, answer.text
+    location = answer.headers["Location"]
+    flow_id = requests.get(location, headers=TENANT).json()["reservation"]["flow_id"]
+
+    # Wait until the flow is under way (some instances ACTIVE, not all).
+    deadline = time.monotonic() + 300
+    while True:
+        body = requests.get(location, headers=TENANT, timeout=30).json()["reservation"]
+        if body["progress"]["active"] >= 5:
+            break
+        assert time.monotonic() < deadline, (body, procs.log("c1"), procs.log("c2"))
+        time.sleep(0.1)
+    assert body["progress"]["active"] < 50, "the reservation finished before the kill"
+    owner = _owner(board, flow_id)
+    assert owner, f"no owner of job {flow_id}"
+    victim = next(name for name in ("c1", "c2") if owner.startswith(name))
+    survivor = "c2" if victim == "c1" else "c1"
+    procs.procs[victim].send_signal(signal.SIGKILL)
+    assert procs.procs[victim].wait(30) == -signal.SIGKILL
+
+    deadline = time.monotonic() + 600
+    while True:
+        body = requests.get(location, headers=TENANT, timeout=30).json()["reservation"]
+        if body["status"] not in ("PENDING", "SCHEDULING", "BUILDING", "REVERTING"):
+            break
+        assert time.monotonic() < deadline, (body["progress"], procs.log(survivor))
+        time.sleep(0.5)
+    assert body["status"] == "ACTIVE", (body["status"], body["fault"], procs.log(survivor))
+    assert procs.procs[survivor].poll() is None
+    # The last task wrote ACTIVE; the conductor then consumes the job.
+    deadline = time.monotonic() + 60
+    while _owner(board, flow_id) is not None:
+        assert time.monotonic() < deadline, "the finished job was never consumed"
+        time.sleep(0.2)
+    board.close()
+
+    from fleetflow.common import config
+    from fleetflow.compute.drivers.fake import FakeDriver
+
+    driver = FakeDriver.from_conf(config.load(args=[], environ=procs.env))
+    spawns = {i["id"]: driver.spawn_count(i["id"]) for i in body["instances"]}
+    assert set(spawns.values()) == {1}, spawns
+    audit = requests.get(f"{procs.url}/v2/admin/audit", params={"strict": "true"},
+                         headers=ADMIN, timeout=120).json()["audit"]
+    assert audit["clean"], audit["mismatches"]
