@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
 from taskflow import exceptions as tf_exc
 from taskflow.persistence import base as tf_persistence
 
 from fleetflow.common.exceptions import StaleFence
-from fleetflow.persistence import fences
+from fleetflow.persistence.fences import Fence
 
 LOG = logging.getLogger(__name__)
+
+FENCE_TOKEN = sa.select(Fence.token).where(Fence.key == sa.bindparam("key"))
 
 
 class StaleCheckpoint(tf_exc.ExecutionFailure):
@@ -52,14 +55,34 @@ class FencedBackend(tf_persistence.Backend):
     def get_connection(self):
         return FencedConnection(self, self._backend.get_connection())
 
+    def _current_token(self) -> int | None:
+        engine = self._database.engine
+        if engine.dialect.name != "sqlite":
+            with self._database.session() as session:
+                return session.execute(FENCE_TOKEN, {"key": self.fence["key"]}).scalar()
+        # NOTE: on SQLite every SQLAlchemy transaction of fleetflow's engine
+        # starts with BEGIN IMMEDIATE, the database's single write lock; one
+        # per checkpoint made fenced runs 2-4x slower. A bare SELECT on the
+        # DBAPI connection (autocommit) is a WAL read: no lock, no wait.
+        raw = engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            cursor.execute("SELECT token FROM fences WHERE key = ?", (self.fence["key"],))
+            row = cursor.fetchone()
+            cursor.close()
+        finally:
+            raw.close()
+        return None if row is None else row[0]
+
     def check(self) -> None:
         """Raise StaleCheckpoint (caused by StaleFence) if our token is no longer current."""
-        try:
-            with self._database.session() as session:
-                fences.check(session, self.fence)
-        except StaleFence as exc:
-            LOG.warning("refusing checkpoint of a stale owner: %s", exc)
-            raise StaleCheckpoint(f"stale owner: {exc}", cause=exc) from exc
+        current = self._current_token()
+        if current is not None and current > int(self.fence["token"]):
+            stale = StaleFence(f"job {self.fence['key']}: token {self.fence['token']} is "
+                               f"stale (current {current})", key=self.fence["key"],
+                               current=current)
+            LOG.warning("refusing checkpoint of a stale owner: %s", stale)
+            raise StaleCheckpoint(f"stale owner: {stale}", cause=stale) from stale
 
     def close(self):
         # The wrapped backend is shared by every engine of the process.
