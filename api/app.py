@@ -50,6 +50,7 @@ BLUEPRINTS = [
     "fleetflow.api.quotas.routes",
     "fleetflow.api.placement.routes",
     "fleetflow.api.audit.routes",
+    "fleetflow.api.flows.routes",
 ]
 
 

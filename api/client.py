@@ -228,3 +228,29 @@ class Client:
     def set_quota(self, tenant_id: str, **limits: int) -> dict:
         """Set instances / vcpus / ram_mb of a project (administrators)."""
         return self.put(f"/v2/admin/quotas/{_segment(tenant_id)}", {"quota": limits})["quota"]
+
+    # -- flows ---------------------------------------------------------------
+
+    def list_flows(self, *, state=None, tenant=None, limit=None) -> list[dict]:
+        """Every flow (administrators); ``state`` may be PAUSED."""
+        return list(self.iterate("/v2/admin/flows", "flows", state=state, tenant=tenant,
+                                 limit=limit))
+
+    def get_flow(self, flow_id: str) -> dict:
+        """A flow with every atom (administrators)."""
+        return self.get(f"/v2/admin/flows/{_segment(flow_id)}")["flow"]
+
+    def resume_flow(self, flow_id: str) -> dict:
+        """Resume a stopped flow from its checkpoint (administrators)."""
+        return self.post(f"/v2/admin/flows/{_segment(flow_id)}/resume", None)["flow"]
+
+    def revert_flow(self, flow_id: str) -> dict:
+        """Revert a paused, suspended or failed flow (administrators)."""
+        return self.post(f"/v2/admin/flows/{_segment(flow_id)}/revert", None)["flow"]
+
+    def list_project_flows(self, *, state=None, tenant_id: str | None = None) -> list[dict]:
+        """The project's own flows."""
+        return list(self.iterate(self._tenant_path(tenant_id, "flows"), "flows", state=state))
+
+    def get_project_flow(self, flow_id: str, tenant_id: str | None = None) -> dict:
+        return self.get(self._tenant_path(tenant_id, f"flows/{_segment(flow_id)}"))["flow"]

@@ -98,6 +98,7 @@ ROUTE_RULES = [
     ("flows:list", READER, "GET", f"{T}/flows", "List the project's flows."),
     ("flows:show", READER, "GET", f"{T}/flows/{{id}}", "Show a flow."),
     ("flows:admin_list", ADMIN, "GET", f"{A}/flows", "List every flow."),
+    ("flows:admin_show", ADMIN, "GET", f"{A}/flows/{{id}}", "Show any flow."),
     ("flows:resume", ADMIN, "POST", f"{A}/flows/{{id}}/resume", "Resume a flow."),
     ("flows:revert", ADMIN, "POST", f"{A}/flows/{{id}}/revert", "Revert a flow."),
     ("flows:retry", ADMIN, "POST", f"{A}/flows/{{id}}/retry", "Retry a failed flow."),

@@ -11,6 +11,7 @@ from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
 from fleetflow.cli import fleet as fleet_cmd
+from fleetflow.cli import flows as flows_cmd
 from fleetflow.cli import groups as groups_cmd
 from fleetflow.cli import remote
 from fleetflow.cli import reservations as reservations_cmd
@@ -43,6 +44,7 @@ cli.add_command(servers_cmd.servers)
 cli.add_command(groups_cmd.groups)
 cli.add_command(serve_cmd.serve)
 cli.add_command(audit_cmd.audit_cmd)
+cli.add_command(flows_cmd.flows)
 
 
 def main() -> None:

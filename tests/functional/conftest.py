@@ -233,3 +233,81 @@ def small_cloud(conf, db, api_services):
     runtime.uninstall()
     agent.stop()
     messaging.forget_transport(conf)
+
+
+# -- flows for the operator routes (test_api_flows.py, test_cli_flows.py) ----------
+
+SWITCH_FAULTS: set[str] = set()  # atom names whose execute fails
+
+
+def _switch_flow_factory():
+    """Registers "api-switches": n tasks in a line that fail while SWITCH_FAULTS names them."""
+    from taskflow import task
+    from taskflow.patterns import linear_flow
+
+    from fleetflow.flows import registry
+
+    class Switch(task.Task):
+        def execute(self):
+            if self.name in SWITCH_FAULTS:
+                raise RuntimeError(f"{self.name} is broken")
+            return self.name
+
+    def api_switches(count: int):
+        flow = linear_flow.Flow("api-switches")
+        for index in range(count):
+            flow.add(Switch(name=registry.atom_name(index, "step")))
+        return flow
+
+    # NOTE: registered under a module-level name so the registry accepts it.
+    api_switches.__qualname__ = "api_switches"
+    if "api-switches" not in registry.names():
+        registry.register("api-switches", api_switches)
+
+
+class FlowEngine:
+    """A jobboard and an in-memory logbook shared with the app; runs flows on demand."""
+
+    def __init__(self, conf, board, backend):
+        self.conf, self.board, self.backend = conf, board, backend
+        self.faults = SWITCH_FAULTS
+
+    def submit(self, tenant: str, count: int = 2, on_error: str = "revert") -> str:
+        from fleetflow.engine.submit import submit
+
+        return submit(self.board, self.backend, "api-switches", {"count": count},
+                      owner_tenant=tenant, on_error=on_error)
+
+    def run_until(self, flow_id: str, *wanted: str) -> str:
+        """Conductor threads run jobs until the flow is in one of ``wanted``."""
+        import time
+
+        from fleetflow.engine.actions import show_flow
+        from fleetflow.engine.conductor import ConductorPool
+
+        deadline = time.monotonic() + 30
+        with ConductorPool(self.conf, workers=1, persistence=self.backend, wait_timeout=0.05):
+            while True:
+                state = show_flow(self.backend, flow_id)["state"]
+                if state in wanted and self.board.job_count == 0:
+                    return state
+                assert time.monotonic() < deadline, f"flow {flow_id} stuck in {state}"
+                time.sleep(0.03)
+
+
+@pytest.fixture
+def flow_engine(conf, db, api_services):
+    """Flows, a board and a logbook the app's flow routes use; ask before ``app``."""
+    from taskflow.persistence import backends as tf_backends
+
+    from fleetflow.engine.jobboard import make_jobboard
+
+    _switch_flow_factory()
+    SWITCH_FAULTS.clear()
+    backend = tf_backends.fetch({"connection": "memory://"})
+    board = make_jobboard(conf, backend)
+    api_services.update(jobboard=board, logbook_backend=backend)
+    yield FlowEngine(conf, board, backend)
+    SWITCH_FAULTS.clear()
+    board.close()
+    backend.close()

@@ -1,0 +1,1 @@
+"""Flows: what the engine runs, for operators (resume, revert) and their owners (read)."""

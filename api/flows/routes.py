@@ -1,0 +1,107 @@
+"""Flows: operators list, show, resume and revert any flow; tenants read their own.
+
+``/v2/admin/flows...`` is for administrators; ``/v2/{tenant_id}/flows...``
+shows only the flows that tenant submitted (another tenant's flow id answers
+404, so ids cannot be probed). Resume and revert answer ``202`` at once: they
+rewrite the flow's checkpoints and post its job; a conductor does the work
+(read the state back with ``GET``). The engine side is engine/actions.py.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import flask
+from flask.views import MethodView
+
+from fleetflow.api import common, policy
+from fleetflow.api.flows import schemas
+from fleetflow.api.state import current_state
+from fleetflow.engine import actions
+
+blp = common.Blueprint("flows", __name__, url_prefix="/v2",
+                       description="Flows run by the engine: state, atoms, failures; "
+                                   "operator resume and revert.")
+
+
+def _backend():
+    return current_state().service("logbook_backend")
+
+
+def _page(args: dict, tenant: str | None) -> dict:
+    limit = args.get("limit") or current_state().conf.api.page_size
+    flows, more = actions.list_flows(_backend(), state=args.get("state"), tenant=tenant,
+                                     limit=limit, marker=args.get("marker"))
+    links = []
+    if more:
+        query = flask.request.args.to_dict()
+        query.update(limit=str(limit), marker=flows[-1]["id"])
+        links.append({"rel": "next",
+                      "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)})
+    return {"flows": flows, "links": links}
+
+
+@blp.route("/admin/flows")
+class AdminFlows(MethodView):
+    @policy.authorize("flows:admin_list")
+    @blp.arguments(schemas.AdminFlowQueryArgsSchema, location="query")
+    @blp.response(200, schemas.FlowListSchema)
+    def get(self, args):
+        """List every flow (filter by state, PAUSED included, and owner tenant)."""
+        return _page(args, args.get("tenant"))
+
+
+@blp.route("/admin/flows/<flow_id>")
+class AdminFlowItem(MethodView):
+    @policy.authorize("flows:admin_show")
+    @blp.response(200, schemas.FlowResponseSchema)
+    def get(self, flow_id):
+        """Show a flow: every atom's state, intention, attempts and failure."""
+        return {"flow": actions.show_flow(_backend(), flow_id)}
+
+
+@blp.route("/admin/flows/<flow_id>/resume")
+class FlowResume(MethodView):
+    @policy.authorize("flows:resume")
+    @blp.response(202, schemas.FlowResponseSchema)
+    def post(self, flow_id):
+        """Resume a stopped flow (crashed, suspended, paused on error) from its checkpoint.
+
+        A paused flow re-runs the atom that failed; a flow whose revert failed
+        retries that revert. 409 for a flow that ended SUCCESS or REVERTED.
+        """
+        state = current_state()
+        return {"flow": actions.resume(state.service("jobboard"), _backend(), flow_id)}
+
+
+@blp.route("/admin/flows/<flow_id>/revert")
+class FlowRevert(MethodView):
+    @policy.authorize("flows:revert")
+    @blp.response(202, schemas.FlowResponseSchema)
+    def post(self, flow_id):
+        """Revert a paused, suspended or failed flow (its on_error becomes revert).
+
+        409 for a flow that is running or ended SUCCESS; a REVERTED flow is
+        shown as it is.
+        """
+        state = current_state()
+        return {"flow": actions.revert(state.service("jobboard"), _backend(), flow_id)}
+
+
+@blp.route("/<tenant_id>/flows")
+class TenantFlows(MethodView):
+    @policy.authorize("flows:list")
+    @blp.arguments(schemas.FlowQueryArgsSchema, location="query")
+    @blp.response(200, schemas.FlowListSchema)
+    def get(self, args, tenant_id):
+        """List the project's own flows."""
+        return _page(args, tenant_id)
+
+
+@blp.route("/<tenant_id>/flows/<flow_id>")
+class TenantFlowItem(MethodView):
+    @policy.authorize("flows:show")
+    @blp.response(200, schemas.FlowResponseSchema)
+    def get(self, tenant_id, flow_id):
+        """Show one of the project's flows (404 for any other)."""
+        return {"flow": actions.show_flow(_backend(), flow_id, tenant=tenant_id)}

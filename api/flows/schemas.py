@@ -1,0 +1,69 @@
+"""Schemas of the flow routes (shapes of engine/actions.py's views)."""
+
+from __future__ import annotations
+
+import marshmallow as ma
+
+from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.engine.actions import FLOW_STATES
+
+STATE_HELP = ("TaskFlow's flow state, or PAUSED: stopped at its first failure by "
+              "on_error=pause, nothing reverted, waiting for an operator.")
+
+
+class FailureSchema(ma.Schema):
+    type = ma.fields.String(required=True, metadata={"description": "Exception class name."})
+    message = ma.fields.String(required=True)
+    step = ma.fields.String(required=True, metadata={"description": "The atom that failed."})
+
+
+class AtomSchema(ma.Schema):
+    """One task or retry controller of a flow, as last checkpointed."""
+
+    name = ma.fields.String(required=True)
+    kind = ma.fields.String(required=True, metadata={"description": "task | retry"})
+    state = ma.fields.String(allow_none=True)
+    intention = ma.fields.String(allow_none=True,
+                                 metadata={"description": "EXECUTE | REVERT | RETRY | IGNORE"})
+    attempts = ma.fields.Integer(
+        metadata={"description": "Retries: values tried. Tasks: 1 once started, else 0."})
+    failure = ma.fields.Nested(FailureSchema, allow_none=True)
+    revert_failure = ma.fields.Nested(FailureSchema, allow_none=True)
+
+
+class FlowSummarySchema(ma.Schema):
+    id = ma.fields.String(required=True,
+                          metadata={"description": "Operation id (also the job's name)."})
+    name = ma.fields.String(required=True, metadata={"description": "Registered flow name."})
+    state = ma.fields.String(required=True, metadata={"description": STATE_HELP})
+    owner_tenant = ma.fields.String(allow_none=True)
+    on_error = ma.fields.String(metadata={"description": "revert | pause"})
+    submitted_at = ma.fields.String(allow_none=True)
+    paused_at = ma.fields.String(allow_none=True,
+                                 metadata={"description": "Atom that paused the flow."})
+
+
+class FlowSchema(FlowSummarySchema):
+    atoms = ma.fields.List(ma.fields.Nested(AtomSchema), required=True)
+    failure = ma.fields.Nested(FailureSchema, allow_none=True,
+                               metadata={"description": "The first failed atom's failure."})
+
+
+class FlowResponseSchema(ma.Schema):
+    flow = ma.fields.Nested(FlowSchema, required=True)
+
+
+class FlowListSchema(ma.Schema):
+    flows = ma.fields.List(ma.fields.Nested(FlowSummarySchema), required=True)
+    links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class FlowQueryArgsSchema(PaginationArgsSchema):
+    """Filters of a flow list (sorted by id; the marker is a flow id)."""
+
+    state = ma.fields.String(validate=ma.validate.OneOf(FLOW_STATES),
+                             metadata={"description": STATE_HELP})
+
+
+class AdminFlowQueryArgsSchema(FlowQueryArgsSchema):
+    tenant = ma.fields.String(metadata={"description": "Only this owner tenant's flows."})
