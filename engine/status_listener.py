@@ -1,0 +1,142 @@
+"""Reservation status from flow transitions the tasks themselves cannot see.
+
+The provision tasks write their own instance rows and the lifecycle tasks the
+reservation's outcome (STYLE.md point 9: the API reads rows, never TaskFlow's
+atom details). What no task sees is the flow stopping or starting again, so
+this listener, attached to the engine that runs a flow whose store holds
+``reservation_id``, writes:
+
+=====================================  ===================================
+flow transition                        reservation status
+=====================================  ===================================
+SUSPENDED, paused by ``on_error``      PAUSED
+RUNNING while the row says PAUSED      BUILDING (an operator resumed it)
+the whole flow starts reverting        REVERTING
+=====================================  ===================================
+
+TaskFlow has no REVERTING *flow* state: the flow stays RUNNING while its
+atoms revert. "The whole flow" is told apart from a retry reverting one
+instance's subflow (to try the next host) by the flow's top-level atoms: a
+full revert gives every atom the REVERT intention, a retry only its subflow.
+The lifecycle marker writes REVERTED (or ERROR) itself at the end.
+
+The conductor attaches it next to the pause listener, for every job::
+
+    listeners.append(ReservationStatusListener(engine))
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+from taskflow import exceptions as tf_exc
+from taskflow import states as tf_states
+from taskflow.listeners import base as listener_base
+
+from fleetflow.common import states
+from fleetflow.engine.conductor import META_KEY
+from fleetflow.flows import keys
+from fleetflow.persistence.models import Reservation
+
+LOG = logging.getLogger(__name__)
+
+_UNSET = object()
+
+
+class ReservationStatusListener(listener_base.Listener):
+    """Writes a reservation's PAUSED / BUILDING / REVERTING from its flow's transitions.
+
+    ``database`` defaults to the flow runtime's (flows/runtime.py). A flow
+    without ``reservation_id`` in its store is ignored.
+    """
+
+    def __init__(self, engine, database=None):
+        super().__init__(engine,
+                         task_listen_for=(tf_states.REVERTING,),
+                         flow_listen_for=(tf_states.RUNNING, tf_states.SUSPENDED),
+                         retry_listen_for=(tf_states.REVERTING,))
+        self._database = database
+        self._reservation_id = _UNSET
+        self._root_atoms: list[str] | None = None
+        self._reverting_written = False
+
+    # -- what and where -----------------------------------------------------------
+
+    def _reservation(self) -> str | None:
+        if self._reservation_id is _UNSET:
+            try:
+                self._reservation_id = self._engine.storage.fetch(keys.RESERVATION_ID)
+            except tf_exc.NotFound:
+                self._reservation_id = None
+        return self._reservation_id
+
+    def _db(self):
+        if self._database is None:
+            from fleetflow.flows import runtime
+
+            self._database = runtime.get().database
+        return self._database
+
+    def _write(self, status: str, only_from: tuple[str, ...] | None = None) -> None:
+        reservation_id = self._reservation()
+        if reservation_id is None:
+            return
+        stmt = sa.update(Reservation).where(Reservation.id == reservation_id)
+        if only_from is not None:
+            stmt = stmt.where(Reservation.status.in_(only_from))
+        try:
+            with self._db().session() as session:
+                changed = session.execute(stmt.values(status=status)).rowcount
+        except Exception:  # noqa: BLE001 - a status row must never break the flow
+            LOG.exception("could not write status %s of reservation %s", status,
+                          reservation_id)
+            return
+        if changed:
+            LOG.info("reservation %s is %s", reservation_id, status)
+
+    # -- flow -------------------------------------------------------------------
+
+    def _paused(self) -> bool:
+        return bool((self._engine.storage.flow_meta.get(META_KEY) or {}).get("paused"))
+
+    def _flow_receiver(self, state, details):
+        if state == tf_states.SUSPENDED and self._paused():
+            self._write(states.PAUSED)
+        elif state == tf_states.RUNNING:
+            # Only a PAUSED row moves: a fresh run's tasks write their own
+            # progress, and a settled row must stay as the lifecycle left it.
+            self._write(states.BUILDING, only_from=(states.PAUSED,))
+
+    # -- atoms ------------------------------------------------------------------
+
+    def _top_level_atoms(self) -> list[str]:
+        """Names of the atoms directly in the outermost flow (no retry around them)."""
+        if self._root_atoms is None:
+            try:
+                hierarchy = self._engine.compilation.hierarchy
+                self._root_atoms = [node.item.name for node in hierarchy
+                                    if node.metadata.get("kind") in ("task", "retry")]
+            except Exception:  # noqa: BLE001 - unknown engine shape: no distinction
+                self._root_atoms = []
+        return self._root_atoms
+
+    def _whole_flow_reverts(self) -> bool:
+        roots = self._top_level_atoms()
+        if not roots:
+            return True
+        storage = self._engine.storage
+        return any(storage.get_atom_intention(name) == tf_states.REVERT for name in roots)
+
+    def _atom_reverting(self) -> None:
+        if self._reverting_written or self._reservation() is None:
+            return
+        if self._whole_flow_reverts():
+            self._reverting_written = True
+            self._write(states.REVERTING)
+
+    def _task_receiver(self, state, details):
+        self._atom_reverting()
+
+    def _retry_receiver(self, state, details):
+        self._atom_reverting()
