@@ -272,3 +272,23 @@ def test_resume_of_a_running_flow_only_posts_its_missing_job(board, memory_backe
     assert actions.resume(board, memory_backend, flow_id)["state"] == tf_states.RUNNING
     assert [j.name for j in board.iterjobs()] == [flow_id]
     assert run_until(flow_id, tf_states.SUCCESS)["state"] == tf_states.SUCCESS
+
+
+def test_list_on_the_logbook_backend_reads_in_batches(engine_conf, database, monkeypatch):
+    from fleetflow.engine.engines import logbook_backend
+    from fleetflow.engine.jobboard import make_jobboard
+
+    backend = logbook_backend(engine_conf)
+    board = make_jobboard(engine_conf, backend)
+    try:
+        ids = sorted(_submit(board, backend, 1, owner_tenant=f"t{i % 2}") for i in range(5))
+        monkeypatch.setattr(actions, "_LIST_BATCH", 2)  # several batches for 5 flows
+        page, more = actions.list_flows(backend, limit=3)
+        assert [f["id"] for f in page] == ids[:3] and more is True
+        page, more = actions.list_flows(backend, limit=3, marker=ids[2])
+        assert [f["id"] for f in page] == ids[3:] and more is False
+        odd = actions.list_flows(backend, tenant="t1", state="PENDING")[0]
+        assert len(odd) == 2 and {f["owner_tenant"] for f in odd} == {"t1"}
+        assert actions.show_flow(backend, ids[0])["atoms"] == []
+    finally:
+        board.close()
