@@ -24,6 +24,7 @@ from taskflow.persistence import models as tf_models
 
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
+from fleetflow.engine import taskflow_patches
 from fleetflow.engine.conductor import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys, registry
 
@@ -46,6 +47,7 @@ def submit(board, backend, flow_name: str, flow_kwargs: dict[str, Any] | None = 
     registry.check_json_safe(store)
     flow_id = flow_id or ids.new_uuid()
     # Build once here: a bad argument fails the submitter, not a conductor.
+    taskflow_patches.apply()
     flow = registry.build(flow_name, **flow_kwargs)
     store.setdefault(keys.FLOW_ID, flow_id)
     store.setdefault(keys.TENANT_ID, owner_tenant)

@@ -25,6 +25,13 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    ``ActionEngine.compile`` runs with the collector paused (:func:`gc_paused`;
    reference counting still frees everything as usual).
 
+5. Building a flow of N instances constructs ~3N atoms, and each asks
+   ``oslo_utils.reflection`` for its execute's and revert's arguments, which
+   runs ``inspect.signature`` four times per atom (most of the time spent
+   building a 1,000-instance flow). The answers depend only on the function,
+   so :class:`MemoizedReflection` caches them per function for
+   ``taskflow.atom``.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -42,6 +49,7 @@ import threading
 import weakref
 
 import networkx as nx
+from taskflow import atom as tf_atom
 from taskflow.engines.action_engine import compiler, scopes
 from taskflow.engines.action_engine import engine as action_engine
 from taskflow.types import graph as tf_graph
@@ -303,9 +311,52 @@ class IndexedScopeWalker(STOCK_SCOPE_WALKER):
                 yield list(visible)
 
 
+class MemoizedReflection:
+    """``oslo_utils.reflection`` for ``taskflow.atom``, answers cached per function.
+
+    A bound method is keyed by its function and "bound" (its ``self`` is never
+    among the arguments), so every instance of a task class shares one entry.
+    Callers get a fresh list each time: TaskFlow edits the one it is given.
+    """
+
+    def __init__(self, module):
+        self._module = module
+        self._cache: dict = {}
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def _cached(self, what: str, function, compute, *extra):
+        func = getattr(function, "__func__", None)
+        key = (what, func if func is not None else function, func is not None, *extra)
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = self._cache[key] = compute()
+            return value
+        except TypeError:  # an unhashable callable: ask every time
+            return compute()
+
+    def get_callable_args(self, function, required_only=False):
+        return list(self._cached(
+            "args", function,
+            lambda: tuple(self._module.get_callable_args(function,
+                                                         required_only=required_only)),
+            required_only))
+
+    def accepts_kwargs(self, function):
+        return self._cached("kwargs", function,
+                            lambda: self._module.accepts_kwargs(function))
+
+
+_STOCK_ATOM_REFLECTION = tf_atom.reflection
+
+
 def apply() -> None:
     """Install the fixes into TaskFlow (idempotent, thread-safe)."""
     with _lock:
+        if not isinstance(tf_atom.reflection, MemoizedReflection):
+            tf_atom.reflection = MemoizedReflection(_STOCK_ATOM_REFLECTION)
         if not isinstance(compiler.gr, _CompilerGraphTypes):
             compiler.gr = _CompilerGraphTypes()
         scopes.ScopeWalker = IndexedScopeWalker
@@ -317,6 +368,7 @@ def apply() -> None:
 def remove() -> None:
     """Restore stock TaskFlow (for tests that compare both)."""
     with _lock:
+        tf_atom.reflection = _STOCK_ATOM_REFLECTION
         compiler.gr = _STOCK_GRAPH_MODULE
         scopes.ScopeWalker = STOCK_SCOPE_WALKER
         action_engine.ActionEngine.compile = STOCK_ENGINE_COMPILE
@@ -326,6 +378,7 @@ def remove() -> None:
 
 def is_applied() -> bool:
     return (isinstance(compiler.gr, _CompilerGraphTypes)
+            and isinstance(tf_atom.reflection, MemoizedReflection)
             and scopes.ScopeWalker is IndexedScopeWalker
             and action_engine.ActionEngine.compile is _compile_with_gc_paused
             and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter)

@@ -275,3 +275,39 @@ def test_gc_pause_nests_and_survives_errors():
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+def test_memoized_reflection_builds_the_same_atoms_as_stock(stock):
+    from fleetflow.flows.provision.flow import instance_chain, provision_flow
+
+    def atoms(flow):
+        found = [flow.retry] if getattr(flow, "retry", None) is not None else []
+        for node, _ in flow.iter_nodes():
+            found += atoms(node) if hasattr(node, "iter_nodes") else [node]
+        return found
+
+    def describe(flow):
+        return [(a.name, dict(a.rebind), sorted(a.optional), dict(a.revert_rebind),
+                 sorted(a.requires)) for a in atoms(flow)]
+
+    before = describe(provision_flow("r-1", 3, "best-effort", True))
+    taskflow_patches.apply()
+    assert describe(provision_flow("r-1", 3, "best-effort", True)) == before
+    # Built twice from the cache: still the same, and still independent lists.
+    again = describe(instance_chain(1, 3, "best-effort", True))
+    assert again == [d for d in before if d[0].startswith("inst-0001")]
+
+
+def test_memoized_reflection_hands_out_fresh_lists(stock):
+    taskflow_patches.apply()
+    from taskflow import atom as tf_atom
+
+    def execute(self, a, b, c=1):
+        return None
+
+    first = tf_atom.reflection.get_callable_args(execute, required_only=True)
+    first.remove("a")
+    assert tf_atom.reflection.get_callable_args(execute, required_only=True) == [
+        "self", "a", "b"]
+    with pytest.raises(ValueError, match="Extra arguments"):
+        task.FunctorTask(lambda a: a, requires=["a", "zzz"], name="extra")
