@@ -54,6 +54,7 @@ from taskflow.persistence import models as tf_models
 
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine import submit as submit_mod
+from fleetflow.engine import taskflow_retry_fix
 from fleetflow.engine.conductor import META_KEY, ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
@@ -199,6 +200,9 @@ def _atom_view(atom) -> dict:
 
 
 def _load(backend, flow_id: str):
+    # NOTE: without the fix a retry's history is decoded wrong, and writing
+    # it back (resume, revert) would store the damage for good.
+    taskflow_retry_fix.apply()
     with contextlib.closing(backend.get_connection()) as conn:
         try:
             return conn.get_flow_details(flow_id)
@@ -232,9 +236,20 @@ def show_flow(backend, flow_id: str, tenant: str | None = None) -> dict:
 # -- resume / revert ------------------------------------------------------------------
 
 
-def _save(backend, flow_detail) -> None:
+def _save(backend, flow_detail, changed: list[str]) -> None:
+    """Write the ``changed`` atoms, then the flow's own state and meta.
+
+    Only what was rewritten is written back, so nothing else an engine
+    checkpointed can be overwritten with what this read; atoms go first so a
+    conductor never finds the flow unpaused with its failed atom not reset.
+    """
     with contextlib.closing(backend.get_connection()) as conn:
-        conn.update_flow_details(flow_detail)
+        for atom in _atoms(flow_detail):
+            if atom.name in changed:
+                conn.update_atom_details(atom)
+        bare = tf_models.FlowDetail(flow_detail.name, flow_detail.uuid)
+        bare.state, bare.meta = flow_detail.state, flow_detail.meta
+        conn.update_flow_details(bare)
 
 
 def _reset_for_resume(flow_detail) -> list[str]:
@@ -303,9 +318,7 @@ def resume(board, backend, flow_id: str) -> dict:
         flow_detail.meta = {**(flow_detail.meta or {}), META_KEY: options}
         if flow_detail.state == tf_states.FAILURE:
             flow_detail.state = tf_states.SUSPENDED  # conductors skip FAILURE flows
-        # Atoms first, in the same save as the cleared pause mark: a
-        # conductor holding an old job of this flow skips it while paused.
-        _save(backend, flow_detail)
+        _save(backend, flow_detail, changed)
         LOG.info("flow %s (%s) resumed; atoms reset: %s", flow_id, state, changed or "none")
     submit_mod.ensure_posted(board, backend, flow_id)
     return show_flow(backend, flow_id)
@@ -339,7 +352,7 @@ def revert(board, backend, flow_id: str) -> dict:
     flow_detail.meta = {**(flow_detail.meta or {}), META_KEY: options}
     if flow_detail.state == tf_states.FAILURE:
         flow_detail.state = tf_states.SUSPENDED
-    _save(backend, flow_detail)
+    _save(backend, flow_detail, changed)
     LOG.info("flow %s (%s) set to revert; atoms marked: %s", flow_id, state,
              changed or "none")
     submit_mod.ensure_posted(board, backend, flow_id)
