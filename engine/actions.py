@@ -263,8 +263,11 @@ def _reset_for_resume(flow_detail) -> list[str]:
                 tf_states.SUCCESS, tf_states.REVERT, None)
         elif reverting:
             continue  # a flow that was reverting keeps reverting
-        elif atom.state == tf_states.FAILURE:
-            atom.reset(tf_states.PENDING)  # runs again; its failure is cleared
+        elif atom.state in (tf_states.FAILURE, tf_states.REVERTED):
+            # Runs again; its failure is cleared. A REVERTED atom in a flow
+            # that was not reverting was undone by a revert that started
+            # before the pause took hold (parallel engine): do it again too.
+            atom.reset(tf_states.PENDING)
         elif (atom.state in (tf_states.SUCCESS, tf_states.PENDING)
               and atom.intention in (tf_states.REVERT, tf_states.RETRY)):
             # Intentions recorded by the failure resolution that the pause

@@ -292,3 +292,22 @@ def test_list_on_the_logbook_backend_reads_in_batches(engine_conf, database, mon
         assert actions.show_flow(backend, ids[0])["atoms"] == []
     finally:
         board.close()
+
+
+def test_resume_redoes_an_atom_reverted_before_the_pause_took_hold(board, memory_backend,
+                                                                   run_until):
+    FAULTS.add((STEP[1], "execute"))
+    flow_id = _submit(board, memory_backend, on_error="pause")
+    run_until(flow_id, actions.PAUSED)
+    # What a parallel engine may leave: a revert that began before the suspend.
+    conn = memory_backend.get_connection()
+    detail = conn.get_flow_details(flow_id)
+    atom = next(a for a in detail if a.name == STEP[0])
+    atom.state, atom.intention = tf_states.REVERTED, tf_states.REVERT
+    conn.update_atom_details(atom)
+    FAULTS.clear()
+
+    actions.resume(board, memory_backend, flow_id)
+    assert run_until(flow_id, tf_states.SUCCESS)["state"] == tf_states.SUCCESS
+    assert calls("execute", "ok") == [("execute", STEP[0]), ("execute", STEP[0]),
+                                      ("execute", STEP[1]), ("execute", STEP[2])]
