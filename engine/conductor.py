@@ -19,6 +19,7 @@ from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -187,7 +188,8 @@ class FleetConductor(impl_blocking.BlockingConductor):
         store.update((job.details or {}).get("store", {}))
         store[keys.FENCE] = fence
         store[keys.FLOW_ID] = flow_detail.uuid
-        backend = FencedBackend(self._persistence, self._database, fence)
+        backend = FencedBackend(self._persistence, self._database, fence,
+                                lease=functools.partial(self._keepalive.lease_valid, job.uuid))
         factory = self._engine_factory or ENGINE_FACTORY
         engine = factory(flow_detail, store, backend, self._conf)
         self._keepalive.attach_engine(job, engine)

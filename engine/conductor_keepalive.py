@@ -11,23 +11,43 @@ When an extension fails, someone else holds the job now (our lease lapsed
 while we were paused or cut off): the keep-alive suspends our engine so it
 stops at the next atom boundary, and the fenced checkpoints
 (engine/fencing.py) refuse whatever it still tries to write.
+
+It also answers "can anyone else hold this job right now?" for the fenced
+checkpoints (:meth:`ClaimKeepAlive.lease_valid`): not while less than half
+the claim expiry has passed since an extension was *sent* — nobody can claim
+the job before our claim expires — so checkpoints skip the database look-up
+of the fence then. Time is read from CLOCK_BOOTTIME, which keeps counting
+while the process is stopped (SIGSTOP) or the machine sleeps; the half-expiry
+margin absorbs clock skew between conductors of up to half the expiry.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 LOG = logging.getLogger(__name__)
 
+# Fraction of the claim expiry during which a fresh extension proves the job
+# is still ours without asking the database.
+LEASE_SAFE_FRACTION = 0.5
+
+
+def _now() -> float:
+    """Seconds on a clock that does not stop while the process is frozen."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+
 
 class _Held:
-    __slots__ = ("job", "engine", "lost")
+    __slots__ = ("job", "engine", "lost", "extended_at")
 
     def __init__(self, job):
         self.job = job
         self.engine = None
         self.lost = False
+        # When the last successful extension was sent (None: not yet).
+        self.extended_at: float | None = None
 
 
 class ClaimKeepAlive:
@@ -58,9 +78,24 @@ class ClaimKeepAlive:
             self._thread = None
 
     def hold(self, job) -> None:
-        """Start extending ``job``'s claim (call right after claiming it)."""
+        """Start extending ``job``'s claim (call right after claiming it).
+
+        Extends it once at once, so the lease is known from the start.
+        """
+        held = _Held(job)
         with self._lock:
-            self._held[job.uuid] = _Held(job)
+            self._held[job.uuid] = held
+        self._extend(held)
+
+    def lease_valid(self, job_uuid: str) -> bool:
+        """True while nobody else can possibly hold the job (see the module's doc)."""
+        if self._expiry is None:
+            return False
+        with self._lock:
+            held = self._held.get(job_uuid)
+            if held is None or held.lost or held.extended_at is None:
+                return False
+            return _now() - held.extended_at < self._expiry * LEASE_SAFE_FRACTION
 
     def attach_engine(self, job, engine) -> None:
         """The engine running ``job``: suspended if the claim is lost."""
@@ -95,23 +130,29 @@ class ClaimKeepAlive:
         with self._lock:
             held_now = [h for h in self._held.values() if not h.lost]
         for held in held_now:
-            try:
-                still_ours = self._board.extend_claim(held.job, self._owner, self._expiry)
-            except Exception:
-                # A board hiccup (Redis failover, database busy) is not a lost
-                # claim: try again next round; the lease has slack for that.
-                LOG.warning("could not extend the claim on job %s", held.job.uuid,
-                            exc_info=True)
-                continue
-            if still_ours:
-                continue
-            LOG.error("conductor %s lost its claim on job %s (%s): suspending its engine",
-                      self._owner, held.job.uuid, held.job.name)
+            self._extend(held)
+
+    def _extend(self, held: _Held) -> None:
+        sent_at = _now()
+        try:
+            still_ours = self._board.extend_claim(held.job, self._owner, self._expiry)
+        except Exception:
+            # A board hiccup (Redis failover, database busy) is not a lost
+            # claim: try again next round; the lease has slack for that.
+            LOG.warning("could not extend the claim on job %s", held.job.uuid,
+                        exc_info=True)
+            return
+        if still_ours:
             with self._lock:
-                held.lost = True
-                engine = held.engine
-            if engine is not None:
-                _suspend(engine)
+                held.extended_at = sent_at
+            return
+        LOG.error("conductor %s lost its claim on job %s (%s): suspending its engine",
+                  self._owner, held.job.uuid, held.job.name)
+        with self._lock:
+            held.lost = True
+            engine = held.engine
+        if engine is not None:
+            _suspend(engine)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):

@@ -16,7 +16,9 @@ errors, and unlike ``StorageFailure`` TaskFlow's storage does not retry it
 (three times, five seconds apart). The check and the write are separate transactions, so a window of
 one write remains; the side-effect fences close it for the effects that
 matter, and a persistence backend that checks the fence inside its own write
-transaction can close it for checkpoints too.
+transaction can close it for checkpoints too. While the conductor's claim
+was extended less than half an expiry ago nobody else can hold the job, and
+the look-up is skipped (engine/conductor_keepalive.py ``lease_valid``).
 """
 
 from __future__ import annotations
@@ -42,11 +44,14 @@ class StaleCheckpoint(tf_exc.ExecutionFailure):
 class FencedBackend(tf_persistence.Backend):
     """Wraps a TaskFlow backend; its connections refuse writes from a stale owner."""
 
-    def __init__(self, backend, database, fence: dict):
+    def __init__(self, backend, database, fence: dict, lease=None):
         super().__init__(getattr(backend, "_conf", {}))
         self._backend = backend
         self._database = database
         self.fence = dict(fence)
+        # lease() -> True while nobody else can hold the job (a fresh claim
+        # extension, engine/conductor_keepalive.py): no need to look then.
+        self._lease = lease
 
     @property
     def wrapped(self):
@@ -76,6 +81,8 @@ class FencedBackend(tf_persistence.Backend):
 
     def check(self) -> None:
         """Raise StaleCheckpoint (caused by StaleFence) if our token is no longer current."""
+        if self._lease is not None and self._lease():
+            return
         current = self._current_token()
         if current is not None and current > int(self.fence["token"]):
             stale = StaleFence(f"job {self.fence['key']}: token {self.fence['token']} is "

@@ -1,0 +1,95 @@
+"""engine/conductor_keepalive.py: claim extensions, lost claims, and the lease they give."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetflow.engine import conductor_keepalive as keepalive
+from fleetflow.engine.fencing import FencedBackend, StaleCheckpoint
+from fleetflow.persistence import fences
+
+
+class Board:
+    """A board whose extend_claim answers what the test says; counts calls."""
+
+    def __init__(self):
+        self.ours = True
+        self.calls = 0
+
+    def extend_claim(self, job, who, expiry):
+        self.calls += 1
+        return self.ours
+
+
+class Job:
+    uuid = "job-1"
+    name = "flow-1"
+
+
+class Engine:
+    suspended = 0
+
+    def suspend(self):
+        self.suspended += 1
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(keepalive, "_now", lambda: now[0])
+    return now
+
+
+def test_holding_extends_at_once_and_gives_a_lease_for_half_the_expiry(clock):
+    board = Board()
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    alive.hold(Job())
+    assert board.calls == 1
+    assert alive.lease_valid("job-1")
+    clock[0] += 4.9
+    assert alive.lease_valid("job-1")
+    clock[0] += 0.2  # 5.1 s: past half the expiry, the database must be asked
+    assert not alive.lease_valid("job-1")
+    alive.extend_now()
+    assert alive.lease_valid("job-1")
+    assert not alive.lease_valid("another-job")
+
+
+def test_a_lost_claim_suspends_the_engine_and_ends_the_lease(clock):
+    board = Board()
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    engine = Engine()
+    alive.hold(Job())
+    alive.attach_engine(Job(), engine)
+    board.ours = False
+    alive.extend_now()
+    assert engine.suspended == 1
+    assert alive.lost(Job()) and not alive.lease_valid("job-1")
+    assert alive.release(Job()) is True
+    assert alive.held() == []
+
+
+def test_a_board_error_is_not_a_lost_claim(clock):
+    class Flaky(Board):
+        def extend_claim(self, job, who, expiry):
+            raise ConnectionError("redis failover")
+
+    alive = keepalive.ClaimKeepAlive(Flaky(), "me", interval=1.0, expiry=10.0)
+    engine = Engine()
+    alive.hold(Job())
+    alive.attach_engine(Job(), engine)
+    alive.extend_now()
+    assert engine.suspended == 0 and not alive.lost(Job())
+    assert not alive.lease_valid("job-1")  # never confirmed: the database decides
+
+
+def test_fenced_backend_skips_the_lookup_only_under_a_lease(database, memory_backend):
+    with database.session() as session:
+        old = fences.advance(session, "flow-y", "old")
+        fences.advance(session, "flow-y", "new")
+    lease = [True]
+    fenced = FencedBackend(memory_backend, database, old, lease=lambda: lease[0])
+    fenced.check()  # trusted: a fresh claim extension proves nobody else has the job
+    lease[0] = False
+    with pytest.raises(StaleCheckpoint):
+        fenced.check()
