@@ -9,8 +9,9 @@ import threading
 import click
 
 
-def _setup_process(conf) -> None:
-    """Per-process set-up a conductor needs before it runs flows.
+def _setup_process(conf):
+    """Per-process set-up a conductor needs before it runs flows; returns the
+    in-process compute agent it started, or None.
 
     Flows whose tasks look up process-wide clients (flows/runtime.py) get
     them installed here once that module offers ``install_from_conf``.
@@ -18,19 +19,31 @@ def _setup_process(conf) -> None:
     try:
         from fleetflow.flows import runtime
     except ImportError:
-        return
+        return None
     install = getattr(runtime, "install_from_conf", None)
-    if install is not None:
-        install(conf)
+    if install is None:
+        return None
+    rt = install(conf)
+    # Simulated hosts on an in-process transport (embedded mode) are reachable
+    # only from inside the process that serves them, so this conductor serves
+    # the fleet itself. Every process opens the same fake-driver state file
+    # ([compute] state_path), so they all see the same guests.
+    if conf.compute.simulate and conf.messaging.transport_url.startswith(
+            ("kombu+memory:", "fake:")):
+        from fleetflow.compute.agent import serve_fleet
+
+        return serve_fleet(conf, rt.database)
+    return None
 
 
 @click.command("conductor")
-@click.option("--workers", type=int, default=1, show_default=True,
-              help="Conductor threads in this process (each runs one flow at a time).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Conductor threads in this process, each running one flow at a time "
+                   "(default: [conductor] workers, at least 1).")
 @click.option("--name", default=None,
               help="Conductor name (default: [conductor] name, else host name and pid).")
 @click.pass_obj
-def conductor(conf, workers: int, name: str | None) -> None:
+def conductor(conf, workers: int | None, name: str | None) -> None:
     """Claim flow jobs from the jobboard and run them until stopped.
 
     SIGTERM or SIGINT stops the workers: a running flow is suspended at its
@@ -50,7 +63,7 @@ def conductor(conf, workers: int, name: str | None) -> None:
         raise click.ClickException("the database schema is not current: run "
                                    "'fleetflow db upgrade' first")
     persistence = get_backend(conf)
-    _setup_process(conf)
+    agent = _setup_process(conf)
     stop = threading.Event()
 
     def _on_signal(signum, _frame):
@@ -59,6 +72,7 @@ def conductor(conf, workers: int, name: str | None) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    workers = workers or max(1, conf.conductor.workers)
     pool = ConductorPool(conf, workers=workers, name=name or default_name(conf),
                          persistence=persistence)
     pool.start()
@@ -69,4 +83,6 @@ def conductor(conf, workers: int, name: str | None) -> None:
     while not stop.wait(0.5):
         pass
     pool.stop()
+    if agent is not None:
+        agent.stop()
     click.echo("conductor stopped")
