@@ -16,6 +16,8 @@ import threading
 
 from taskflow.persistence import backends as tf_backends
 
+from fleetflow.engine import taskflow_retry_fix
+
 MEMORY_URLS = ("memory://", "memory:")
 
 _lock = threading.Lock()
@@ -33,6 +35,10 @@ def get_backend(conf, url: str | None = None):
     The same object is returned for the same URL, which matters for the
     in-memory backend: conductor threads and the submitter must share it.
     """
+    # Every flow detail this process reads (a conductor taking over a job,
+    # status, operator actions) must decode retry histories right, or a flow
+    # resumed after a failed attempt runs on a failure's dict as its host.
+    taskflow_retry_fix.apply()
     url = url or conf.database.connection
     with _lock:
         backend = _backends.get(url)
