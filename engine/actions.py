@@ -295,6 +295,33 @@ def _mark_for_revert(flow_detail) -> list[str]:
     return changed
 
 
+def _post_again(board, backend, flow_id: str, state: str) -> None:
+    """Make sure a job that a conductor will run is on the board for ``flow_id``.
+
+    A conductor that paused (or failed) a flow consumes its job only after the
+    engine has saved that state, so an operator can act while the old job is
+    still claimed and about to disappear: then a new one is posted. A job
+    claimed while the flow is merely SUSPENDED is being abandoned (stays), an
+    unclaimed one is waiting for a conductor: either will run the flow.
+    """
+    job = submit_mod.job_for(board, flow_id)
+    if job is None:
+        submit_mod.ensure_posted(board, backend, flow_id)
+        return
+    if state in (PAUSED, tf_states.FAILURE):
+        try:
+            owner = board.find_owner(job)
+        except tf_exc.NotFound:  # consumed since we looked
+            owner = None
+            job = None
+        if owner is not None or job is None:
+            with contextlib.closing(backend.get_connection()) as conn:
+                book = conn.get_logbook(flow_id)
+            LOG.info("flow %s: its old job is held by %s and will be consumed; posting "
+                     "a new one", flow_id, owner)
+            submit_mod.post_job(board, book, flow_id)
+
+
 def _stopped_detail(backend, flow_id: str, allowed: frozenset, action: str):
     flow_detail = _load(backend, flow_id)
     state = flow_state(flow_detail)
@@ -323,7 +350,7 @@ def resume(board, backend, flow_id: str) -> dict:
             flow_detail.state = tf_states.SUSPENDED  # conductors skip FAILURE flows
         _save(backend, flow_detail, changed)
         LOG.info("flow %s (%s) resumed; atoms reset: %s", flow_id, state, changed or "none")
-    submit_mod.ensure_posted(board, backend, flow_id)
+    _post_again(board, backend, flow_id, state)
     return show_flow(backend, flow_id)
 
 
@@ -358,5 +385,5 @@ def revert(board, backend, flow_id: str) -> dict:
     _save(backend, flow_detail, changed)
     LOG.info("flow %s (%s) set to revert; atoms marked: %s", flow_id, state,
              changed or "none")
-    submit_mod.ensure_posted(board, backend, flow_id)
+    _post_again(board, backend, flow_id, state)
     return show_flow(backend, flow_id)

@@ -311,3 +311,21 @@ def test_resume_redoes_an_atom_reverted_before_the_pause_took_hold(board, memory
     assert run_until(flow_id, tf_states.SUCCESS)["state"] == tf_states.SUCCESS
     assert calls("execute", "ok") == [("execute", STEP[0]), ("execute", STEP[0]),
                                       ("execute", STEP[1]), ("execute", STEP[2])]
+
+
+def test_resume_while_the_pausing_conductor_still_holds_the_old_job(board, memory_backend,
+                                                                    run_until):
+    FAULTS.add((STEP[1], "execute"))
+    flow_id = _submit(board, memory_backend, on_error="pause")
+    run_until(flow_id, actions.PAUSED)
+    # The moment between the engine saving PAUSED and its conductor consuming
+    # the job: an operator resumes then (found over HTTP in the embedded cloud).
+    old = submit_mod.post_job(board, memory_backend.get_connection().get_logbook(flow_id),
+                              flow_id)
+    board.claim(old, "pausing-conductor")
+    FAULTS.clear()
+
+    actions.resume(board, memory_backend, flow_id)
+    board.consume(old, "pausing-conductor")  # what that conductor does next
+    assert [j.name for j in board.iterjobs()] == [flow_id]  # a new one
+    assert run_until(flow_id, tf_states.SUCCESS)["state"] == tf_states.SUCCESS

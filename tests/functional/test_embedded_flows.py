@@ -1,0 +1,115 @@
+"""Flow routes in the embedded cloud of ``fleetflow serve``, over real HTTP.
+
+Real parts throughout: fleetflow's logbook backend on SQLite, the SQL jobboard,
+conductor threads, the simulated fleet. A provision flow submitted with
+``on_error = pause`` stops at a failed boot; the operator resumes it over the
+API and the reservation goes ACTIVE.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import requests
+import yaml
+
+from fleetflow.cli.serve import Cloud
+from fleetflow.compute import messaging
+
+ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
+HOSTS = ["z1-r1-h01", "z1-r1-h02"]
+
+
+@pytest.fixture
+def cloud(make_conf, tmp_path):
+    doc = {
+        "profiles": {"small": {"inventory": {
+            "VCPU": {"total": 8, "allocation_ratio": 1.0},
+            "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
+            "DISK_GB": {"total": 200, "allocation_ratio": 1.0}}}},
+        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
+            {"name": "r1", "hosts": 2, "profile": "small"}]}]}],
+        "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
+                     "disk_gb": 20}],
+        "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
+    }
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    conf = make_conf(api={"port": 0}, conductor={"workers": 1}, fleet={"file": str(fleet)},
+                     jobboard={"claim_expiry": 10, "keepalive_interval": 1.0})
+    cloud = Cloud(conf).start()
+    threading.Thread(target=cloud.serve_forever, daemon=True).start()
+    yield cloud
+    cloud.stop()
+    messaging.forget_transport(conf)
+
+
+def _until(get, predicate, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if predicate(value):
+            return value
+        assert time.monotonic() < deadline, f"not reached: {value}"
+        time.sleep(0.2)
+
+
+def _reserve_paused(cloud) -> tuple[str, str]:
+    """A one-instance reservation whose provision flow pauses on error."""
+    from fleetflow.engine.backend import get_backend
+    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.operations import Operations, ReservationRequest
+    from fleetflow.engine.submit import Submitter
+
+    board = make_jobboard(cloud.conf, get_backend(cloud.conf))
+    submitter = Submitter(board, get_backend(cloud.conf))
+
+    def submit_paused(flow_name, flow_kwargs, **options):
+        options["on_error"] = "pause"
+        return submitter(flow_name, flow_kwargs, **options)
+
+    try:
+        reservation, _ = Operations(cloud.conf, cloud.database, submit_paused).reserve(
+            ReservationRequest(tenant_id="demo", user_id="u1", flavor_ref="m1.small",
+                               image_ref="cirros", min_count=1, max_count=1))
+    finally:
+        board.close()
+    return reservation.id, reservation.flow_id
+
+
+def test_an_operator_resumes_a_paused_provision_over_http(cloud):
+    for host in HOSTS:  # the chosen host's next boot fails once
+        cloud.agent.driver.set_faults(host, fail_next=1)
+    rid, flow_id = _reserve_paused(cloud)
+    assert flow_id
+
+    def flow():
+        return requests.get(f"{cloud.url}/v2/admin/flows/{flow_id}", headers=ADMIN,
+                            timeout=10).json()["flow"]
+
+    paused = _until(flow, lambda f: f["state"] == "PAUSED")
+    assert paused["name"] == "provision" and paused["owner_tenant"] == "demo"
+    assert paused["failure"]["step"] == "inst-0000-boot"
+    listed = requests.get(f"{cloud.url}/v2/admin/flows", params={"state": "PAUSED"},
+                          headers=ADMIN, timeout=10).json()["flows"]
+    assert [f["id"] for f in listed] == [flow_id]
+
+    answer = requests.post(f"{cloud.url}/v2/admin/flows/{flow_id}/resume", headers=ADMIN,
+                           timeout=10)
+    assert answer.status_code == 202, answer.text
+    assert _until(flow, lambda f: f["state"] in ("SUCCESS", "REVERTED", "PAUSED"))[
+        "state"] == "SUCCESS"
+    reservation = requests.get(f"{cloud.url}/v2/demo/reservations/{rid}",
+                               headers={"X-Project-Id": "demo", "X-Roles": "member"},
+                               timeout=10).json()["reservation"]
+    assert reservation["status"] == "ACTIVE"
+
+    # The owner sees it under its own path; another tenant does not.
+    mine = requests.get(f"{cloud.url}/v2/demo/flows/{flow_id}",
+                        headers={"X-Project-Id": "demo", "X-Roles": "reader"}, timeout=10)
+    assert mine.status_code == 200 and mine.json()["flow"]["state"] == "SUCCESS"
+    other = requests.get(f"{cloud.url}/v2/other/flows/{flow_id}",
+                         headers={"X-Project-Id": "other", "X-Roles": "reader"}, timeout=10)
+    assert other.status_code == 404
