@@ -30,3 +30,41 @@ def sql_cloud(takeover, tmp_path):
     cloud = takeover.TakeoverCloud(tmp_path, f"sqlite:///{tmp_path / 'fleetflow.db'}")
     yield cloud
     cloud.close()
+
+
+def load_provision_cloud_module():
+    """provision_cloud, imported with this directory on sys.path (it needs forkserver)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    return importlib.import_module("provision_cloud")
+
+
+@pytest.fixture
+def provision_cloud(tmp_path):
+    """The real provision flow's cloud: fleet, SQL jobboards, killable conductors."""
+    module = load_provision_cloud_module()
+    cloud = module.ProvisionCloud(tmp_path)
+    yield cloud
+    cloud.close()
+
+
+@pytest.fixture
+def provision_cloud_factory(tmp_path):
+    """``make(**kwargs)``: a ProvisionCloud of another size (closed after the test)."""
+    module = load_provision_cloud_module()
+    made = []
+
+    def make(**kwargs):
+        cloud = module.ProvisionCloud(tmp_path / f"cloud{len(made)}", **kwargs)
+        made.append(cloud)
+        return cloud
+
+    yield make
+    for cloud in made:
+        cloud.close()
+
+
+@pytest.fixture
+def provision_harness():
+    """The provision_cloud module (CrashCase, run_crash_cases, pools)."""
+    return load_provision_cloud_module()

@@ -1,0 +1,168 @@
+"""kill -9 of conductors running the real provision flow; another one finishes.
+
+Conductors are real ``fleetflow conductor`` subprocesses on the SQL jobboard
+(embedded mode: SQLite, the simulated hosts served in-process by each
+conductor from one shared state file). Reservations are made the way the API
+makes them (engine/operations.py). See tests/reliability/provision_cloud.py.
+
+1. Every atom boundary of a 5-instance reservation: one reservation per
+   (atom, crash point), each on a board of its own, so the conductor that
+   carries the crash target dies exactly there; a survivor finishes it.
+   Reservations on the "bad" pool (hosts whose hypervisors are full behind
+   placement's back) fail every build and revert, passing the during-revert
+   points. For the per-instance atoms of a reverting reservation, which
+   instance fails first is up to the parallel engine, so those targets name
+   the atom of every instance and the first one reached fires.
+2. At least 20 kills at random moments while conductors work through
+   200-instance reservations, with conductors restarted after each kill.
+
+In the end every reservation is ACTIVE (or REVERTED, as planned), the strict
+audit is clean, and no instance was spawned twice (exactly once when ACTIVE).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+from taskflow import retry as tf_retry
+from taskflow import task as tf_task
+from taskflow.flow import Flow
+
+from fleetflow.common import states
+from fleetflow.flows.provision.flow import provision_flow
+from fleetflow.flows.tasks.base import AFTER_CHECKPOINT, AFTER_EFFECT, BEFORE_EXECUTE, DURING_REVERT
+
+COUNT = 5
+RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
+
+
+def flow_atoms(flow: Flow) -> list[tuple[str, str]]:
+    """Every atom of ``flow`` and its nested flows as ``(name, "task" | "retry")``."""
+    atoms = []
+    if flow.retry is not None:
+        atoms.append((flow.retry.name, "retry"))
+    for node, _meta in flow.iter_nodes():
+        if isinstance(node, Flow):
+            atoms.extend(flow_atoms(node))
+        elif isinstance(node, tf_retry.Retry):
+            atoms.append((node.name, "retry"))
+        elif isinstance(node, tf_task.Task):
+            atoms.append((node.name, "task"))
+    return atoms
+
+
+def reverts(name: str) -> bool:
+    """Whether the atom has a revert of its own (where during-revert fires)."""
+    return any(name.endswith(suffix) for suffix in
+               ("reservation-lifecycle", "claim-primaries", "-claim", "-boot"))
+
+
+def crash_plan() -> list[tuple[str, str]]:
+    """``(pool, crash target)`` per case: every atom at every point that applies."""
+    atoms = flow_atoms(provision_flow("enumerate", COUNT))
+    plan = []
+    for name, kind in atoms:
+        # A retry is no FleetTask: only the checkpoint listener fires for it.
+        points = ((BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT) if kind == "task"
+                  else (AFTER_CHECKPOINT,))
+        plan.extend(("good", f"{name}:{point}") for point in points)
+    # Reverting reservations: the during-revert point of every reverting atom
+    # kind, the fast path's claim killed before its checkpoint, and a boot
+    # killed before it ran.
+    instance_atoms = {}
+    for name, _kind in atoms:
+        if name.startswith("inst-"):
+            instance_atoms.setdefault(name.split("-", 2)[2], []).append(name)
+    for name, _kind in atoms:
+        if reverts(name) and not name.startswith("inst-"):
+            plan.append(("bad", f"{name}:{DURING_REVERT}"))
+    for suffix in ("claim", "boot"):
+        plan.append(("bad", ",".join(f"{n}:{DURING_REVERT}" for n in instance_atoms[suffix])))
+    plan.append(("bad", f"claim-primaries:{AFTER_EFFECT}"))
+    plan.append(("bad", ",".join(f"{n}:{BEFORE_EXECUTE}" for n in instance_atoms["boot"])))
+    plan.append(("bad", ",".join(f"{n}:{AFTER_CHECKPOINT}" for n in instance_atoms["retry"])))
+    return plan
+
+
+def test_the_plan_covers_every_atom_of_the_flow():
+    atoms = flow_atoms(provision_flow("enumerate", COUNT))
+    names = {name for name, _ in atoms}
+    assert {"reservation-lifecycle", "schedule", "claim-primaries", "finish"} <= names
+    for index in range(COUNT):
+        assert {f"inst-{index:04d}-{step}" for step in ("retry", "claim", "boot")} <= names
+    targeted = {t.split(":")[0] for _pool, targets in crash_plan() for t in targets.split(",")}
+    assert targeted == names
+
+
+def test_a_guest_one_conductor_built_is_seen_from_another_process(provision_cloud):
+    cloud = provision_cloud
+    rid = cloud.reserve(COUNT)
+    cloud.spawn("builder")
+    cloud.wait_settled()
+    assert cloud.problems({rid: states.ACTIVE}) == []
+    # The test process serves the same hosts from the same state file: its
+    # RPC calls reach its own agent, which finds the conductor's guests.
+    for inst in cloud.instances(rid):
+        guest = cloud.compute.get_instance(inst["host"], inst["uuid"])
+        assert guest is not None and guest["state"] == states.ACTIVE
+
+
+def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
+        provision_cloud, provision_harness, assert_audit_clean):
+    cloud = provision_cloud
+    cloud.fill_bad_hosts()
+    cases = [provision_harness.CrashCase(i, target, pool, COUNT)
+             for i, (pool, target) in enumerate(crash_plan())]
+    provision_harness.run_crash_cases(cloud, cases, parallel=6)
+    not_killed = [c for c in cases if c.doomed_code != -signal.SIGKILL]
+    assert not not_killed, f"these conductors did not die at their target: {not_killed}\n" \
+        + cloud.log_tail(names={f"doomed-{c.index}" for c in not_killed})
+    cloud.clear_bad_hosts()
+    expected = {c.reservation_id: states.ACTIVE if c.pool == "good" else states.REVERTED
+                for c in cases}
+    problems = cloud.problems(expected)
+    assert not problems, "\n".join(problems)
+    report = assert_audit_clean(*cloud.audit_args())
+    assert report.counts["instances"] >= len(cases) * COUNT
+
+
+def test_random_kills_in_200_instance_reservations(provision_cloud_factory, assert_audit_clean):
+    cloud = provision_cloud_factory(good_hosts=6, bad_hosts=2, vcpus=512, boot_seconds=0.2)
+    seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
+    rng = random.Random(seed)
+    cloud.fill_bad_hosts()
+    expected: dict[str, str] = {}
+
+    def post():
+        pool = "bad" if rng.random() < 0.25 else "good"
+        expected[cloud.reserve(200, pool)] = states.ACTIVE if pool == "good" \
+            else states.REVERTED
+
+    live = [cloud.spawn(f"random-{n}") for n in range(2)]
+    kills, spawned = 0, 2
+    while kills < RANDOM_KILLS:
+        # Keep 200-instance reservations on the board so kills land in them.
+        while len(cloud.unsettled()) < 2:
+            post()
+        # Kill only a conductor that holds a reservation's job (a kill of an
+        # idle one tests nothing), at a random moment of its work.
+        time.sleep(rng.uniform(0.2, 2.0))
+        working = [p for p in live if f"{p.name}-0" in cloud.owners()]
+        if not working:
+            continue
+        victim = rng.choice(working)
+        os.kill(victim.pid, signal.SIGKILL)
+        assert victim.wait(30) == -signal.SIGKILL
+        live.remove(victim)
+        kills += 1
+        live.append(cloud.spawn(f"random-{spawned}"))
+        spawned += 1
+    cloud.wait_settled(timeout=300)
+    cloud.clear_bad_hosts()
+    problems = cloud.problems(expected)
+    assert not problems, f"seed {seed}\n" + "\n".join(problems[:20])
+    assert_audit_clean(*cloud.audit_args())
+    assert kills >= 20 or RANDOM_KILLS < 20
