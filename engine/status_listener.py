@@ -10,7 +10,8 @@ this listener, attached to the engine that runs a flow whose store holds
 flow transition                        reservation status
 =====================================  ===================================
 SUSPENDED, paused by ``on_error``      PAUSED
-RUNNING while the row says PAUSED      BUILDING (an operator resumed it)
+RUNNING while the row says PAUSED      BUILDING (an operator resumed it),
+                                       REVERTING (an operator reverted it)
 the whole flow starts reverting        REVERTING
 =====================================  ===================================
 
@@ -106,7 +107,12 @@ class ReservationStatusListener(listener_base.Listener):
         elif state == tf_states.RUNNING:
             # Only a PAUSED row moves: a fresh run's tasks write their own
             # progress, and a settled row must stay as the lifecycle left it.
-            self._write(states.BUILDING, only_from=(states.PAUSED,))
+            # An operator's revert marked every atom REVERT before re-posting.
+            if self._top_level_atoms() and self._whole_flow_reverts():
+                self._reverting_written = True
+                self._write(states.REVERTING, only_from=(states.PAUSED,))
+            else:
+                self._write(states.BUILDING, only_from=(states.PAUSED,))
 
     # -- atoms ------------------------------------------------------------------
 

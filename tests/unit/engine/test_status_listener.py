@@ -82,7 +82,11 @@ def _run(backend, flow_id, database):
     detail = backend.get_connection().get_flow_details(flow_id)
     engine = engines.load_from_detail(detail, store=dict(detail.meta["store"]),
                                       backend=backend, engine="serial")
+    seen = _state.pop("on_running", None)
     with PauseOnErrorListener(engine), ReservationStatusListener(engine, database):
+        if seen is not None:  # the status once the listeners saw RUNNING
+            engine.notifier.register(
+                tf_states.RUNNING, lambda *_a, **_k: seen.append(_status("r-1")))
         try:
             engine.run()
         except Exception:  # noqa: BLE001 - a reverted flow raises; its state says so
@@ -115,7 +119,10 @@ def test_reverting_while_an_operator_revert_runs(board, memory_backend, database
     flow_id = _submit(board, memory_backend, count=3)
     _run(memory_backend, flow_id, database)
     actions.revert(board, memory_backend, flow_id)
+    statuses = []
+    _state["on_running"] = statuses
     assert _run(memory_backend, flow_id, database) == tf_states.REVERTED
+    assert statuses == [states.REVERTING]  # never BUILDING on the way
     reverts = [s for s in SEEN if s[0] == "revert"]
     assert reverts == [("revert", STEP[1], states.REVERTING),
                        ("revert", STEP[0], states.REVERTING)]
