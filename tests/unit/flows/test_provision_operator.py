@@ -26,6 +26,8 @@ HOSTS = [f"z1-r{r}-h0{h}" for r in (1, 2) for h in (1, 2, 3)]
 def operator(cloud):
     # Conductors reload the flow detail: without the fix its retry's history
     # comes back with a failure's dict as the host (engine/taskflow_retry_fix.py).
+    # get_backend installs it; this in-memory backend is made here. Left
+    # installed: it is what every process runs with.
     taskflow_retry_fix.apply()
     backend = tf_backends.fetch({"connection": "memory://"})
     board = make_jobboard(cloud.conf, backend)
@@ -53,7 +55,6 @@ def operator(cloud):
     yield board, backend, submit, run_until
     board.close()
     backend.close()
-    taskflow_retry_fix.remove()
 
 
 def _reservation(cloud, rid):
