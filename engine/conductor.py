@@ -197,6 +197,11 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
+        # Reservation rows follow their flow: PAUSED, BUILDING again, REVERTING.
+        # (Imported here: the listener reads this module's META_KEY.)
+        from fleetflow.engine.status_listener import ReservationStatusListener
+
+        listeners.append(ReservationStatusListener(engine, self._database))
         if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:
             pause = PauseOnErrorListener(engine)
             self._pause_listeners[job.uuid] = pause
