@@ -32,6 +32,12 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    so :class:`MemoizedReflection` caches them per function for
    ``taskflow.atom``.
 
+6. A task's progress (0.0 when it starts, 1.0 when it ends) is saved by a
+   write of its own right after the state change it goes with: four
+   checkpoints per task where two carry the same information.
+   :func:`change_state_with_progress` puts the progress into the atom detail
+   before the state is saved, so one write stores both.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -50,8 +56,11 @@ import weakref
 
 import networkx as nx
 from taskflow import atom as tf_atom
+from taskflow import storage as tf_storage
 from taskflow.engines.action_engine import compiler, scopes
 from taskflow.engines.action_engine import engine as action_engine
+from taskflow.engines.action_engine.actions import task as task_action
+from taskflow.persistence import models as tf_models
 from taskflow.types import graph as tf_graph
 
 _lock = threading.Lock()
@@ -350,6 +359,39 @@ class MemoizedReflection:
 
 
 _STOCK_ATOM_REFLECTION = tf_atom.reflection
+STOCK_CHANGE_STATE = task_action.TaskAction.change_state
+
+
+def _stage_progress(storage, task_name: str, progress: float) -> None:
+    """Set a task's progress in memory only; the next save of the atom stores it."""
+    with storage._lock.write_lock():
+        source, _ = storage._atomdetail_by_name(task_name,
+                                                expected_type=tf_models.TaskDetail)
+        source.meta[tf_storage.META_PROGRESS] = progress
+
+
+def change_state_with_progress(self, task, state, progress=None,
+                               result=task_action.TaskAction.NO_RESULT):
+    """``TaskAction.change_state`` saving the progress with the state, in one write."""
+    old_state = self._storage.get_atom_state(task.name)
+    if self._is_identity_transition(old_state, state, task, progress=progress):
+        return
+    staged = progress is not None and old_state != state
+    if staged:
+        _stage_progress(self._storage, task.name, progress)
+    if state in self.SAVE_RESULT_STATES:
+        self._storage.save(task.name, None if result is self.NO_RESULT else result, state)
+    else:
+        self._storage.set_atom_state(task.name, state)
+    if progress is not None and not staged:
+        self._storage.set_task_progress(task.name, progress)
+    details = {"task_name": task.name, "task_uuid": self._storage.get_atom_uuid(task.name),
+               "old_state": old_state}
+    if result is not self.NO_RESULT:
+        details["result"] = result
+    self._notifier.notify(state, details)
+    if progress is not None:
+        task.update_progress(progress)
 
 
 def apply() -> None:
@@ -357,6 +399,7 @@ def apply() -> None:
     with _lock:
         if not isinstance(tf_atom.reflection, MemoizedReflection):
             tf_atom.reflection = MemoizedReflection(_STOCK_ATOM_REFLECTION)
+        task_action.TaskAction.change_state = change_state_with_progress
         if not isinstance(compiler.gr, _CompilerGraphTypes):
             compiler.gr = _CompilerGraphTypes()
         scopes.ScopeWalker = IndexedScopeWalker
@@ -369,6 +412,7 @@ def remove() -> None:
     """Restore stock TaskFlow (for tests that compare both)."""
     with _lock:
         tf_atom.reflection = _STOCK_ATOM_REFLECTION
+        task_action.TaskAction.change_state = STOCK_CHANGE_STATE
         compiler.gr = _STOCK_GRAPH_MODULE
         scopes.ScopeWalker = STOCK_SCOPE_WALKER
         action_engine.ActionEngine.compile = STOCK_ENGINE_COMPILE
@@ -379,6 +423,7 @@ def remove() -> None:
 def is_applied() -> bool:
     return (isinstance(compiler.gr, _CompilerGraphTypes)
             and isinstance(tf_atom.reflection, MemoizedReflection)
+            and task_action.TaskAction.change_state is change_state_with_progress
             and scopes.ScopeWalker is IndexedScopeWalker
             and action_engine.ActionEngine.compile is _compile_with_gc_paused
             and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter)

@@ -311,3 +311,39 @@ def test_memoized_reflection_hands_out_fresh_lists(stock):
         "self", "a", "b"]
     with pytest.raises(ValueError, match="Extra arguments"):
         task.FunctorTask(lambda a: a, requires=["a", "zzz"], name="extra")
+
+
+class _Double(task.Task):
+    default_provides = "doubled"
+
+    def execute(self, x):
+        return 2 * x
+
+
+def _run_counting_saves(monkeypatch):
+    from taskflow import storage as tf_storage
+
+    saves = []
+    stock_save = tf_storage.Storage._save_atom_detail
+
+    def counting(self, conn, original, detail):
+        if detail.name == "double":
+            saves.append((detail.state, detail.meta.get("progress")))
+        return stock_save(self, conn, original, detail)
+
+    monkeypatch.setattr(tf_storage.Storage, "_save_atom_detail", counting)
+    engine = tf_engines.load(linear_flow.Flow("f").add(_Double("double")), store={"x": 21})
+    engine.run()
+    detail = engine.storage._atomdetail_by_name("double")[0]
+    return saves, (detail.state, detail.results, detail.meta.get("progress"))
+
+
+def test_progress_is_saved_with_the_state_in_one_write(stock, monkeypatch):
+    stock_saves, stock_end = _run_counting_saves(monkeypatch)
+    monkeypatch.undo()
+    taskflow_patches.apply()
+    saves, end = _run_counting_saves(monkeypatch)
+    assert end == stock_end == ("SUCCESS", 42, 1.0)
+    assert stock_saves == [("RUNNING", None), ("RUNNING", 0.0), ("SUCCESS", 0.0),
+                           ("SUCCESS", 1.0)]
+    assert saves == [("RUNNING", 0.0), ("SUCCESS", 1.0)]
