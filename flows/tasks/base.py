@@ -18,7 +18,7 @@ during-revert      revert undid its side effect; REVERTED is not saved
 =================  ========================================================
 
 ``before-execute``, ``after-effect`` and ``during-revert`` fire inside
-:class:`FleetTask`; ``after-checkpoint`` needs a listener
+:class:`FleetTask` and :class:`FleetRetry`; ``after-checkpoint`` needs a listener
 (:class:`CrashPointListener`), which conductors attach when the variable is set.
 Nothing happens when the variable is unset: production code pays one dict lookup.
 """
@@ -30,8 +30,8 @@ import logging
 import os
 import signal
 
+from taskflow import retry, task
 from taskflow import states as tf_states
-from taskflow import task
 from taskflow.listeners import base as listener_base
 
 LOG = logging.getLogger(__name__)
@@ -81,6 +81,13 @@ def _with_crash_points(method, first: str | None, last: str | None):
     return wrapper
 
 
+def _add_crash_points(cls) -> None:
+    if "execute" in cls.__dict__:
+        cls.execute = _with_crash_points(cls.__dict__["execute"], BEFORE_EXECUTE, AFTER_EFFECT)
+    if "revert" in cls.__dict__:
+        cls.revert = _with_crash_points(cls.__dict__["revert"], None, DURING_REVERT)
+
+
 class FleetTask(task.Task):
     """Base class of fleetflow tasks.
 
@@ -91,11 +98,19 @@ class FleetTask(task.Task):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "execute" in cls.__dict__:
-            cls.execute = _with_crash_points(cls.__dict__["execute"], BEFORE_EXECUTE,
-                                             AFTER_EFFECT)
-        if "revert" in cls.__dict__:
-            cls.revert = _with_crash_points(cls.__dict__["revert"], None, DURING_REVERT)
+        _add_crash_points(cls)
+
+
+class FleetRetry(retry.Retry):
+    """Base class of fleetflow retry controllers: the same crash points as FleetTask.
+
+    A retry is an atom with its own checkpoints (and its execute may write:
+    a reschedule records why nothing was left), so crash tests stop there too.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _add_crash_points(cls)
 
 
 class CrashPointListener(listener_base.Listener):

@@ -22,6 +22,7 @@ from taskflow import retry
 from fleetflow.common import states
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks import schedule
+from fleetflow.flows.tasks.base import FleetRetry
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance
 from fleetflow.scheduler.result import NoValidHost
@@ -32,7 +33,7 @@ LOG = logging.getLogger(__name__)
 NO_HOST = None
 
 
-class HostCandidatesRetry(retry.Retry):
+class HostCandidatesRetry(FleetRetry):
     """Provides the host one instance's chain runs on; next candidate on each failure.
 
     Revert: nothing (the chain's own tasks undo their effects).
