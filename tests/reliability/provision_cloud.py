@@ -322,6 +322,15 @@ class CrashCase:
     def __repr__(self) -> str:
         return f"case {self.index} ({self.pool}, {self.target})"
 
+    def fired(self, cloud: ProvisionCloud) -> str | None:
+        """The ``atom:point`` at which the doomed conductor killed itself (from its log)."""
+        path = os.path.join(cloud.workdir, f"conductor-doomed-{self.index}.log")
+        with open(path, errors="replace") as fh:
+            for line in fh:
+                if "crash point " in line and " reached" in line:
+                    return line.split("crash point ", 1)[1].split(" reached", 1)[0]
+        return None
+
 
 def run_crash_cases(cloud: ProvisionCloud, cases: list[CrashCase], parallel: int = 6,
                     timeout: float = 600.0) -> None:
