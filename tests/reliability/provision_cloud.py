@@ -2,24 +2,20 @@
 
 Not a test module: tests/reliability/conftest.py hands it out through fixtures.
 
-What is real: an upgraded SQLite database with a small fleet loaded and
-registered in placement (persistence/fleet.py), reservations created by
-``engine.operations.Operations.reserve`` and posted on the SQL jobboard, and
-``fleetflow conductor`` processes (forked from tests/reliability/forkserver.py
-so they start fast) that run the provision flow and serve the simulated hosts
-in-process themselves (cli/conductor.py): every process opens the same fake
-driver state file, so a guest one conductor built is there for the next.
+Real throughout: SQLite with a fleet loaded and registered in placement,
+reservations made by ``Operations.reserve`` on the SQL jobboard, and
+``fleetflow conductor`` processes (forked: tests/reliability/forkserver.py)
+that serve the simulated hosts in-process themselves (cli/conductor.py) from
+one shared fake-driver state file.
 
 Two pools of hosts, chosen per reservation by a capability:
 
 - ``good``: reservations there go ACTIVE;
-- ``bad``: :meth:`ProvisionCloud.fill_bad_hosts` books each bad host's
-  hypervisor full with guests placement knows nothing about (drift, as after
-  a lost delete). Placement and the scheduler still see room, claims succeed,
-  and every build fails on the host with "capacity exceeded": each instance
-  walks its alternates, finds nothing left to reschedule onto, and the whole
-  all-or-nothing reservation reverts. The squatters are removed again before
-  the audit (:meth:`ProvisionCloud.clear_bad_hosts`).
+- ``bad``: :meth:`ProvisionCloud.fill_bad_hosts` books each bad hypervisor
+  full with guests placement does not know (drift, as after a lost delete):
+  claims succeed, every build fails "capacity exceeded", each instance walks
+  its alternates, nothing is left to reschedule onto, and the all-or-nothing
+  reservation reverts. ``clear_bad_hosts`` removes them before the audit.
 
 Each conductor can be pointed at its own jobboard (``board=``): the provision
 flow's atom names are the same in every reservation, so a crash target
@@ -32,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -40,6 +35,7 @@ import time
 import uuid as uuidlib
 
 import sqlalchemy as sa
+from forkserver import ForkServer  # this directory is on sys.path (conftest, PYTHONPATH)
 
 from fleetflow.common import config, states
 from fleetflow.flows.tasks.base import CRASH_ENV
@@ -216,8 +212,8 @@ class ProvisionCloud:
     def unsettled(self) -> list[str]:
         return [r for r in self.reservations if not self.settled(r)]
 
-    def wait_settled(self, reservation_ids=None, timeout: float = 240.0) -> None:
-        wanted = list(self.reservations if reservation_ids is None else reservation_ids)
+    def wait_settled(self, timeout: float = 240.0) -> None:
+        wanted = list(self.reservations)
         deadline = time.monotonic() + timeout
         while True:
             left = [r for r in wanted if not self.settled(r)]
@@ -395,23 +391,12 @@ def serve_forks() -> None:
     forkserver.serve()
 
 
-def _forkserver_class():
-    if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from forkserver import ForkServer
-
-    return ForkServer
-
-
-class PreloadingForkServer(_forkserver_class()):
+class PreloadingForkServer(ForkServer):
     """forkserver.ForkServer whose server runs :func:`serve_forks`."""
 
-    def __init__(self, env: dict[str, str]):  # noqa: D107 - same protocol as the base
+    def __init__(self, env: dict[str, str]):
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "import provision_cloud; provision_cloud.serve_forks()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self._lock = threading.Lock()
 
-
-def exited_by_sigkill(proc) -> bool:
-    return proc.poll() == -signal.SIGKILL
