@@ -48,11 +48,12 @@ API_OPTS = [
 ]
 
 MESSAGING_OPTS = [
-    cfg.StrOpt("transport_url", default="kombu+memory://localhost//",
-               help="oslo.messaging transport. 'kombu+memory://localhost//' serves the "
-                    "simulated hosts in-process (measured ~10x faster per sequential call "
-                    "than 'fake:', whose listener polls every 50 ms; 'localhost' only "
-                    "stops kombu warning about a missing host name); "
+    cfg.StrOpt("transport_url", default="fake:",
+               help="oslo.messaging transport. 'fake:' serves the simulated hosts "
+                    "in-process; 'kombu+memory://localhost//' answers a lone call ~10x "
+                    "faster (fake: polls every 50 ms) but an idle server burns ~0.2 CPU "
+                    "seconds per second, and under a parallel flow fake: was faster "
+                    "(500 instances: 10.4 s against 12.6 s); "
                     "rabbit://guest:guest@127.0.0.1:5672/ crosses processes."),
     cfg.StrOpt("topic", default="fleetflow-compute", help="RPC topic of the compute hosts."),
     cfg.IntOpt("rpc_timeout", default=60, min=1,

@@ -11,7 +11,7 @@ def test_defaults_are_the_embedded_mode():
     assert conf.database.connection == "sqlite:///fleetflow.db"
     assert (conf.api.host, conf.api.port) == ("127.0.0.1", 8774)
     assert conf.api.auth_strategy == "noauth"
-    assert conf.messaging.transport_url == "kombu+memory://localhost//"
+    assert conf.messaging.transport_url == "fake:"
     assert conf.jobboard.backend == "sql"
 
 
