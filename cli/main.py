@@ -50,5 +50,5 @@ cli.add_command(flows_cmd.flows)
 def main() -> None:
     # TaskFlow imports eventlet through oslo.service; we never monkey-patch,
     # so its deprecation notice says nothing to an operator.
-    warnings.filterwarnings("ignore", message=".*[Ee]ventlet.*")
+    warnings.filterwarnings("ignore", message=r"(?is).*eventlet")
     cli(prog_name="fleetflow")
