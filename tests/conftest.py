@@ -136,3 +136,9 @@ def assert_audit_clean():
         return report
 
     return _check
+
+
+@pytest.fixture
+def service_gate():
+    """``need_service`` and the table it reads, for testing the gate itself."""
+    return need_service, SERVICES
