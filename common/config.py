@@ -42,7 +42,9 @@ API_OPTS = [
                help="Largest request body accepted; larger ones answer 413."),
     cfg.IntOpt("max_reservation_count", default=1000, min=1,
                help="Largest count one reservation may ask for."),
-    cfg.IntOpt("page_size", default=100, min=1, help="Default page size of list routes."),
+    cfg.IntOpt("page_size", default=1000, min=1,
+               help="Default page size of list routes (the default fleet's 128 hosts "
+                    "fit on one page)."),
     cfg.StrOpt("policy_file", default="policy.yaml",
                help="oslo.policy overrides; the defaults apply when it does not exist."),
 ]
