@@ -241,14 +241,9 @@ class ProvisionCloud:
         return proc
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        from forkserver import stop_processes
+
+        stop_processes(self.procs)
 
     def close(self) -> None:
         self.stop_all()

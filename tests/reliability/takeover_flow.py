@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import threading
 import time
 import uuid as uuidlib
@@ -251,15 +249,9 @@ class TakeoverCloud:
         return proc.wait(timeout)
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        from forkserver import stop_processes
+
+        stop_processes(self.procs)
 
     def close(self) -> None:
         self.stop_all()
