@@ -38,6 +38,11 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    :func:`change_state_with_progress` puts the progress into the atom detail
    before the state is saved, so one write stores both.
 
+7. The engine's selector decides whether an atom may run by walking all its
+   predecessors after every completion: O(N^2) for a reservation's ``finish``
+   task. :mod:`fleetflow.engine.taskflow_selector_patch` resumes each walk
+   where it last stopped, unless an atom it passed has fallen back since.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -61,6 +66,7 @@ from taskflow.engines.action_engine import engine as action_engine
 from taskflow.engines.action_engine.actions import task as task_action
 from taskflow.types import graph as tf_graph
 
+from fleetflow.engine import taskflow_selector_patch
 from fleetflow.engine.taskflow_atom_patches import (
     STOCK_ATOM_REFLECTION,
     STOCK_CHANGE_STATE,
@@ -337,6 +343,7 @@ def apply() -> None:
         action_engine.ActionEngine.compile = _compile_with_gc_paused
         tf_graph.DiGraph.no_predecessors_iter = no_predecessors_iter
         tf_graph.DiGraph.no_successors_iter = no_successors_iter
+        taskflow_selector_patch.install()
 
 
 def remove() -> None:
@@ -349,6 +356,7 @@ def remove() -> None:
         action_engine.ActionEngine.compile = STOCK_ENGINE_COMPILE
         tf_graph.DiGraph.no_predecessors_iter = STOCK_NO_PREDECESSORS
         tf_graph.DiGraph.no_successors_iter = STOCK_NO_SUCCESSORS
+        taskflow_selector_patch.uninstall()
 
 
 def is_applied() -> bool:
@@ -357,4 +365,5 @@ def is_applied() -> bool:
             and task_action.TaskAction.change_state is change_state_with_progress
             and scopes.ScopeWalker is IndexedScopeWalker
             and action_engine.ActionEngine.compile is _compile_with_gc_paused
-            and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter)
+            and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter
+            and taskflow_selector_patch.is_installed())

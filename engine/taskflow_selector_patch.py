@@ -1,0 +1,157 @@
+"""TaskFlow patch 7 (see :mod:`fleetflow.engine.taskflow_patches`): linear readiness checks.
+
+After every completion the engine asks its selector which atoms may now run.
+To decide whether atom X may execute, stock ``Selector`` walks X's
+predecessors (all of them, transitively) and stops at the first that has not
+finished; for X may revert, it walks X's successors the same way. The
+``finish`` task of a reservation of N instances has ~3N predecessors, and it
+is asked again after every instance's last task completes: the walk stops at
+the first unfinished instance, so a reservation costs O(N^2) checks (156,000
+for 1,000 instances, 3.9 million for 5,000). Reverting ``claim-primaries``
+has the same shape in the other direction.
+
+:class:`CursorSelector` keeps the walk where it stopped. The next time the same
+question is asked it checks the atom that stopped the walk and, if that one is
+now finished, goes on from there instead of from the start. The answer is the
+same as a walk from the start as long as no atom that was passed over has
+since fallen back (a retry resetting its subflow, a revert): every change of
+an atom's state or intention goes through ``Storage._save_atom_detail``, which
+:func:`save_atom_detail_counting_setbacks` wraps to count such setbacks per
+direction; a cursor taken before a setback is thrown away and the walk starts
+again, as stock does.
+
+The graph walked and the per-atom checks are stock TaskFlow's own
+(``traversal.depth_first_iterate``, ``Storage.get_atoms_states``); only the
+bookkeeping between two questions is new. ``tests/unit/test_taskflow_selector.py``
+checks the answers equal stock's after every step of random state changes.
+"""
+
+from __future__ import annotations
+
+from taskflow import states as st
+from taskflow import storage as tf_storage
+from taskflow.engines.action_engine import deciders, traversal
+from taskflow.engines.action_engine import selector as tf_selector
+
+STOCK_SELECTOR = tf_selector.Selector
+STOCK_SAVE_ATOM_DETAIL = tf_storage.Storage._save_atom_detail
+
+EXECUTE = "execute"
+REVERT = "revert"
+_EXECUTED_STATES = (st.SUCCESS, st.IGNORE)
+_EXECUTED_INTENTIONS = (st.EXECUTE, st.IGNORE)
+_REVERTED_STATES = (st.PENDING, st.REVERTED, st.IGNORE)
+
+
+def _lets_successors_execute(state: str, intention: str) -> bool:
+    return state in _EXECUTED_STATES and intention in _EXECUTED_INTENTIONS
+
+
+def _lets_predecessors_revert(state: str, intention: str) -> bool:
+    return state in _REVERTED_STATES
+
+
+_SATISFIES = {EXECUTE: _lets_successors_execute, REVERT: _lets_predecessors_revert}
+
+
+class SetbackCounter:
+    """How many times an atom fell out of 'done' for each direction, per storage."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self):
+        self.counts = {EXECUTE: 0, REVERT: 0}
+
+    @classmethod
+    def of(cls, storage) -> SetbackCounter:
+        counter = storage.__dict__.get("_fleetflow_setbacks")
+        if counter is None:
+            counter = storage.__dict__.setdefault("_fleetflow_setbacks", cls())
+        return counter
+
+
+def save_atom_detail_counting_setbacks(self, conn, original_atom_detail, atom_detail):
+    """Stock ``Storage._save_atom_detail``, counting atoms that fall back."""
+    before = (original_atom_detail.state, original_atom_detail.intention)
+    saved = STOCK_SAVE_ATOM_DETAIL(self, conn, original_atom_detail, atom_detail)
+    after = (original_atom_detail.state, original_atom_detail.intention)
+    if before != after:
+        counts = SetbackCounter.of(self).counts
+        for direction, satisfied in _SATISFIES.items():
+            if satisfied(*before) and not satisfied(*after):
+                counts[direction] += 1
+    return saved
+
+
+class _Cursor:
+    __slots__ = ("setbacks", "remaining", "blocker")
+
+    def __init__(self, setbacks: int, remaining):
+        self.setbacks = setbacks
+        self.remaining = remaining
+        self.blocker = None
+
+
+class CursorSelector(STOCK_SELECTOR):
+    """``Selector`` whose readiness walks resume where they last stopped."""
+
+    def __init__(self, runtime):
+        super().__init__(runtime)
+        self._cursors: dict = {}
+
+    def _neighbours_done(self, atom, direction: str, walk_direction) -> bool:
+        satisfied = _SATISFIES[direction]
+        setbacks = SetbackCounter.of(self._storage).counts[direction]
+        key = (direction, atom.name)
+        cursor = self._cursors.get(key)
+        if cursor is None or cursor.setbacks != setbacks:
+            cursor = _Cursor(setbacks, traversal.depth_first_iterate(
+                self._execution_graph, atom, walk_direction))
+        get_states = self._storage.get_atoms_states
+        if cursor.blocker is not None:
+            if not satisfied(*get_states([cursor.blocker])[cursor.blocker]):
+                self._cursors[key] = cursor
+                return False
+            cursor.blocker = None
+        for neighbour in cursor.remaining:
+            if not satisfied(*get_states([neighbour.name])[neighbour.name]):
+                cursor.blocker = neighbour.name
+                self._cursors[key] = cursor
+                return False
+        self._cursors.pop(key, None)
+        return True
+
+    def _get_maybe_ready_for_execute(self, atom):
+        return self._get_maybe_ready(
+            atom, st.RUNNING, [st.EXECUTE],
+            connected_fetcher=lambda: (),
+            ready_checker=lambda _nothing: self._neighbours_done(
+                atom, EXECUTE, traversal.Direction.BACKWARD),
+            decider_fetcher=lambda: deciders.IgnoreDecider(
+                atom, self._runtime.fetch_edge_deciders(atom)),
+            for_what="execute")
+
+    def _get_maybe_ready_for_revert(self, atom):
+        noop_decider = deciders.NoOpDecider()
+        return self._get_maybe_ready(
+            atom, st.REVERTING, [st.REVERT, st.RETRY],
+            connected_fetcher=lambda: (),
+            ready_checker=lambda _nothing: self._neighbours_done(
+                atom, REVERT, traversal.Direction.FORWARD),
+            decider_fetcher=lambda: noop_decider,
+            for_what="revert")
+
+
+def install() -> None:
+    tf_selector.Selector = CursorSelector
+    tf_storage.Storage._save_atom_detail = save_atom_detail_counting_setbacks
+
+
+def uninstall() -> None:
+    tf_selector.Selector = STOCK_SELECTOR
+    tf_storage.Storage._save_atom_detail = STOCK_SAVE_ATOM_DETAIL
+
+
+def is_installed() -> bool:
+    return (tf_selector.Selector is CursorSelector
+            and tf_storage.Storage._save_atom_detail is save_atom_detail_counting_setbacks)
