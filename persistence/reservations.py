@@ -119,6 +119,26 @@ def instances(session: orm.Session, reservation_id: str) -> list[Instance]:
         Instance.reservation_id == reservation_id).order_by(Instance.index)))
 
 
+# What a reservation shows of each instance (the API's GET of one reservation).
+INSTANCE_VIEW_COLUMNS = ("id", "name", "host", "status", "task_state", "attempts",
+                         "hosts_tried", "fault")
+_INSTANCES_TABLE = Instance.__table__
+_INSTANCE_VIEWS = (
+    sa.select(*(_INSTANCES_TABLE.c[name] for name in INSTANCE_VIEW_COLUMNS))
+    .where(_INSTANCES_TABLE.c.reservation_id == sa.bindparam("reservation_id"))
+    .order_by(_INSTANCES_TABLE.c.index))
+
+
+def instance_views(session: orm.Session, reservation_id: str) -> list[dict]:
+    """The reservation's instances as plain dicts of INSTANCE_VIEW_COLUMNS, by index.
+
+    One Core select of those columns only: no ORM objects, which cost most of
+    a GET of a large reservation (polled while it builds).
+    """
+    result = session.execute(_INSTANCE_VIEWS, {"reservation_id": reservation_id})
+    return [dict(zip(INSTANCE_VIEW_COLUMNS, row, strict=True)) for row in result.all()]
+
+
 def instance_ids(session: orm.Session, reservation_id: str) -> list[str]:
     return list(session.scalars(sa.select(Instance.id).where(
         Instance.reservation_id == reservation_id).order_by(Instance.index)))
