@@ -43,6 +43,10 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    task. :mod:`fleetflow.engine.taskflow_selector_patch` resumes each walk
    where it last stopped, unless an atom it passed has fallen back since.
 
+8, 9. The engine thread's storage reads re-take the read lock it already
+   holds as writer (about 50 per atom), and a flow is validated twice per
+   run; :mod:`fleetflow.engine.taskflow_engine_patches` removes both costs.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -66,7 +70,7 @@ from taskflow.engines.action_engine import engine as action_engine
 from taskflow.engines.action_engine.actions import task as task_action
 from taskflow.types import graph as tf_graph
 
-from fleetflow.engine import taskflow_selector_patch
+from fleetflow.engine import taskflow_engine_patches, taskflow_selector_patch
 from fleetflow.engine.taskflow_atom_patches import (
     STOCK_ATOM_REFLECTION,
     STOCK_CHANGE_STATE,
@@ -344,6 +348,7 @@ def apply() -> None:
         tf_graph.DiGraph.no_predecessors_iter = no_predecessors_iter
         tf_graph.DiGraph.no_successors_iter = no_successors_iter
         taskflow_selector_patch.install()
+        taskflow_engine_patches.install()
 
 
 def remove() -> None:
@@ -357,6 +362,7 @@ def remove() -> None:
         tf_graph.DiGraph.no_predecessors_iter = STOCK_NO_PREDECESSORS
         tf_graph.DiGraph.no_successors_iter = STOCK_NO_SUCCESSORS
         taskflow_selector_patch.uninstall()
+        taskflow_engine_patches.uninstall()
 
 
 def is_applied() -> bool:
@@ -366,4 +372,5 @@ def is_applied() -> bool:
             and scopes.ScopeWalker is IndexedScopeWalker
             and action_engine.ActionEngine.compile is _compile_with_gc_paused
             and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter
-            and taskflow_selector_patch.is_installed())
+            and taskflow_selector_patch.is_installed()
+            and taskflow_engine_patches.is_installed())

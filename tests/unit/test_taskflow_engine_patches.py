@@ -1,0 +1,126 @@
+"""TaskFlow patches 8 (writer-reentrant storage lock) and 9 (validate once)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from taskflow import engines as tf_engines
+from taskflow import exceptions as tf_exc
+from taskflow import task
+from taskflow.patterns import linear_flow
+
+from fleetflow.engine import taskflow_patches
+from fleetflow.engine.taskflow_engine_patches import WriterReentrantLock
+
+
+class Needs(task.Task):
+    def execute(self, value):
+        return value + 1
+
+
+@pytest.fixture(autouse=True)
+def patched():
+    taskflow_patches.apply()
+
+
+@pytest.fixture()
+def stock(patched):
+    taskflow_patches.remove()
+    yield
+    taskflow_patches.apply()
+
+
+def test_the_writer_reads_and_reenters_without_becoming_a_reader():
+    lock = WriterReentrantLock()
+    with lock.write_lock():
+        with lock.read_lock() as held:
+            assert held is lock
+            assert not lock.is_reader()
+            with lock.write_lock():
+                assert lock.is_writer()
+        assert lock.is_writer()
+    assert lock.owner is None
+
+
+def test_other_threads_still_wait_for_the_writer():
+    lock = WriterReentrantLock()
+    read, write = threading.Event(), threading.Event()
+
+    def reader():
+        with lock.read_lock():
+            read.set()
+
+    def writer():
+        with lock.write_lock():
+            write.set()
+
+    with lock.write_lock():
+        with lock.read_lock():
+            threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+            for t in threads:
+                t.start()
+            assert not read.wait(0.2) and not write.wait(0.01)
+    assert read.wait(5) and write.wait(5)
+    for t in threads:
+        t.join(5)
+
+
+def test_a_reader_still_cannot_become_the_writer():
+    lock = WriterReentrantLock()
+    with lock.read_lock(), pytest.raises(RuntimeError):
+        with lock.write_lock():
+            pass
+
+
+def test_storage_uses_the_patched_lock():
+    engine = tf_engines.load(Needs("n", provides="out"), store={"value": 1})
+    assert isinstance(engine.storage.lock, WriterReentrantLock)
+    engine.run()
+    assert engine.storage.fetch("out") == 2
+
+
+def _count_validations(engine) -> dict:
+    calls = {"n": 0}
+    real = engine.storage.fetch_unsatisfied_args
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    engine.storage.fetch_unsatisfied_args = counting
+    return calls
+
+
+def _conductor_like_run(engine):
+    # The order a TaskFlow conductor uses: compile, prepare, validate, run.
+    engine.compile()
+    engine.prepare()
+    engine.validate()
+    engine.run()
+
+
+def test_a_conductor_run_validates_once():
+    flow = linear_flow.Flow("f").add(*[Needs(f"n{i}") for i in range(5)])
+    engine = tf_engines.load(flow, store={"value": 1})
+    calls = _count_validations(engine)
+    _conductor_like_run(engine)
+    assert calls["n"] == 2 * 5  # execute and revert arguments, once per atom
+
+
+def test_stock_validates_twice(stock):
+    flow = linear_flow.Flow("f").add(*[Needs(f"n{i}") for i in range(5)])
+    engine = tf_engines.load(flow, store={"value": 1})
+    calls = _count_validations(engine)
+    _conductor_like_run(engine)
+    assert calls["n"] == 2 * 2 * 5
+
+
+def test_missing_arguments_are_still_refused():
+    engine = tf_engines.load(Needs("n"))
+    engine.compile()
+    engine.prepare()
+    with pytest.raises(tf_exc.MissingDependencies):
+        engine.validate()
+    with pytest.raises(tf_exc.MissingDependencies):
+        engine.run()
