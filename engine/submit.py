@@ -71,6 +71,7 @@ def submit(board, backend, flow_name: str, flow_kwargs: dict[str, Any] | None = 
     book.add(flow_detail)
     with contextlib.closing(backend.get_connection()) as conn:
         conn.save_logbook(book)
+    registry.hand_over(flow_name, flow_kwargs, flow)
     post_job(board, book, flow_id)
     return flow_id
 

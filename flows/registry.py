@@ -16,10 +16,19 @@ function — with the registered *name* and the factory's *module* as
 positional arguments and the flow's keyword arguments as they are. The
 resuming process imports that module (which registers the factory) and builds
 the same flow again, with the same deterministic atom names.
+
+Building a flow of thousands of atoms takes a noticeable part of a second, and
+the submitter builds it once already (to fail on bad arguments before posting
+anything). When a conductor in the same process runs that flow next,
+:func:`hand_over` passes the submitter's flow to :func:`rebuild` instead of
+building it a second time. Each handed-over flow is taken at most once (one
+engine per flow object), and only the last few are kept, so a process that
+submits but never runs flows holds nothing for long.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib
 import json
 import threading
@@ -34,6 +43,9 @@ Factory = Callable[..., tf_flow.Flow]
 
 _lock = threading.Lock()
 _factories: dict[str, Factory] = {}
+HANDOVER_SLOTS = 8
+_handed_over: collections.OrderedDict[tuple[str, str], tf_flow.Flow] = (
+    collections.OrderedDict())
 
 
 def register(name: str, factory: Factory) -> Factory:
@@ -94,6 +106,21 @@ def build(name: str, **kwargs: Any) -> tf_flow.Flow:
     return get(name)(**kwargs)
 
 
+def _handover_key(name: str, kwargs: dict[str, Any]) -> tuple[str, str]:
+    return name, json.dumps(kwargs, sort_keys=True)
+
+
+def hand_over(name: str, kwargs: dict[str, Any], flow: tf_flow.Flow) -> None:
+    """Offer a just-built flow to the next :func:`rebuild` of the same name and arguments.
+
+    The caller must not use ``flow`` afterwards: an engine may be running it.
+    """
+    with _lock:
+        _handed_over[_handover_key(name, kwargs)] = flow
+        while len(_handed_over) > HANDOVER_SLOTS:
+            _handed_over.popitem(last=False)
+
+
 def factory_details(name: str) -> tuple[Callable, list, dict]:
     """What to hand to ``save_factory_details``: the function, its args, nothing else.
 
@@ -112,6 +139,9 @@ def rebuild(name: str, module: str, /, **kwargs: Any) -> tf_flow.Flow:
     """
     with _lock:
         known = name in _factories
+        handed_over = _handed_over.pop(_handover_key(name, kwargs), None)
+    if handed_over is not None:
+        return handed_over
     if not known:
         importlib.import_module(module)
     return build(name, **kwargs)

@@ -73,3 +73,24 @@ def test_rebuild_imports_the_factory_module_when_the_name_is_unknown(tmp_path, m
     flow = registry.rebuild("late-flow", "late_flows", n=4)
     assert flow.name == "late-4"
     assert "late-flow" in registry.names()
+
+
+def test_a_handed_over_flow_is_taken_once_by_rebuild():
+    flow = registry.build("toy-linear", count=2)
+    registry.hand_over("toy-linear", {"count": 2}, flow)
+    other = registry.rebuild("toy-linear", "unused.module", count=3)
+    assert other is not flow  # other arguments: built afresh
+    assert registry.rebuild("toy-linear", "unused.module", count=2) is flow
+    again = registry.rebuild("toy-linear", "unused.module", count=2)
+    assert again is not flow
+    assert [a.name for a, _ in again.iter_nodes()] == [a.name for a, _ in flow.iter_nodes()]
+
+
+def test_only_the_last_handed_over_flows_are_kept():
+    flows = {}
+    for count in range(1, registry.HANDOVER_SLOTS + 2):
+        flows[count] = registry.build("toy-linear", count=count)
+        registry.hand_over("toy-linear", {"count": count}, flows[count])
+    assert registry.rebuild("toy-linear", "unused.module", count=1) is not flows[1]
+    for count in range(2, registry.HANDOVER_SLOTS + 2):
+        assert registry.rebuild("toy-linear", "unused.module", count=count) is flows[count]
