@@ -157,25 +157,34 @@ def progress(session: orm.Session, reservation_id: str) -> dict[str, int]:
             "reverted": counts.get(states.REVERTED, 0) + counts.get(states.DELETED, 0)}
 
 
+# NOTE: the writes below are Core statements on the tables, not ORM-enabled
+# updates: the engine makes one or more per instance and step, and the ORM's
+# bulk-update machinery cost more Python than the statement. They do not
+# refresh objects the caller's session already holds; no caller reads one after.
+_RESERVATIONS_TABLE = Reservation.__table__
+
+
 def set_status(session: orm.Session, reservation_id: str, status: str,
                fault: dict | None = None, clear_fault: bool = False) -> None:
     values: dict = {"status": status, "updated_at": utcnow()}
     if fault is not None or clear_fault:
         values["fault"] = fault
-    session.execute(sa.update(Reservation).where(Reservation.id == reservation_id)
-                    .values(**values))
+    session.execute(_RESERVATIONS_TABLE.update()
+                    .where(_RESERVATIONS_TABLE.c.id == reservation_id).values(**values))
 
 
 def update_instance(session: orm.Session, instance_id: str, **values) -> None:
     """Write an instance's status columns (status, task_state, host, fault, ...)."""
     values["updated_at"] = utcnow()
-    session.execute(sa.update(Instance).where(Instance.id == instance_id).values(**values))
+    session.execute(_INSTANCES_TABLE.update()
+                    .where(_INSTANCES_TABLE.c.id == instance_id).values(**values))
 
 
 def update_instances(session: orm.Session, instance_ids_: list[str], **values) -> None:
     """The same columns on many instances in one statement."""
     values["updated_at"] = utcnow()
-    session.execute(sa.update(Instance).where(Instance.id.in_(instance_ids_)).values(**values))
+    session.execute(_INSTANCES_TABLE.update()
+                    .where(_INSTANCES_TABLE.c.id.in_(instance_ids_)).values(**values))
 
 
 def record_attempt(session: orm.Session, instance_id: str, host: str, **values) -> None:
@@ -184,19 +193,19 @@ def record_attempt(session: orm.Session, instance_id: str, host: str, **values) 
     ``values`` are further columns to write in the same statement (status,
     task_state): one write per step keeps SQLite's single writer free.
     """
-    instance = session.get(Instance, instance_id)
-    if instance is None:
+    table = _INSTANCES_TABLE
+    row = session.execute(sa.select(table.c.hosts_tried, table.c.attempts)
+                          .where(table.c.id == instance_id)).first()
+    if row is None:
         return
-    tried = list(instance.hosts_tried or [])
+    tried = list(row.hosts_tried or [])
+    attempts = row.attempts
     if not tried or tried[-1] != host:
         tried.append(host)
-        instance.attempts = (instance.attempts or 0) + 1
-    instance.hosts_tried = tried
-    instance.host = host
-    for key, value in values.items():
-        setattr(instance, key, value)
-    instance.updated_at = utcnow()
-    session.flush()
+        attempts = (attempts or 0) + 1
+    values = {"hosts_tried": tried, "attempts": attempts, "host": host, **values,
+              "updated_at": utcnow()}
+    session.execute(table.update().where(table.c.id == instance_id).values(**values))
 
 
 def fault(code: str, message: str, step: str | None = None, host: str | None = None) -> dict:

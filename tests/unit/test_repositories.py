@@ -1,11 +1,14 @@
 """Group and reservation rows: the rules the API and the flows rely on."""
 
+import datetime as dt
+
 import pytest
+import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.persistence import fleet, groups, reservations
-from fleetflow.persistence.models import Flavor
+from fleetflow.persistence.models import Flavor, Instance, Reservation
 
 
 @pytest.fixture
@@ -104,3 +107,64 @@ def test_record_attempt_keeps_hosts_in_order(loaded):
             reservations.record_attempt(s, iid, host)
         row = reservations.instances(s, rid)[0]
         assert (row.attempts, row.hosts_tried, row.host) == (2, ["a", "b"], "b")
+
+
+def _new_reservation(s, count: int) -> tuple[str, list[str]]:
+    rid = reservations.create(s, tenant_id="t1", user_id=None, name="w",
+                              policy=states.BEST_EFFORT, request={}, count=count,
+                              flavor_id="1", image_id="img", group_id=None).id
+    return rid, reservations.instance_ids(s, rid)
+
+
+LONG_AGO = dt.datetime(2000, 1, 1)
+
+
+def test_record_attempt_writes_its_values_and_counts_only_new_hosts(loaded):
+    with loaded.session() as s:
+        rid, (iid, other) = _new_reservation(s, 2)
+        s.execute(sa.update(Instance).values(updated_at=LONG_AGO))
+    with loaded.session() as s:
+        reservations.record_attempt(s, iid, "a", status=states.BUILDING,
+                                    task_state=states.TASK_SPAWNING)
+        reservations.record_attempt(s, iid, "a", task_state=states.TASK_CLAIMING)
+        reservations.record_attempt(s, "no-such-instance", "a", status=states.ERROR)
+    with loaded.session() as s:
+        row, untouched = reservations.instances(s, rid)
+        assert (row.status, row.task_state, row.host, row.attempts, row.hosts_tried) == (
+            states.BUILDING, states.TASK_CLAIMING, "a", 1, ["a"])
+        assert row.updated_at > LONG_AGO
+        assert (untouched.status, untouched.host, untouched.attempts,
+                untouched.hosts_tried, untouched.updated_at) == (
+            states.PENDING, None, 0, [], LONG_AGO)
+
+
+def test_instance_and_reservation_status_writes(loaded):
+    with loaded.session() as s:
+        rid, ids = _new_reservation(s, 3)
+        s.execute(sa.update(Instance).values(updated_at=LONG_AGO))
+        s.execute(sa.update(Reservation).values(updated_at=LONG_AGO))
+    failed = reservations.fault("BUILD_FAILED", "disk full", "boot", "h1")
+    with loaded.session() as s:
+        reservations.update_instances(s, ids[:2], status=states.BUILDING,
+                                      task_state=states.TASK_CLAIMING)
+        reservations.update_instance(s, ids[1], status=states.ERROR, fault=failed)
+        reservations.set_status(s, rid, states.PARTIAL, fault=failed)
+    with loaded.session() as s:
+        first, second, third = reservations.instances(s, rid)
+        assert (first.status, first.task_state, first.fault) == (
+            states.BUILDING, states.TASK_CLAIMING, None)
+        assert (second.status, second.task_state, second.fault) == (
+            states.ERROR, states.TASK_CLAIMING, failed)
+        assert first.updated_at > LONG_AGO and second.updated_at > LONG_AGO
+        assert (third.status, third.updated_at) == (states.PENDING, LONG_AGO)
+        reservation = reservations.get(s, rid)
+        assert (reservation.status, reservation.fault) == (states.PARTIAL, failed)
+        assert reservation.updated_at > LONG_AGO
+    with loaded.session() as s:
+        reservations.set_status(s, rid, states.BUILDING)
+    with loaded.session() as s:
+        assert reservations.get(s, rid).fault == failed
+        reservations.set_status(s, rid, states.ACTIVE, clear_fault=True)
+    with loaded.session() as s:
+        reservation = reservations.get(s, rid)
+        assert (reservation.status, reservation.fault) == (states.ACTIVE, None)
