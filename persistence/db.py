@@ -3,6 +3,11 @@
 One ``Database`` per process and URL. SQLite (the embedded default) runs in WAL
 mode with ``synchronous=NORMAL`` and a busy timeout, so API threads, conductor
 threads and other processes can share the file; PostgreSQL uses a pool.
+
+Writing sessions start with ``BEGIN IMMEDIATE`` (SQLite's single write lock).
+Sessions that only read (:meth:`Database.read_session`) begin a deferred
+transaction instead: in WAL mode a consistent snapshot that takes no lock, so
+a client polling a large reservation never holds up the engine's writes.
 """
 
 from __future__ import annotations
@@ -42,11 +47,18 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-def _sqlite_begin_immediate(conn) -> None:
+READ_ONLY = "fleetflow_read_only"
+
+
+def _sqlite_begin(conn) -> None:
     # NOTE: pysqlite's deferred BEGIN lets two writers both read, then one
     # fails with "database is locked" on its first write without waiting for
     # the busy timeout. BEGIN IMMEDIATE takes the write lock up front (and
-    # waits for it), which is what compare-and-swap writers need.
+    # waits for it), which is what compare-and-swap writers need. Read-only
+    # sessions say so and get a deferred BEGIN: a WAL snapshot, no lock.
+    if conn.get_execution_options().get(READ_ONLY):
+        conn.exec_driver_sql("BEGIN")
+        return
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -70,7 +82,7 @@ def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.E
             dbapi_conn.isolation_level = None
             _sqlite_pragmas(dbapi_conn, record)
 
-        event.listen(engine, "begin", _sqlite_begin_immediate)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", None):
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -87,6 +99,8 @@ class Database:
         self.url = url
         self.engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow)
         self.sessionmaker = orm.sessionmaker(self.engine, expire_on_commit=False)
+        self.read_sessionmaker = orm.sessionmaker(
+            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
 
     @classmethod
     def from_conf(cls, conf) -> Database:
@@ -101,6 +115,17 @@ class Database:
     def session(self) -> Iterator[orm.Session]:
         """A session in one transaction: committed on success, rolled back on error."""
         with self.sessionmaker() as session, session.begin():
+            yield session
+
+    @contextlib.contextmanager
+    def read_session(self) -> Iterator[orm.Session]:
+        """A session for reads only: one consistent snapshot that blocks no writer.
+
+        On SQLite it never takes the write lock. Writes belong in
+        :meth:`session`: here they would have to upgrade a deferred
+        transaction, which fails at once if another writer got in first.
+        """
+        with self.read_sessionmaker() as session, session.begin():
             yield session
 
     def upgrade(self) -> None:

@@ -217,7 +217,7 @@ class ReservationItem(MethodView):
     @blp.response(200, schemas.ReservationResponseSchema)
     def get(self, tenant_id, reservation_id):
         """Show a reservation: status, progress, and every instance with its fault."""
-        with current_state().database.session() as session:
+        with current_state().database.read_session() as session:
             reservation = rows.get(session, reservation_id, tenant_id)
             view = _view(reservation, rows.progress(session, reservation_id))
             body = _show_body(view, rows.instance_views(session, reservation_id))

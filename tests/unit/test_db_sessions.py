@@ -1,0 +1,40 @@
+"""Read-only sessions on SQLite: a snapshot that neither takes nor waits for the write lock."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from fleetflow.persistence.db import Database
+
+
+def test_a_read_session_reads_while_a_writer_holds_the_lock(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/t.db")
+    with db.session() as session:
+        session.execute(sa.text("CREATE TABLE t (v INTEGER)"))
+        session.execute(sa.text("INSERT INTO t VALUES (1)"))
+    with db.session() as writer:
+        writer.execute(sa.text("UPDATE t SET v = 2"))
+        # The writer holds BEGIN IMMEDIATE; a writing session would wait here.
+        with db.read_session() as reader:
+            assert reader.execute(sa.text("SELECT v FROM t")).scalar() == 1
+    with db.read_session() as reader:
+        assert reader.execute(sa.text("SELECT v FROM t")).scalar() == 2
+    db.dispose()
+
+
+def test_a_writing_session_still_takes_the_write_lock_up_front(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/t.db")
+    with db.session() as session:
+        session.execute(sa.text("CREATE TABLE t (v INTEGER)"))
+    other = sa.create_engine(f"sqlite:///{tmp_path}/t.db",
+                             connect_args={"timeout": 0, "isolation_level": None})
+    with db.session() as writer, other.connect() as conn:
+        writer.execute(sa.text("SELECT 1"))  # BEGIN IMMEDIATE already ran
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except sa.exc.OperationalError as exc:
+            assert "locked" in str(exc)
+        else:
+            raise AssertionError("a second writer got the lock")
+    other.dispose()
+    db.dispose()
