@@ -208,6 +208,24 @@ def record_attempt(session: orm.Session, instance_id: str, host: str, **values) 
     session.execute(table.update().where(table.c.id == instance_id).values(**values))
 
 
+def record_first_attempts(session: orm.Session, hosts_by_instance: dict[str, str],
+                          **values) -> None:
+    """First try of many instances at once: each on its host, attempts 1.
+
+    For instances that have not been tried yet (the all-or-nothing fast path
+    claims every primary in one write); writing it again is harmless.
+    """
+    if not hosts_by_instance:
+        return
+    table = _INSTANCES_TABLE
+    statement = (table.update().where(table.c.id == sa.bindparam("b_id"))
+                 .values(host=sa.bindparam("b_host"),
+                         hosts_tried=sa.bindparam("b_tried", type_=table.c.hosts_tried.type),
+                         attempts=1, updated_at=utcnow(), **values))
+    session.execute(statement, [{"b_id": uuid, "b_host": host, "b_tried": [host]}
+                                for uuid, host in hosts_by_instance.items()])
+
+
 def fault(code: str, message: str, step: str | None = None, host: str | None = None) -> dict:
     return {"code": code, "message": message, "step": step, "host": host,
             "time": utcnow().isoformat() + "Z"}

@@ -121,6 +121,11 @@ class ClaimPrimaries(FleetTask):
                     for uuid in wanted:
                         groups.leave(session, uuid, group_id)
             return []
+        with rt.database.session() as session:
+            # Every claimed instance's first attempt in one statement, instead
+            # of one write per instance in its claim task.
+            rows.record_first_attempts(session, wanted, status=states.BUILDING,
+                                       task_state=states.TASK_SPAWNING)
         return sorted(hosts, key=int)
 
     def revert(self, result, placements: dict, request_spec: dict, instance_uuids: list,
@@ -151,14 +156,15 @@ class ClaimResources(FleetTask):
                 rows.update_instance(session, instance_uuid, status=states.ERROR,
                                      task_state=None)
             return None
+        primary = placements["hosts"].get(str(index), [None])[0]
+        if host == primary and str(index) in primaries_claimed:
+            # Claimed, and its attempt recorded, by claim-primaries.
+            return {"host": host, "fast_path": True}
         with rt.database.session() as session:
             # The boot follows at once: say "spawning" now rather than pay a
             # second write for a claim that takes milliseconds.
             rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
                                 task_state=states.TASK_SPAWNING)
-        primary = placements["hosts"].get(str(index), [None])[0]
-        if host == primary and str(index) in primaries_claimed:
-            return {"host": host, "fast_path": True}
         group_id = (request_spec.get("group") or {}).get("id")
         if group_id:
             with rt.database.session() as session:

@@ -138,6 +138,27 @@ def test_record_attempt_writes_its_values_and_counts_only_new_hosts(loaded):
             states.PENDING, None, 0, [], LONG_AGO)
 
 
+def test_first_attempts_of_many_instances_in_one_write(loaded):
+    with loaded.session() as s:
+        rid, (a, b, untouched) = _new_reservation(s, 3)
+    for _ in range(2):  # a task run twice after a crash writes the same
+        with loaded.session() as s:
+            reservations.record_first_attempts(s, {a: "h1", b: "h2"}, status=states.BUILDING,
+                                               task_state=states.TASK_SPAWNING)
+    with loaded.session() as s:
+        rows = {r.id: r for r in reservations.instances(s, rid)}
+        assert [(rows[i].host, rows[i].attempts, rows[i].hosts_tried, rows[i].status,
+                 rows[i].task_state) for i in (a, b)] == [
+            ("h1", 1, ["h1"], states.BUILDING, states.TASK_SPAWNING),
+            ("h2", 1, ["h2"], states.BUILDING, states.TASK_SPAWNING)]
+        assert (rows[untouched].host, rows[untouched].attempts) == (None, 0)
+        # A later try elsewhere appends to what the batch wrote.
+        reservations.record_attempt(s, a, "h3")
+    with loaded.session() as s:
+        row = next(r for r in reservations.instances(s, rid) if r.id == a)
+        assert (row.attempts, row.hosts_tried) == (2, ["h1", "h3"])
+
+
 def test_instance_and_reservation_status_writes(loaded):
     with loaded.session() as s:
         rid, ids = _new_reservation(s, 3)
