@@ -8,6 +8,8 @@ import threading
 
 import click
 
+from fleetflow.common import gc_policy
+
 
 def _setup_process(conf):
     """Per-process set-up a conductor needs before it runs flows; returns the
@@ -76,6 +78,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     pool = ConductorPool(conf, workers=workers, name=name or default_name(conf),
                          persistence=persistence)
     pool.start()
+    gc_policy.for_service()
     click.echo(f"conductor {name or default_name(conf)}: {workers} worker(s) on the "
                f"{conf.jobboard.backend} jobboard '{conf.jobboard.board_name}'")
     # Wake up now and then: a signal handler runs only between bytecodes of

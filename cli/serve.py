@@ -13,6 +13,8 @@ import threading
 
 import click
 
+from fleetflow.common import gc_policy
+
 LOG = logging.getLogger("fleetflow.serve")
 
 
@@ -102,6 +104,7 @@ def serve(conf) -> None:
     logging.basicConfig(level=logging.DEBUG if conf.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cloud = Cloud(conf).start()
+    gc_policy.for_service()
     click.echo(f"fleetflow serving on {cloud.url}  (Ctrl-C to stop)")
     stopping = threading.Event()
 
