@@ -33,6 +33,8 @@ from taskflow import storage as tf_storage
 from taskflow.engines.action_engine import deciders, traversal
 from taskflow.engines.action_engine import selector as tf_selector
 
+from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
+
 STOCK_SELECTOR = tf_selector.Selector
 STOCK_SAVE_ATOM_DETAIL = tf_storage.Storage._save_atom_detail
 
@@ -71,9 +73,13 @@ class SetbackCounter:
 
 
 def save_atom_detail_counting_setbacks(self, conn, original_atom_detail, atom_detail):
-    """Stock ``Storage._save_atom_detail``, counting atoms that fall back."""
+    """Stock ``Storage._save_atom_detail``, counting atoms that fall back.
+
+    Its retries run as a plain loop (patch 11, ``taskflow_engine_patches``).
+    """
     before = (original_atom_detail.state, original_atom_detail.intention)
-    saved = STOCK_SAVE_ATOM_DETAIL(self, conn, original_atom_detail, atom_detail)
+    saved = retry_storage_failures(STOCK_SAVE_ATOM_DETAIL.__wrapped__, self, conn,
+                                   original_atom_detail, atom_detail)
     after = (original_atom_detail.state, original_atom_detail.intention)
     if before != after:
         counts = SetbackCounter.of(self).counts

@@ -124,3 +124,36 @@ def test_missing_arguments_are_still_refused():
         engine.validate()
     with pytest.raises(tf_exc.MissingDependencies):
         engine.run()
+
+
+def test_storage_failures_are_retried_as_taskflow_retries_them(monkeypatch):
+    from taskflow import storage as tf_storage
+
+    from fleetflow.engine import taskflow_engine_patches as patches
+
+    slept = []
+    monkeypatch.setattr(patches.time, "sleep", slept.append)
+    calls = []
+
+    def flaky(fail_times):
+        calls.append(1)
+        if len(calls) <= fail_times:
+            raise tf_exc.StorageFailure("backend away")
+        return "saved"
+
+    assert patches.retry_storage_failures(flaky, 2) == "saved"
+    assert len(calls) == 3 and slept == [tf_storage.RETRY_WAIT_TIMEOUT] * 2
+    calls.clear()
+    slept.clear()
+    with pytest.raises(tf_exc.StorageFailure):
+        patches.retry_storage_failures(flaky, 10)
+    assert len(calls) == tf_storage.RETRY_ATTEMPTS and len(slept) == tf_storage.RETRY_ATTEMPTS - 1
+    calls.clear()
+
+    def not_storage():
+        calls.append(1)
+        raise ValueError("not retried")
+
+    with pytest.raises(ValueError):
+        patches.retry_storage_failures(not_storage)
+    assert len(calls) == 1
