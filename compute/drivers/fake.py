@@ -235,6 +235,8 @@ class FakeDriver:
 
     def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
                fence: Mapping | None, ledger: str) -> dict:
+        if not self.boot_seconds:
+            return self._spawn_at_once(host, uuid, resources, image, fence, ledger)
         inventory = self._inventory(host)
         with self.store.write() as conn:
             store.apply_evacuations(conn, host)
@@ -268,6 +270,36 @@ class FakeDriver:
             raise BuildFailed(f"{uuid} on {host} was destroyed while it was building",
                               host=host, uuid=uuid)
         return guest
+
+    def _spawn_at_once(self, host: str, uuid: str, resources: Mapping, image: str | None,
+                       fence: Mapping | None, ledger: str) -> dict:
+        """A boot that takes no time: the guest is ACTIVE in the transaction that creates it.
+
+        Same checks, fault draw and ledger as the slow path, in one write
+        instead of two (BUILDING, then ACTIVE after the boot latency).
+        """
+        inventory = self._inventory(host)
+        with self.store.write() as conn:
+            store.apply_evacuations(conn, host)
+            store.check_fence(conn, fence)
+            guest = store.load_guest(conn, host, uuid)
+            if guest is not None and guest["state"] == states.ACTIVE:
+                return guest
+            if guest is None:
+                store.check_capacity(conn, host, inventory, resources)
+            failure = self._take_build_fault(host)
+            if failure is None:
+                if guest is None:
+                    store.insert_guest(conn, host, uuid, states.ACTIVE, image, resources)
+                else:  # BUILDING, left over from a crash mid-boot: finish it
+                    store.update_guest(conn, host, uuid, only_state=states.BUILDING,
+                                       state=states.ACTIVE)
+                store.count_spawn(conn, host, uuid, ledger)
+                return store.load_guest(conn, host, uuid)
+        # A failed spawn leaves nothing behind, as on the slow path.
+        with self.store.write() as conn:
+            store.delete_guest(conn, host, uuid, only_state=states.BUILDING)
+        raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
 
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None) -> dict:
         """Remove ``uuid`` from ``host``; a missing guest is already destroyed."""

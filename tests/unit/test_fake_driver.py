@@ -296,3 +296,22 @@ def test_a_boot_interrupted_by_a_crash_is_finished_once(make_driver):
     assert second.build_instance("h1", "half", SMALL)["state"] == "ACTIVE"
     assert second.build_instance("h1", "half", SMALL)["spawn_count"] == 1
     assert second.usage("h1") == SMALL
+
+
+@pytest.mark.parametrize("boot_seconds", [0, 0.01])
+def test_instant_and_slow_boots_leave_the_same_state(make_driver, boot_seconds):
+    """0-second boots take one write instead of two; what a host ends with is the same."""
+    driver = make_driver(boot_seconds=boot_seconds)
+    driver.set_faults("h1", fail_next=1)
+    with pytest.raises(BuildFailed):
+        driver.build_instance("h1", "u1", SMALL)
+    assert driver.list_instances("h1") == [] and driver.spawn_count("u1") == 0
+    with driver.store.write() as conn:  # a crash mid-boot left a BUILDING row
+        store.insert_guest(conn, "h1", "u2", "BUILDING", "cirros", SMALL)
+    for uuid in ("u1", "u2", "u1"):
+        assert driver.build_instance("h1", uuid, SMALL, image="cirros")["state"] == "ACTIVE"
+    assert [driver.spawn_count(u) for u in ("u1", "u2")] == [1, 1]
+    assert sorted(g["uuid"] for g in driver.list_instances("h1")) == ["u1", "u2"]
+    big = dict(SMALL, VCPU=64)
+    with pytest.raises(CapacityExceeded):
+        driver.build_instance("h1", "u3", big)
