@@ -201,11 +201,26 @@ def set_status(session: orm.Session, reservation_id: str, status: str,
                     .where(_RESERVATIONS_TABLE.c.id == reservation_id).values(**values))
 
 
+_INSTANCE_UPDATES: dict[frozenset, sa.Update] = {}
+
+
+def _instance_update(columns: frozenset) -> sa.Update:
+    # One statement per set of columns, built once: every boot writes one
+    # instance row, and building and caching a fresh statement each time
+    # cost more than the UPDATE itself.
+    statement = _INSTANCE_UPDATES.get(columns)
+    if statement is None:
+        table = _INSTANCES_TABLE
+        statement = _INSTANCE_UPDATES.setdefault(columns, (
+            table.update().where(table.c.id == sa.bindparam("b_id"))
+            .values({c: sa.bindparam(c, type_=table.c[c].type) for c in columns})))
+    return statement
+
+
 def update_instance(session: orm.Session, instance_id: str, **values) -> None:
     """Write an instance's status columns (status, task_state, host, fault, ...)."""
     values["updated_at"] = utcnow()
-    session.execute(_INSTANCES_TABLE.update()
-                    .where(_INSTANCES_TABLE.c.id == instance_id).values(**values))
+    session.execute(_instance_update(frozenset(values)), {"b_id": instance_id, **values})
 
 
 def update_instances(session: orm.Session, instance_ids_: list[str], **values) -> None:
