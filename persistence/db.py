@@ -118,6 +118,16 @@ class Database:
             yield session
 
     @contextlib.contextmanager
+    def transaction(self) -> Iterator[sa.Connection]:
+        """A Core connection in one transaction, for statements that need no ORM.
+
+        Half the cost of :meth:`session` for a single UPDATE (no Session,
+        no identity map): the per-instance writes of a large reservation.
+        """
+        with self.engine.begin() as connection:
+            yield connection
+
+    @contextlib.contextmanager
     def read_session(self) -> Iterator[orm.Session]:
         """A session for reads only: one consistent snapshot that blocks no writer.
 

@@ -217,8 +217,12 @@ def _instance_update(columns: frozenset) -> sa.Update:
     return statement
 
 
-def update_instance(session: orm.Session, instance_id: str, **values) -> None:
-    """Write an instance's status columns (status, task_state, host, fault, ...)."""
+def update_instance(session: orm.Session | sa.Connection, instance_id: str,
+                    **values) -> None:
+    """Write an instance's status columns (status, task_state, host, fault, ...).
+
+    ``session`` may also be a Core connection (``Database.transaction``).
+    """
     values["updated_at"] = utcnow()
     session.execute(_instance_update(frozenset(values)), {"b_id": instance_id, **values})
 

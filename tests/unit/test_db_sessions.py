@@ -38,3 +38,19 @@ def test_a_writing_session_still_takes_the_write_lock_up_front(tmp_path):
             raise AssertionError("a second writer got the lock")
     other.dispose()
     db.dispose()
+
+
+def test_a_core_transaction_commits_or_rolls_back_as_one(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/t.db")
+    with db.transaction() as conn:
+        conn.execute(sa.text("CREATE TABLE t (v INTEGER)"))
+        conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+    try:
+        with db.transaction() as conn:
+            conn.execute(sa.text("UPDATE t SET v = 2"))
+            raise RuntimeError("undo")
+    except RuntimeError:
+        pass
+    with db.read_session() as reader:
+        assert reader.execute(sa.text("SELECT v FROM t")).scalar() == 1
+    db.dispose()
