@@ -15,7 +15,11 @@
    conductor validates once more itself just before. Validation depends on
    the compiled graph, fixed once compiled, and on injected arguments, which
    can only be added, so a flow that validated stays valid:
-   :func:`validate_once` skips the repeat.
+   :func:`validate_once` skips the repeat. Within the one validation, stock
+   looks up every atom's ``revert`` arguments separately from its
+   ``execute`` arguments, though most are the same names (a revert takes
+   what the execute took); :func:`validate_sharing_lookups` asks storage
+   only about the revert arguments the execute did not already settle.
 
 11. Every checkpoint goes through ``Storage._save_atom_detail`` (or
    ``_save_flow_detail``), each decorated with ``tenacity.retry``: three
@@ -33,6 +37,7 @@ import time
 import fasteners
 from taskflow import exceptions as tf_exc
 from taskflow import storage as tf_storage
+from taskflow.engines.action_engine import compiler
 from taskflow.engines.action_engine import engine as action_engine
 
 STOCK_STORAGE_INIT = tf_storage.Storage.__init__
@@ -100,11 +105,59 @@ def storage_init_with_writer_reentrant_lock(self, *args, **kwargs):
     self._lock = WriterReentrantLock()
 
 
+def _unsatisfied(storage, atom) -> tuple[set, set]:
+    """(missing execute arguments, missing revert arguments) of ``atom``.
+
+    As two ``fetch_unsatisfied_args`` calls would answer: an argument's
+    answer depends only on the atom and the name it is bound to.
+    """
+    exec_missing = storage.fetch_unsatisfied_args(atom.name, atom.rebind,
+                                                  optional_args=atom.optional)
+    settled = {bound: name for bound, name in atom.rebind.items()
+               if bound not in atom.optional}
+    to_ask, revert_missing = {}, set()
+    for bound, name in atom.revert_rebind.items():
+        if settled.get(bound) != name:
+            to_ask[bound] = name
+        elif bound in exec_missing and bound not in atom.revert_optional:
+            revert_missing.add(bound)
+    if to_ask:
+        revert_missing |= storage.fetch_unsatisfied_args(
+            atom.name, to_ask, optional_args=atom.revert_optional)
+    return exec_missing, revert_missing
+
+
+def _validate(self):
+    """Stock ``ActionEngine.validate``, each name of an atom looked up once."""
+    missing, last_cause, last_node, missing_nodes = set(), None, None, 0
+    for atom in self._runtime.iterate_nodes(compiler.ATOMS):
+        exec_missing, revert_missing = _unsatisfied(self.storage, atom)
+        for method, method_missing in (("execute", exec_missing),
+                                       ("revert", revert_missing)):
+            if method_missing:
+                last_cause = tf_exc.MissingDependencies(
+                    atom, sorted(method_missing), cause=last_cause, method=method)
+                last_node = atom
+                missing_nodes += 1
+                missing.update(method_missing)
+    if missing:
+        if missing_nodes == 1 and last_node is self._flow:
+            raise last_cause
+        raise tf_exc.MissingDependencies(self._flow, sorted(missing), cause=last_cause)
+    self._validated = True
+
+
+_validate.__name__ = "validate"  # TaskFlow's precondition errors name the method
+# The same lock and preconditions as the stock method.
+validate_sharing_lookups = fasteners.locked(
+    action_engine._pre_check(check_validated=False)(_validate))
+
+
 def validate_once(self):
     """``ActionEngine.validate`` that does nothing once the flow validated."""
     if self._validated:
         return None
-    return STOCK_VALIDATE(self)
+    return validate_sharing_lookups(self)
 
 
 def retry_storage_failures(function, *args):
