@@ -47,6 +47,10 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    holds as writer (about 50 per atom), and a flow is validated twice per
    run; :mod:`fleetflow.engine.taskflow_engine_patches` removes both costs.
 
+10. The engine waits for completions with ``wait_for_any``, which locks and
+   unlocks every outstanding future on each wait: O(N^2) with N boots running.
+   :mod:`fleetflow.engine.taskflow_waiter_patch` gives each engine a queue.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -70,7 +74,11 @@ from taskflow.engines.action_engine import engine as action_engine
 from taskflow.engines.action_engine.actions import task as task_action
 from taskflow.types import graph as tf_graph
 
-from fleetflow.engine import taskflow_engine_patches, taskflow_selector_patch
+from fleetflow.engine import (
+    taskflow_engine_patches,
+    taskflow_selector_patch,
+    taskflow_waiter_patch,
+)
 from fleetflow.engine.taskflow_atom_patches import (
     STOCK_ATOM_REFLECTION,
     STOCK_CHANGE_STATE,
@@ -349,6 +357,7 @@ def apply() -> None:
         tf_graph.DiGraph.no_successors_iter = no_successors_iter
         taskflow_selector_patch.install()
         taskflow_engine_patches.install()
+        taskflow_waiter_patch.install()
 
 
 def remove() -> None:
@@ -363,6 +372,7 @@ def remove() -> None:
         tf_graph.DiGraph.no_successors_iter = STOCK_NO_SUCCESSORS
         taskflow_selector_patch.uninstall()
         taskflow_engine_patches.uninstall()
+        taskflow_waiter_patch.uninstall()
 
 
 def is_applied() -> bool:
@@ -373,4 +383,5 @@ def is_applied() -> bool:
             and action_engine.ActionEngine.compile is _compile_with_gc_paused
             and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter
             and taskflow_selector_patch.is_installed()
-            and taskflow_engine_patches.is_installed())
+            and taskflow_engine_patches.is_installed()
+            and taskflow_waiter_patch.is_installed())
