@@ -95,7 +95,8 @@ class FakeDriver:
         return store.capacity(self._inventory(host))
 
     def usage(self, host: str) -> dict[str, int]:
-        return store.usage(self.store.read(), host)
+        with self.store.read() as conn:
+            return store.usage(conn, host)
 
     # -- faults ------------------------------------------------------------
 
@@ -388,19 +389,24 @@ class FakeDriver:
 
     # -- reads -------------------------------------------------------------
 
-    def _read(self, host: str):
+    @contextlib.contextmanager
+    def _read(self, host: str) -> Iterator:
         """A connection to read ``host``'s guests, its pending evacuations applied first."""
         self._check_alive(host)
-        conn = self.store.read()
-        if store.has_evacuations(conn, host):
+        with self.store.read() as conn:
+            pending = store.has_evacuations(conn, host)
+        if pending:
             self.cleanup_evacuated(host)
-        return conn
+        with self.store.read() as conn:
+            yield conn
 
     def get_instance(self, host: str, uuid: str) -> dict | None:
-        return store.load_guest(self._read(host), host, uuid)
+        with self._read(host) as conn:
+            return store.load_guest(conn, host, uuid)
 
     def list_instances(self, host: str) -> list[dict]:
-        return store.load_guests(self._read(host), host)
+        with self._read(host) as conn:
+            return store.load_guests(conn, host)
 
     def ping(self, host: str) -> dict:
         self._check_alive(host)
@@ -408,7 +414,8 @@ class FakeDriver:
 
     def spawn_count(self, uuid: str, host: str | None = None) -> int:
         """Effective builds of ``uuid`` (on ``host``, or on every host), destroyed or not."""
-        return store.spawn_count(self.store.read(), uuid, host)
+        with self.store.read() as conn:
+            return store.spawn_count(conn, uuid, host)
 
     def interrupt(self) -> None:
         """Shutting down: calls hanging on dead hosts fail, sleeping boots finish now."""

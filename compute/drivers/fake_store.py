@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import sqlite3
 import threading
 import time
@@ -59,55 +60,81 @@ BUSY_TIMEOUT_S = 30
 
 
 class GuestStore:
-    """The state file, with one connection per thread."""
+    """The state file, with a pool of connections shared by the agent's threads.
+
+    A fleet agent runs a thread per build in flight (a thousand, for a
+    thousand two-second boots); a connection per thread meant opening a
+    thousand connections. Connections are lent for one transaction or read
+    and come back to the pool, so there are as many as were ever in use at once.
+    """
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._connections: set[sqlite3.Connection] = set()
         self._lock = threading.Lock()
         # IF NOT EXISTS: two processes opening a new file at once both succeed.
-        self.connection().executescript(SCHEMA)
+        with self.read() as conn:
+            conn.executescript(SCHEMA)
 
-    def connection(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            # isolation_level=None: we issue BEGIN ourselves (IMMEDIATE for
-            # writes, so two check-then-write transactions never interleave).
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                   check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN ourselves (IMMEDIATE for
+        # writes, so two check-then-write transactions never interleave).
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        with self._lock:
+            self._connections.add(conn)
         return conn
+
+    @contextlib.contextmanager
+    def _lent(self) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = self._idle.get_nowait()
+        except queue.Empty:
+            conn = self._open()
+        try:
+            yield conn
+        finally:
+            with self._lock:
+                live = conn in self._connections
+            if live:
+                self._idle.put(conn)
+            else:  # the store was closed meanwhile
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: committed on success, rolled back on error."""
-        conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with self._lent() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
-    def read(self) -> sqlite3.Connection:
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
         """A connection for single-statement reads (autocommit, WAL snapshot)."""
-        return self.connection()
+        with self._lent() as conn:
+            yield conn
 
     def close(self) -> None:
+        """Close every connection; the store opens new ones if it is used again."""
         with self._lock:
-            connections, self._connections = self._connections, []
+            connections, self._connections = self._connections, set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._idle.get_nowait()
         for conn in connections:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-        self._local = threading.local()
 
 
 def guest_dict(row) -> dict:
