@@ -51,6 +51,10 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    unlocks every outstanding future on each wait: O(N^2) with N boots running.
    :mod:`fleetflow.engine.taskflow_waiter_patch` gives each engine a queue.
 
+12. The engine's thread pool (futurist's) starts a thread per submitted task
+   until it is full, idle workers or not; :mod:`fleetflow.engine.taskflow_pool_patch`
+   uses the standard library's pool, which starts one only when none is idle.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -76,6 +80,7 @@ from taskflow.types import graph as tf_graph
 
 from fleetflow.engine import (
     taskflow_engine_patches,
+    taskflow_pool_patch,
     taskflow_selector_patch,
     taskflow_waiter_patch,
 )
@@ -358,6 +363,7 @@ def apply() -> None:
         taskflow_selector_patch.install()
         taskflow_engine_patches.install()
         taskflow_waiter_patch.install()
+        taskflow_pool_patch.install()
 
 
 def remove() -> None:
@@ -373,6 +379,7 @@ def remove() -> None:
         taskflow_selector_patch.uninstall()
         taskflow_engine_patches.uninstall()
         taskflow_waiter_patch.uninstall()
+        taskflow_pool_patch.uninstall()
 
 
 def is_applied() -> bool:
@@ -384,4 +391,5 @@ def is_applied() -> bool:
             and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter
             and taskflow_selector_patch.is_installed()
             and taskflow_engine_patches.is_installed()
-            and taskflow_waiter_patch.is_installed())
+            and taskflow_waiter_patch.is_installed()
+            and taskflow_pool_patch.is_installed())
