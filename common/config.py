@@ -77,8 +77,13 @@ JOBBOARD_OPTS = [
 CONDUCTOR_OPTS = [
     cfg.IntOpt("workers", default=2, min=0,
                help="Conductor threads inside 'fleetflow serve' (0: run none)."),
-    cfg.IntOpt("engine_workers", default=64, min=1,
-               help="Threads of one flow's parallel engine (boots block on hosts)."),
+    cfg.IntOpt("engine_workers", default=1024, min=1,
+               help="Most threads of one flow's parallel engine. A boot holds its "
+                    "thread until the host answers, so with fewer threads than "
+                    "instances a reservation boots in waves; 1024 covers the largest "
+                    "reservation the API accepts by default. A bound, not a count: "
+                    "the pool starts a thread only when no worker is idle (TaskFlow "
+                    "patch 12), so a flow gets as many as it has tasks running at once."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
 ]
 
@@ -92,10 +97,15 @@ COMPUTE_OPTS = [
                     "(relative to state_dir)."),
     cfg.BoolOpt("simulate", default=True,
                 help="'fleetflow serve' serves every host of the fleet in-process."),
-    cfg.IntOpt("agent_threads", default=256, min=1,
-               help="Worker threads of one compute agent's RPC server; builds hold one "
-                    "for their boot latency, so a fleet agent needs more than "
-                    "oslo.messaging's 64."),
+    cfg.IntOpt("agent_threads", default=None, min=1,
+               help="Worker threads of one compute agent's RPC server. Unset: one per "
+                    "build slot of the hosts the server serves (hosts x "
+                    "max_concurrent_builds: a build holds its thread for its whole boot) "
+                    "plus oslo.messaging's usual 64 for other calls, at most "
+                    "max_agent_threads."),
+    cfg.IntOpt("max_agent_threads", default=2048, min=1,
+               help="Most worker threads of one RPC server when agent_threads is unset "
+                    "(builds beyond them wait for a thread, as beyond a host's slots)."),
 ]
 
 FLEET_OPTS = [

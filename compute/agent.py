@@ -21,9 +21,11 @@ import logging
 import socket
 import threading
 from collections.abc import Iterable, Mapping
+from concurrent import futures
 
 import oslo_messaging
 import sqlalchemy as sa
+from oslo_messaging.rpc import server as rpc_server
 
 from fleetflow.common.exceptions import FleetflowError, InvalidInput
 from fleetflow.compute import messaging
@@ -34,6 +36,45 @@ LOG = logging.getLogger(__name__)
 
 # Hosts per UPDATE when writing routes (keeps SQLite's variable limit far away).
 ROUTE_CHUNK = 500
+# RPC worker threads for calls that are not builds (oslo.messaging's default pool).
+OTHER_CALL_THREADS = 64
+
+
+def rpc_pool_size(conf, hosts: int) -> int:
+    """Worker threads of an RPC server serving ``hosts`` hosts.
+
+    ``[compute] agent_threads`` when the operator set it. Otherwise one per
+    build slot (``max_concurrent_builds`` per host): a build holds its thread
+    for its whole boot, so with fewer threads a reservation that fits the
+    hosts' slots would still boot in waves. Plus ``OTHER_CALL_THREADS`` for
+    look-ups, destroys and builds waiting for a slot, at most
+    ``[compute] max_agent_threads``. A bound, not a count: :class:`RPCServer`
+    starts a thread only when no worker is idle.
+    """
+    if conf.compute.agent_threads is not None:
+        return conf.compute.agent_threads
+    slots = hosts * conf.compute.max_concurrent_builds
+    return min(conf.compute.max_agent_threads, slots + OTHER_CALL_THREADS)
+
+
+class RPCServer(rpc_server.RPCServer):
+    """oslo.messaging's RPC server on a pool that starts threads only when none is idle.
+
+    oslo.messaging's threading executor is futurist's ThreadPoolExecutor,
+    which starts a thread for every request until the pool is full, idle
+    workers or not: a pool sized for a thousand two-second boots would also
+    get a thousand threads for a thousand quick calls in a row, each started
+    by the one thread that polls for requests. The standard library's pool has
+    the same ``submit`` / ``shutdown`` and reuses idle workers; its idle
+    workers block instead of waking every second. The server creates its
+    pool from ``_executor_cls`` when it starts.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.executor_type == "threading":
+            self._executor_cls = functools.partial(futures.ThreadPoolExecutor,
+                                                   thread_name_prefix="compute-agent")
 
 
 def _remotable(method):
@@ -132,17 +173,21 @@ class ComputeAgent:
         self._stopped = False
 
     def start(self) -> ComputeAgent:
+        # One server for every host (fleet mode) or one per host (per-host mode).
+        hosts_per_server = -(-len(self.driver.hosts) // max(1, len(self.server_names)))
+        pool_size = rpc_pool_size(self.conf, max(1, hosts_per_server))
         for name in self.server_names:
             target = oslo_messaging.Target(topic=self.conf.messaging.topic, server=name)
-            server = oslo_messaging.get_rpc_server(self.transport, target, [self.endpoint])
+            server = oslo_messaging.get_rpc_server(self.transport, target, [self.endpoint],
+                                                   server_cls=RPCServer)
             # NOTE: builds block their thread for the boot latency, and calls
             # to a dead host hang; the default pool of 64 threads would make
             # one slow host stall every other host of a fleet agent.
-            server.start(override_pool_size=self.conf.compute.agent_threads)
+            server.start(override_pool_size=pool_size)
             self.servers.append(server)
-        LOG.info("compute agent %s serving %d hosts on %d RPC servers (topic %s)",
-                 self.agent_name, len(self.driver.hosts), len(self.servers),
-                 self.conf.messaging.topic)
+        LOG.info("compute agent %s serving %d hosts on %d RPC servers of up to %d "
+                 "threads (topic %s)", self.agent_name, len(self.driver.hosts),
+                 len(self.servers), pool_size, self.conf.messaging.topic)
         return self
 
     def stop(self) -> None:

@@ -4,10 +4,10 @@ Everything that runs a flow (conductor threads, ``fleetflow conductor``
 processes, tests, the benchmark) should get its engine here so that:
 
 - TaskFlow's compile fixes (:mod:`.taskflow_patches`) are installed first;
-- the engine is TaskFlow's parallel engine on a thread pool of
-  ``[conductor] engine_workers`` threads (boots block on hosts, so threads pay
-  off; with trivial tasks the serial engine is faster, which is why ``engine``
-  can be overridden);
+- the engine is TaskFlow's parallel engine on a thread pool of at most
+  ``[conductor] engine_workers`` threads, started only when no worker is idle
+  (boots block on hosts, so threads pay off; with trivial tasks the serial
+  engine is faster, which is why ``engine`` can be overridden);
 - checkpoints go to fleetflow's logbook backend
   (:class:`fleetflow.persistence.logbook.backend.LogbookBackend`) on the
   process's shared database engine.
@@ -21,7 +21,7 @@ from fleetflow.engine import taskflow_patches
 from fleetflow.persistence.db import get_database
 from fleetflow.persistence.logbook.backend import LogbookBackend
 
-DEFAULT_WORKERS = 64
+DEFAULT_WORKERS = 1024  # as [conductor] engine_workers
 
 
 def engine_options(conf=None, workers: int | None = None, engine: str = "parallel") -> dict:

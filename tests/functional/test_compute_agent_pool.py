@@ -1,0 +1,113 @@
+"""The compute agent's RPC worker pool: one thread per build slot, started on demand."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent import futures
+
+import pytest
+
+from fleetflow.compute import agent as compute_agent
+from fleetflow.compute import messaging
+from fleetflow.compute.rpcapi import ComputeAPI
+from fleetflow.persistence.models import Host
+
+INVENTORY = {"VCPU": {"total": 16, "allocation_ratio": 1.0, "reserved": 0},
+             "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0, "reserved": 0}}
+SMALL = {"VCPU": 1, "MEMORY_MB": 256}
+HOSTS = ["a1", "a2", "a3"]
+HANG_GUARD_S = 60
+
+
+@pytest.fixture
+def agent_conf(make_conf):
+    def _make(**compute):
+        conf = make_conf(compute=dict({"boot_seconds": 0.3, "max_concurrent_builds": 4},
+                                      **compute),
+                         messaging={"topic": f"compute-{uuid.uuid4().hex[:8]}",
+                                    "rpc_timeout": 30})
+        made.append(conf)
+        return conf
+
+    made: list = []
+    yield _make
+    for conf in made:
+        messaging.forget_transport(conf)
+
+
+@pytest.fixture
+def hosts_db(db):
+    with db.session() as session:
+        for name in HOSTS:
+            session.add(Host(uuid=str(uuid.uuid4()), name=name, region="r1", zone="z1",
+                             rack="k1", inventory=INVENTORY))
+    return db
+
+
+def test_pool_size_follows_the_build_slots(make_conf):
+    conf = make_conf(compute={"max_concurrent_builds": 10})
+    assert compute_agent.rpc_pool_size(conf, hosts=3) == 3 * 10 + 64
+    assert compute_agent.rpc_pool_size(conf, hosts=100) == 100 * 10 + 64
+    assert compute_agent.rpc_pool_size(conf, hosts=500) == 2048  # max_agent_threads
+    conf = make_conf(compute={"max_concurrent_builds": 10, "max_agent_threads": 500})
+    assert compute_agent.rpc_pool_size(conf, hosts=100) == 500
+    conf = make_conf(compute={"agent_threads": 7, "max_concurrent_builds": 10})
+    assert compute_agent.rpc_pool_size(conf, hosts=100) == 7  # the operator's choice
+
+
+def build_all_at_once(conf, db, count: int) -> list[dict]:
+    """``count`` builds spread over the hosts, each from a caller thread of its own."""
+    api = ComputeAPI(conf, db)
+    with futures.ThreadPoolExecutor(max_workers=count) as callers:
+        calls = [callers.submit(api.build_instance, HOSTS[i % len(HOSTS)], f"vm-{i}", SMALL)
+                 for i in range(count)]
+        return [call.result(timeout=HANG_GUARD_S) for call in calls]
+
+
+def test_every_build_slot_of_every_host_boots_at_once(agent_conf, hosts_db):
+    conf = agent_conf()
+    agent = compute_agent.serve_fleet(conf, hosts_db)
+    try:
+        assert agent.servers[0]._work_executor._max_workers == len(HOSTS) * 4 + 64
+        guests = build_all_at_once(conf, hosts_db, len(HOSTS) * 4)
+        assert {g["state"] for g in guests} == {"ACTIVE"}
+        assert [agent.driver.peak_concurrent_builds(h) for h in HOSTS] == [4, 4, 4]
+    finally:
+        agent.stop()
+
+
+def test_agent_threads_set_by_the_operator_bound_the_builds(agent_conf, hosts_db):
+    conf = agent_conf(agent_threads=2)
+    agent = compute_agent.serve_fleet(conf, hosts_db)
+    try:
+        guests = build_all_at_once(conf, hosts_db, 6)
+        assert {g["state"] for g in guests} == {"ACTIVE"}
+        peaks = [agent.driver.peak_concurrent_builds(h) for h in HOSTS]
+        assert max(peaks) <= 2 and sum(peaks) >= 2
+    finally:
+        agent.stop()
+
+
+def test_calls_one_after_another_reuse_an_idle_thread(agent_conf, hosts_db, monkeypatch):
+    conf = agent_conf(boot_seconds=0.0)
+    agent = compute_agent.serve_fleet(conf, hosts_db)
+    started = []
+    real_start = threading.Thread.start
+
+    def counting_start(thread):
+        started.append(thread.name)
+        real_start(thread)
+
+    try:
+        api = ComputeAPI(conf, hosts_db)
+        monkeypatch.setattr(threading.Thread, "start", counting_start)
+        for i in range(20):
+            assert api.ping(HOSTS[i % len(HOSTS)])["alive"] is True
+        monkeypatch.undo()
+        # futurist's pool (oslo.messaging's default) starts one per call: 20.
+        assert 1 <= len(started) <= 5
+        assert all(name.startswith("compute-agent") for name in started)
+    finally:
+        monkeypatch.undo()
+        agent.stop()
