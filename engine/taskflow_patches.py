@@ -43,9 +43,10 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    task. :mod:`fleetflow.engine.taskflow_selector_patch` resumes each walk
    where it last stopped, unless an atom it passed has fallen back since.
 
-8, 9. The engine thread's storage reads re-take the read lock it already
-   holds as writer (about 50 per atom), and a flow is validated twice per
-   run; :mod:`fleetflow.engine.taskflow_engine_patches` removes both costs.
+8, 9, 11. The engine thread's storage reads re-take the read lock it already
+   holds as writer (about 50 per atom), a flow is validated twice per run, and
+   every checkpoint builds tenacity's retry state;
+   :mod:`fleetflow.engine.taskflow_engine_patches` removes these costs.
 
 10. The engine waits for completions with ``wait_for_any``, which locks and
    unlocks every outstanding future on each wait: O(N^2) with N boots running.
