@@ -234,15 +234,20 @@ class FakeDriver:
                                        "its resources", host=host, uuid=uuid)
             return self._spawn(host, uuid, resources, image, fence, "rebuilds")
 
+    @staticmethod
+    def _guest_before_spawn(conn, host: str, uuid: str, fence: Mapping | None) -> dict | None:
+        """Inside a spawn's first write: evacuations applied, fence checked, the guest if any."""
+        store.apply_evacuations(conn, host)
+        store.check_fence(conn, fence)
+        return store.load_guest(conn, host, uuid)
+
     def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
                fence: Mapping | None, ledger: str) -> dict:
         if not self.boot_seconds:
             return self._spawn_at_once(host, uuid, resources, image, fence, ledger)
         inventory = self._inventory(host)
         with self.store.write() as conn:
-            store.apply_evacuations(conn, host)
-            store.check_fence(conn, fence)
-            guest = store.load_guest(conn, host, uuid)
+            guest = self._guest_before_spawn(conn, host, uuid, fence)
             if guest is not None and guest["state"] == states.ACTIVE:
                 return guest
             if guest is None:
@@ -281,9 +286,7 @@ class FakeDriver:
         """
         inventory = self._inventory(host)
         with self.store.write() as conn:
-            store.apply_evacuations(conn, host)
-            store.check_fence(conn, fence)
-            guest = store.load_guest(conn, host, uuid)
+            guest = self._guest_before_spawn(conn, host, uuid, fence)
             if guest is not None and guest["state"] == states.ACTIVE:
                 return guest
             if guest is None:

@@ -19,16 +19,7 @@ class Needs(task.Task):
         return value + 1
 
 
-@pytest.fixture(autouse=True)
-def patched():
-    taskflow_patches.apply()
-
-
-@pytest.fixture()
-def stock(patched):
-    taskflow_patches.remove()
-    yield
-    taskflow_patches.apply()
+pytestmark = pytest.mark.usefixtures("taskflow_patched")
 
 
 def test_the_writer_reads_and_reenters_without_becoming_a_reader():

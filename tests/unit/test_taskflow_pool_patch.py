@@ -18,16 +18,7 @@ from fleetflow.engine import taskflow_patches, taskflow_pool_patch
 HANG_GUARD_S = 60
 
 
-@pytest.fixture(autouse=True)
-def patched():
-    taskflow_patches.apply()
-
-
-@pytest.fixture()
-def stock(patched):
-    taskflow_patches.remove()
-    yield
-    taskflow_patches.apply()
+pytestmark = pytest.mark.usefixtures("taskflow_patched")
 
 
 class RecordThread(task.Task):

@@ -10,7 +10,6 @@ from taskflow import retry, task
 from taskflow import states as st
 from taskflow.patterns import graph_flow, linear_flow, unordered_flow
 
-from fleetflow.engine import taskflow_patches
 from fleetflow.engine.taskflow_selector_patch import STOCK_SELECTOR, CursorSelector
 
 STATES = [st.PENDING, st.RUNNING, st.SUCCESS, st.FAILURE, st.REVERTING, st.REVERTED,
@@ -28,9 +27,7 @@ class Fails(task.Task):
         raise RuntimeError("boot failed")
 
 
-@pytest.fixture(autouse=True)
-def patched():
-    taskflow_patches.apply()
+pytestmark = pytest.mark.usefixtures("taskflow_patched")
 
 
 def reservation_shaped(instances: int) -> linear_flow.Flow:

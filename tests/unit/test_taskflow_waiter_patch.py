@@ -21,16 +21,7 @@ from fleetflow.engine.taskflow_waiter_patch import STOCK_WAIT_FOR_ANY, Completio
 HANG_GUARD_S = 60
 
 
-@pytest.fixture(autouse=True)
-def patched():
-    taskflow_patches.apply()
-
-
-@pytest.fixture()
-def stock(patched):
-    taskflow_patches.remove()
-    yield
-    taskflow_patches.apply()
+pytestmark = pytest.mark.usefixtures("taskflow_patched")
 
 
 def stock_wait(fs, timeout=None):
@@ -318,7 +309,7 @@ def run_rendezvous(count: int) -> dict:
             for name in ["schedule", "finish"] + [f"boot-{i}" for i in range(count)]}
 
 
-def test_a_parallel_engine_runs_hundreds_of_concurrent_tasks(patched):
+def test_a_parallel_engine_runs_hundreds_of_concurrent_tasks(taskflow_patched):
     count = 300
     outcome = run_rendezvous(count)
     assert outcome == {name: (st.SUCCESS, name) for name in outcome}
