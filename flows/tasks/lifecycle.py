@@ -25,8 +25,10 @@ class NotEnoughInstances(FleetflowError):
 
 
 def _first_fault(session, reservation_id: str) -> dict | None:
+    # A fault written back to None is stored as JSON null, not SQL NULL.
+    stored = sa.func.coalesce(sa.cast(Instance.fault, sa.Text), "null")
     return session.execute(sa.select(Instance.fault).where(
-        Instance.reservation_id == reservation_id, Instance.fault.is_not(None))
+        Instance.reservation_id == reservation_id, stored != "null")
         .order_by(Instance.updated_at.desc()).limit(1)).scalar_one_or_none()
 
 

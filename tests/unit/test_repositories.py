@@ -189,3 +189,20 @@ def test_instance_and_reservation_status_writes(loaded):
     with loaded.session() as s:
         reservation = reservations.get(s, rid)
         assert (reservation.status, reservation.fault) == (states.ACTIVE, None)
+
+
+def test_the_revert_marker_finds_a_fault_past_cleared_ones(loaded):
+    from fleetflow.flows.tasks.lifecycle import _first_fault
+
+    with loaded.session() as s:
+        rid, (failed, cleared, never) = _new_reservation(s, 3)
+        reservations.update_instance(s, failed, fault=reservations.fault("BUILD_FAILED", "x"))
+        s.execute(sa.update(Instance).values(updated_at=LONG_AGO))
+    with loaded.session() as s:
+        # Written later: a fault set back to None (JSON null in the column).
+        reservations.update_instance(s, cleared, fault=None)
+    with loaded.session() as s:
+        assert _first_fault(s, rid)["code"] == "BUILD_FAILED"
+        reservations.update_instance(s, failed, fault=None)
+    with loaded.session() as s:
+        assert _first_fault(s, rid) is None
