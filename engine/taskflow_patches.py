@@ -349,6 +349,11 @@ class IndexedScopeWalker(STOCK_SCOPE_WALKER):
                 yield list(visible)
 
 
+# Patches 7-12, each in a module of its own with install() / uninstall() / is_installed().
+_PATCH_MODULES = (taskflow_selector_patch, taskflow_engine_patches, taskflow_waiter_patch,
+                  taskflow_pool_patch)
+
+
 def apply() -> None:
     """Install the fixes into TaskFlow (idempotent, thread-safe)."""
     with _lock:
@@ -361,10 +366,8 @@ def apply() -> None:
         action_engine.ActionEngine.compile = _compile_with_gc_paused
         tf_graph.DiGraph.no_predecessors_iter = no_predecessors_iter
         tf_graph.DiGraph.no_successors_iter = no_successors_iter
-        taskflow_selector_patch.install()
-        taskflow_engine_patches.install()
-        taskflow_waiter_patch.install()
-        taskflow_pool_patch.install()
+        for module in _PATCH_MODULES:
+            module.install()
 
 
 def remove() -> None:
@@ -377,10 +380,8 @@ def remove() -> None:
         action_engine.ActionEngine.compile = STOCK_ENGINE_COMPILE
         tf_graph.DiGraph.no_predecessors_iter = STOCK_NO_PREDECESSORS
         tf_graph.DiGraph.no_successors_iter = STOCK_NO_SUCCESSORS
-        taskflow_selector_patch.uninstall()
-        taskflow_engine_patches.uninstall()
-        taskflow_waiter_patch.uninstall()
-        taskflow_pool_patch.uninstall()
+        for module in _PATCH_MODULES:
+            module.uninstall()
 
 
 def is_applied() -> bool:
@@ -390,7 +391,4 @@ def is_applied() -> bool:
             and scopes.ScopeWalker is IndexedScopeWalker
             and action_engine.ActionEngine.compile is _compile_with_gc_paused
             and tf_graph.DiGraph.no_predecessors_iter is no_predecessors_iter
-            and taskflow_selector_patch.is_installed()
-            and taskflow_engine_patches.is_installed()
-            and taskflow_waiter_patch.is_installed()
-            and taskflow_pool_patch.is_installed())
+            and all(module.is_installed() for module in _PATCH_MODULES))
