@@ -6,7 +6,12 @@ chain is reverted — its claim released, its guest destroyed — and the next
 candidate is tried: first the scheduler's alternates, then, if those were
 full or broken meanwhile (another reservation took them: Nova bug 1837955's
 case), up to ``[scheduler] max_reschedules`` hosts chosen afresh from the
-cloud as it is now, excluding every host already tried.
+cloud as it is now, excluding every host already tried. A try that lost its
+claim to a concurrent reservation (ClaimRace: the host filled up or its group
+place was taken) does not count against that limit: nothing was built, and
+concurrent schedulers all see the same best free host, so under a burst of
+reservations the losers would otherwise run out of reschedules while hosts
+are still free. Every try excludes the hosts tried before, so this ends.
 
 Out of hosts: ``all-or-nothing`` reverts the whole reservation;
 ``best-effort`` gives the chain the value None, under which it records the
@@ -23,6 +28,7 @@ from fleetflow.common import states
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks import schedule
 from fleetflow.flows.tasks.base import FleetRetry
+from fleetflow.flows.tasks.claim import ClaimRace
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance
 from fleetflow.scheduler.result import NoValidHost
@@ -52,8 +58,11 @@ class HostCandidatesRetry(FleetRetry):
     def _candidates(self, placements: dict) -> list[str]:
         return list(placements["hosts"].get(str(self.index), []))
 
-    def _rescheduled(self, tried: list, candidates: list) -> int:
-        return sum(1 for host in tried if host is not NO_HOST and host not in candidates)
+    def _rescheduled(self, history, candidates: list) -> int:
+        """Reschedules used up: tries beyond the candidates that did not lose a claim race."""
+        return sum(1 for index, host in enumerate(history.provided_iter())
+                   if host is not NO_HOST and host not in candidates
+                   and not history.caused_by(ClaimRace, index=index))
 
     def execute(self, history, placements: dict, instance_uuids: list,
                 request_spec: dict) -> str | None:
@@ -62,7 +71,7 @@ class HostCandidatesRetry(FleetRetry):
         for host in candidates:
             if host not in tried:
                 return host
-        if self._rescheduled(tried, candidates) < self.max_reschedules:
+        if self._rescheduled(history, candidates) < self.max_reschedules:
             excluded = [h for h in tried if h is not NO_HOST]
             try:
                 result = schedule.place(request_spec, [instance_uuids[self.index]],
@@ -92,7 +101,7 @@ class HostCandidatesRetry(FleetRetry):
         candidates = self._candidates(placements)
         if any(host not in tried for host in candidates):
             return retry.RETRY
-        if self._rescheduled(tried, candidates) < self.max_reschedules:
+        if self._rescheduled(history, candidates) < self.max_reschedules:
             return retry.RETRY
         if self.policy == states.BEST_EFFORT:
             return retry.RETRY
