@@ -123,6 +123,16 @@ class FencedConnection(tf_persistence.Connection):
         self._fenced_backend.check()
         return self._conn.update_atom_details(atom_detail)
 
+    def update_atom_details_many(self, atom_details):
+        """A batch of checkpoints (TaskFlow patch 13): one fence check for all of them."""
+        self._fenced_backend.check()
+        many = getattr(self._conn, "update_atom_details_many", None)
+        if many is not None:
+            return many(atom_details)
+        for atom_detail in atom_details:
+            self._conn.update_atom_details(atom_detail)
+        return None
+
     def update_flow_details(self, flow_detail):
         self._fenced_backend.check()
         return self._conn.update_flow_details(flow_detail)

@@ -116,16 +116,25 @@ class FleetRetry(retry.Retry):
 class CrashPointListener(listener_base.Listener):
     """Fires the ``after-checkpoint`` crash point once an atom's SUCCESS is saved.
 
-    TaskFlow notifies atom listeners after storage has saved the new state,
-    so the notification of SUCCESS is the first moment "after the checkpoint".
+    TaskFlow notifies atom listeners once storage has taken the new state;
+    an engine that stores checkpoints in batches (fleetflow's TaskFlow patch
+    13) is asked to store them first, so the SUCCESS is in the database when
+    the process dies.
     """
 
     def __init__(self, engine):
         super().__init__(engine, task_listen_for=(tf_states.SUCCESS,),
                          flow_listen_for=(), retry_listen_for=(tf_states.SUCCESS,))
 
+    def _crash_after_checkpoint(self, atom_name: str) -> None:
+        if (atom_name, AFTER_CHECKPOINT) in crash_targets():
+            flush = getattr(self._engine.storage, "flush_checkpoints", None)
+            if flush is not None:
+                flush()
+        maybe_crash(atom_name, AFTER_CHECKPOINT)
+
     def _task_receiver(self, state, details):
-        maybe_crash(details["task_name"], AFTER_CHECKPOINT)
+        self._crash_after_checkpoint(details["task_name"])
 
     def _retry_receiver(self, state, details):
-        maybe_crash(details["retry_name"], AFTER_CHECKPOINT)
+        self._crash_after_checkpoint(details["retry_name"])

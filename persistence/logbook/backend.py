@@ -260,6 +260,27 @@ class LogbookConnection(base.Connection):
                                        **_atom_values(atom_detail)})
         return atom_detail
 
+    def update_atom_details_many(self, atom_details) -> None:
+        """Store existing atom details in ONE transaction (a batch of checkpoints).
+
+        Every one of them must have a row already (as ``update_atom_details``
+        without ``ignore_missing``): those that have are written, then
+        NotFound names the others.
+        """
+        rows = [{"b_uuid": ad.uuid, **_atom_values(ad)} for ad in atom_details]
+        if not rows:
+            return
+        matched = self._checkpoint.many(rows)
+        if matched == len(rows):
+            return
+        with self._transaction("looking up atom details") as conn:
+            found = set(conn.execute(sa.select(_ad.uuid).where(
+                _ad.uuid.in_([row["b_uuid"] for row in rows]))).scalars())
+        missing = [row["b_uuid"] for row in rows if row["b_uuid"] not in found]
+        if not missing:  # a driver that does not add up executemany's row counts
+            return
+        raise exc.NotFound(f"No atom details found with uuids {missing}")
+
     def update_flow_details(self, flow_detail, ignore_missing=False):
         """Store a flow detail and its atom details; returns the stored whole."""
         with self._transaction(f"updating flow details '{flow_detail.uuid}'") as conn:

@@ -1,10 +1,14 @@
-"""Fixtures shared by the unit tests of fleetflow's TaskFlow patches."""
+"""Fixtures shared by unit tests: TaskFlow patched or stock, a migrated SQLite file."""
 
 from __future__ import annotations
+
+import os
+import shutil
 
 import pytest
 
 from fleetflow.engine import taskflow_patches
+from fleetflow.persistence.db import Database
 
 
 @pytest.fixture
@@ -19,3 +23,22 @@ def stock(taskflow_patched):
     taskflow_patches.remove()
     yield
     taskflow_patches.apply()
+
+
+@pytest.fixture(scope="module")
+def migrated_file(tmp_path_factory):
+    """One migrated SQLite file per module; each test gets a copy (migrating is slow)."""
+    path = tmp_path_factory.mktemp("template") / "logbooks.db"
+    database = Database(f"sqlite:///{path}")
+    database.upgrade()
+    database.dispose()  # the last connection to close checkpoints the WAL away
+    assert not os.path.exists(f"{path}-wal")
+    return path
+
+
+@pytest.fixture
+def url(tmp_path, migrated_file):
+    """A fresh copy of the migrated file, as a SQLAlchemy URL."""
+    path = tmp_path / "logbooks.db"
+    shutil.copyfile(migrated_file, path)
+    return f"sqlite:///{path}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from taskflow.persistence import backends as tf_backends
 from taskflow.persistence import models
 from taskflow.tests.unit.persistence import base as tf_contract
 
-from fleetflow.persistence.db import Database
 from fleetflow.persistence.logbook.backend import LogbookBackend
 
 CONTRACT_TESTS = sorted(name for name in dir(tf_contract.PersistenceTestMixin)
@@ -34,24 +32,6 @@ class _Contract(tf_contract.PersistenceTestMixin, unittest.TestCase):
 
     def _get_connection(self):
         return self.backend.get_connection()
-
-
-@pytest.fixture(scope="module")
-def migrated_file(tmp_path_factory):
-    """One migrated SQLite file per module; each test gets a copy (migrating is slow)."""
-    path = tmp_path_factory.mktemp("template") / "logbooks.db"
-    database = Database(f"sqlite:///{path}")
-    database.upgrade()
-    database.dispose()  # the last connection to close checkpoints the WAL away
-    assert not os.path.exists(f"{path}-wal")
-    return path
-
-
-@pytest.fixture
-def url(tmp_path, migrated_file):
-    path = tmp_path / "logbooks.db"
-    shutil.copyfile(migrated_file, path)
-    return f"sqlite:///{path}"
 
 
 @pytest.fixture

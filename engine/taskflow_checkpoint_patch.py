@@ -1,0 +1,326 @@
+"""TaskFlow patch 13 (see :mod:`fleetflow.engine.taskflow_patches`): checkpoints in batches.
+
+Stock TaskFlow commits every change of every atom's state on its own, before
+it moves on: a 1,000-instance reservation makes about 6,000 commits, one at a
+time, all on the engine thread. What the engine needs from a checkpoint is
+only this (write-ahead): before an atom's ``execute`` or ``revert`` starts, and
+before the flow's own state is saved, everything the engine decided up to
+then is stored. A state nobody acted on yet may reach the database a little
+later; a crash in between loses it, and TaskFlow's resume then runs that atom
+again from its last stored state, exactly as it does after a crash just
+before a stock checkpoint (which is why every task here is idempotent).
+
+So, while an engine runs (``ActionEngine.run_iter``), the atom details its
+thread saves are held in a :class:`CheckpointBuffer` (the last save of each
+atom wins) and stored together, in one transaction where the backend can
+(``update_atom_details_many``), at these barriers:
+
+- scheduling (``Scheduler.schedule``): the executors' calls are held back by
+  :class:`HeldDispatch` while the atoms go to RUNNING / REVERTING, then the
+  buffer is stored, then the calls are made;
+- waiting (the machine's waiter): nothing the engine completed stays unstored
+  while it waits for work in progress;
+- any other use of the backend by the engine thread (the flow's state,
+  ``ensure_atoms``, reads): it sees everything saved before it;
+- the end of the run;
+- ``Storage.flush_checkpoints()``, added for code that must know its engine's
+  checkpoints are stored (the crash tests' ``after-checkpoint`` point).
+
+Saves from other threads (a task's progress) and engines not running through
+``run_iter`` are stored at once, as stock. Storage failures at a barrier are
+retried with storage's own policy (patch 11); when the last attempt fails,
+the held calls are cancelled and the failure goes to the engine as a
+scheduling failure would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from concurrent import futures
+
+from taskflow import storage as tf_storage
+from taskflow.engines.action_engine import builder as tf_builder
+from taskflow.engines.action_engine import engine as action_engine
+from taskflow.engines.action_engine import scheduler as tf_scheduler
+from taskflow.engines.action_engine.actions import retry as retry_action
+from taskflow.engines.action_engine.actions import task as task_action
+from taskflow.types import failure
+
+from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
+
+STOCK_WITH_CONNECTION = tf_storage.Storage._with_connection
+STOCK_RUN_ITER = action_engine.ActionEngine.run_iter
+STOCK_SCHEDULE = tf_scheduler.Scheduler.schedule
+STOCK_BUILDER_INIT = tf_builder.MachineBuilder.__init__
+STOCK_TASK_ACTION_INIT = task_action.TaskAction.__init__
+STOCK_RETRY_ACTION_INIT = retry_action.RetryAction.__init__
+
+_BUFFER_ATTR = "_fleetflow_checkpoints"
+_get_ident = threading.get_ident
+
+
+class CheckpointBuffer:
+    """Atom detail saves of one engine thread, stored at the next barrier.
+
+    Stands in for a backend connection inside ``Storage._with_connection``:
+    ``update_atom_details`` is held; anything else stores what is held first,
+    then runs on a real connection.
+    """
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._held: dict = {}
+        self.owner = _get_ident()
+        self.batches = 0  # stores that wrote something (tests and benchmarks read it)
+
+    def update_atom_details(self, atom_detail, ignore_missing=False):
+        if ignore_missing:
+            return self._call("update_atom_details", atom_detail, ignore_missing=True)
+        # Re-inserted: the dict keeps the order of each atom's last save.
+        self._held.pop(atom_detail.uuid, None)
+        self._held[atom_detail.uuid] = atom_detail
+        return atom_detail
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self._call(name, *args, **kwargs)
+
+    def _call(self, name, *args, **kwargs):
+        self.flush()
+        with contextlib.closing(self._backend.get_connection()) as conn:
+            return getattr(conn, name)(*args, **kwargs)
+
+    def close(self):
+        pass
+
+    def flush(self) -> None:
+        """Store every held save (retried as storage retries); kept when it fails."""
+        if self._held:
+            retry_storage_failures(self._store)
+
+    def _store(self) -> None:
+        details = list(self._held.values())
+        with contextlib.closing(self._backend.get_connection()) as conn:
+            many = getattr(conn, "update_atom_details_many", None)
+            if many is not None:
+                many(details)
+            else:
+                for detail in details:
+                    conn.update_atom_details(detail)
+        self._held.clear()
+        self.batches += 1
+
+
+def buffer_of(storage) -> CheckpointBuffer | None:
+    """The buffer of ``storage`` when the calling thread is the engine's, else None."""
+    buffer = storage.__dict__.get(_BUFFER_ATTR)
+    if buffer is not None and buffer.owner == _get_ident():
+        return buffer
+    return None
+
+
+def flush(storage) -> None:
+    buffer = buffer_of(storage)
+    if buffer is not None:
+        buffer.flush()
+
+
+def flush_checkpoints(self) -> None:
+    """``Storage.flush_checkpoints()`` (new): store what this thread's engine holds now.
+
+    For code that must see its engine's checkpoints stored before it goes on,
+    such as the crash tests' ``after-checkpoint`` point.
+    """
+    flush(self)
+
+
+def with_connection(self, functor, *args, **kwargs):
+    """``Storage._with_connection``; on the engine thread the buffer is the connection."""
+    buffer = buffer_of(self)
+    if buffer is None:
+        return STOCK_WITH_CONNECTION(self, functor, *args, **kwargs)
+    return functor(buffer, *args, **kwargs)
+
+
+def run_iter(self, timeout=None):
+    """``ActionEngine.run_iter`` with the thread's checkpoints buffered, stored at the end."""
+    storage = self.storage
+    if storage.__dict__.get(_BUFFER_ATTR) is not None:
+        # Already running (nested run_iter): stock behaviour for this one.
+        yield from STOCK_RUN_ITER(self, timeout=timeout)
+        return
+    buffer = CheckpointBuffer(storage._backend)
+    storage.__dict__[_BUFFER_ATTR] = buffer
+    try:
+        yield from STOCK_RUN_ITER(self, timeout=timeout)
+    except BaseException:
+        # Store what can be stored, without hiding why the run ended.
+        with contextlib.suppress(Exception):
+            buffer.flush()
+        raise
+    else:
+        buffer.flush()
+    finally:
+        del storage.__dict__[_BUFFER_ATTR]
+
+
+class _Forwarded(futures.Future):
+    """The future of a held call; once the call is made, cancelling it cancels the call's.
+
+    So it cancels exactly when the executor's own future would: not once the
+    call started running.
+    """
+
+    real: futures.Future | None = None
+
+    def cancel(self) -> bool:
+        real = self.real
+        if real is not None and not real.cancel():
+            return False
+        return super().cancel()
+
+
+class HeldDispatch:
+    """An action's executor whose calls wait, while held, until :meth:`release`.
+
+    While held, each call returns a future of its own at once (with ``atom``
+    set, as the executors do); the real call is made at release and its
+    outcome copied into that future. Not held, calls go straight through.
+    """
+
+    def __init__(self, executor):
+        self._executor = executor
+        self._held: list | None = None
+
+    def __getattr__(self, name):
+        return getattr(self._executor, name)
+
+    def hold(self) -> None:
+        self._held = []
+
+    def _call(self, method: str, atom, *args, **kwargs):
+        if self._held is None:
+            return getattr(self._executor, method)(atom, *args, **kwargs)
+        fut = _Forwarded()
+        fut.atom = atom
+        self._held.append((fut, method, atom, args, kwargs))
+        return fut
+
+    def execute_task(self, task, *args, **kwargs):
+        return self._call("execute_task", task, *args, **kwargs)
+
+    def revert_task(self, task, *args, **kwargs):
+        return self._call("revert_task", task, *args, **kwargs)
+
+    def execute_retry(self, retry, *args, **kwargs):
+        return self._call("execute_retry", retry, *args, **kwargs)
+
+    def revert_retry(self, retry, *args, **kwargs):
+        return self._call("revert_retry", retry, *args, **kwargs)
+
+    def release(self, cancel: bool = False) -> None:
+        """Make the held calls (or, ``cancel``, cancel their futures instead)."""
+        held, self._held = self._held or [], None
+        for fut, method, atom, args, kwargs in held:
+            if cancel or fut.cancelled():
+                fut.cancel()
+                continue
+            try:
+                real = getattr(self._executor, method)(atom, *args, **kwargs)
+            except BaseException as error:  # noqa: BLE001 - handed to the engine
+                fut.set_exception(error)
+                continue
+            fut.real = real
+            real.add_done_callback(lambda r, fut=fut: _copy_outcome(r, fut))
+
+
+def _copy_outcome(source: futures.Future, target: futures.Future) -> None:
+    with contextlib.suppress(futures.InvalidStateError):
+        if source.cancelled():
+            target.cancel()
+        elif source.exception() is not None:
+            target.set_exception(source.exception())
+        else:
+            target.set_result(source.result())
+
+
+def task_action_init(self, storage, notifier, task_executor):
+    STOCK_TASK_ACTION_INIT(self, storage, notifier, HeldDispatch(task_executor))
+
+
+def retry_action_init(self, storage, notifier, retry_executor):
+    STOCK_RETRY_ACTION_INIT(self, storage, notifier, HeldDispatch(retry_executor))
+
+
+def _dispatches(runtime) -> list:
+    found = [runtime.task_action._task_executor, runtime.retry_action._retry_executor]
+    return [d for d in found if isinstance(d, HeldDispatch)]
+
+
+def schedule(self, atoms):
+    """``Scheduler.schedule``: state changes first, stored together, then the calls."""
+    runtime = self._runtime
+    storage = runtime.storage
+    if buffer_of(storage) is None:
+        return STOCK_SCHEDULE(self, atoms)
+    dispatches = _dispatches(runtime)
+    for dispatch in dispatches:
+        dispatch.hold()
+    try:
+        futs, failures = STOCK_SCHEDULE(self, atoms)
+        flush(storage)
+    except Exception:
+        for dispatch in dispatches:
+            dispatch.release(cancel=True)
+        return set(), [failure.Failure()]
+    for dispatch in dispatches:
+        dispatch.release()
+    return futs, failures
+
+
+class StoringWaiter:
+    """The machine's waiter (``inner``), storing the engine's held checkpoints first."""
+
+    __slots__ = ("inner", "_storage")
+
+    def __init__(self, storage, inner):
+        self._storage = storage
+        self.inner = inner
+
+    def __call__(self, fs, timeout=None):
+        flush(self._storage)
+        return self.inner(fs, timeout=timeout)
+
+
+def builder_init(self, runtime, waiter):
+    """``MachineBuilder.__init__`` with a :class:`StoringWaiter` around ``waiter``."""
+    STOCK_BUILDER_INIT(self, runtime, StoringWaiter(runtime.storage, waiter))
+
+
+_PATCHES = (
+    (tf_storage.Storage, "flush_checkpoints", flush_checkpoints, None),
+    (tf_storage.Storage, "_with_connection", with_connection, STOCK_WITH_CONNECTION),
+    (action_engine.ActionEngine, "run_iter", run_iter, STOCK_RUN_ITER),
+    (tf_scheduler.Scheduler, "schedule", schedule, STOCK_SCHEDULE),
+    (tf_builder.MachineBuilder, "__init__", builder_init, STOCK_BUILDER_INIT),
+    (task_action.TaskAction, "__init__", task_action_init, STOCK_TASK_ACTION_INIT),
+    (retry_action.RetryAction, "__init__", retry_action_init, STOCK_RETRY_ACTION_INIT),
+)
+
+
+def install() -> None:
+    for owner, name, patched, _stock in _PATCHES:
+        setattr(owner, name, patched)
+
+
+def uninstall() -> None:
+    for owner, name, _patched, stock in _PATCHES:
+        if stock is None:  # added by the patch: nothing to restore
+            if name in owner.__dict__:
+                delattr(owner, name)
+        else:
+            setattr(owner, name, stock)
+
+
+def is_installed() -> bool:
+    return all(owner.__dict__.get(name) is patched for owner, name, patched, _ in _PATCHES)
