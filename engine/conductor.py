@@ -12,7 +12,10 @@ from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
 3. **on_error = pause**: the flow stops (SUSPENDED) at its first failure,
    before anything is reverted, and its job is consumed so no other conductor
    resumes (and so reverts) it; an operator decides;
-4. the ``after-checkpoint`` crash point of the crash tests (flows/tasks/base.py).
+4. the ``after-checkpoint`` crash point of the crash tests (flows/tasks/base.py);
+5. **wake-up on post**: an idle worker looks at the board every 0.5 s
+   (TaskFlow's wait); a job posted in the same process (``fleetflow serve``)
+   wakes the process's workers at once (:func:`wake_local_conductors`).
 
 ``ENGINE_FACTORY`` is the one seam through which every engine is made.
 """
@@ -24,12 +27,14 @@ import logging
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable
 
 from taskflow import engines as tf_engines
 from taskflow import states as tf_states
 from taskflow.conductors.backends import impl_blocking
 from taskflow.listeners import base as listener_base
+from taskflow.types import timing
 
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
@@ -107,12 +112,42 @@ class PauseOnErrorListener(listener_base.Listener):
         self._pause(details["retry_name"])
 
 
+class WakeableTimeout(timing.Timeout):
+    """The conductor's idle wait, which :meth:`wake` also ends (stopping still does)."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._poke = threading.Event()
+
+    def wake(self) -> None:
+        self._poke.set()
+
+    def interrupt(self):
+        super().interrupt()
+        self._poke.set()
+
+    def wait(self):
+        self._poke.wait(self._value)
+        self._poke.clear()
+
+
+_local_conductors: weakref.WeakSet = weakref.WeakSet()
+
+
+def wake_local_conductors() -> None:
+    """Have this process's idle conductors look at the board now (a job was posted)."""
+    for conductor in list(_local_conductors):
+        conductor.wake()
+
+
 class FleetConductor(impl_blocking.BlockingConductor):
     """A blocking TaskFlow conductor with claim keep-alive, fencing and pause-on-error."""
 
     def __init__(self, name: str, jobboard, persistence, conf, database=None,
                  engine_factory: Callable | None = None, wait_timeout: float | None = None):
         super().__init__(name, jobboard, persistence=persistence, wait_timeout=wait_timeout)
+        self._wait_timeout = WakeableTimeout(self._wait_timeout.value)
+        _local_conductors.add(self)
         self._conf = conf
         self._database = database or get_database(conf)
         self._engine_factory = engine_factory
@@ -128,6 +163,10 @@ class FleetConductor(impl_blocking.BlockingConductor):
     @property
     def keepalive(self) -> ClaimKeepAlive:
         return self._keepalive
+
+    def wake(self) -> None:
+        """End an idle wait now: there may be a job on the board."""
+        self._wait_timeout.wake()
 
     def run(self, max_dispatches=None):
         self._keepalive.start()

@@ -25,7 +25,12 @@ from taskflow.persistence import models as tf_models
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import taskflow_patches
-from fleetflow.engine.conductor import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.engine.conductor import (
+    META_KEY,
+    ON_ERROR_CHOICES,
+    ON_ERROR_REVERT,
+    wake_local_conductors,
+)
 from fleetflow.flows import keys, registry
 
 
@@ -77,8 +82,13 @@ def submit(board, backend, flow_name: str, flow_kwargs: dict[str, Any] | None = 
 
 
 def post_job(board, book, flow_id: str):
-    """Post a job for flow ``flow_id`` of ``book`` (also how an operator's resume re-posts)."""
-    return board.post(flow_id, book=book, details={"flow_uuid": flow_id})
+    """Post a job for flow ``flow_id`` of ``book`` (also how an operator's resume re-posts).
+
+    This process's conductors, if any, look at the board at once.
+    """
+    job = board.post(flow_id, book=book, details={"flow_uuid": flow_id})
+    wake_local_conductors()
+    return job
 
 
 def _existing_book(backend, flow_id: str):

@@ -4,8 +4,7 @@ One ``Database`` per process and URL. SQLite (the embedded default) runs in WAL
 mode with ``synchronous=NORMAL`` and a busy timeout, so API threads, conductor
 threads and other processes can share the file; PostgreSQL uses a pool.
 
-Writing sessions start with ``BEGIN IMMEDIATE`` (SQLite's single write lock),
-taken in turn by this process's writers (``persistence.sqlite_writer``).
+Writing sessions start with ``BEGIN IMMEDIATE`` (SQLite's single write lock).
 Sessions that only read (:meth:`Database.read_session`) begin a deferred
 transaction instead: in WAL mode a consistent snapshot that takes no lock, so
 a client polling a large reservation never holds up the engine's writes.
@@ -14,15 +13,12 @@ a client polling a large reservation never holds up the engine's writes.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from collections.abc import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import event, orm
-
-from fleetflow.persistence import sqlite_writer
 
 # Naming convention so alembic migrations can name (and later drop) constraints
 # the same way on SQLite and PostgreSQL.
@@ -54,7 +50,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 READ_ONLY = "fleetflow_read_only"
 
 
-def _sqlite_begin(conn, gate: sqlite_writer.WriterGate | None = None) -> None:
+def _sqlite_begin(conn) -> None:
     # NOTE: pysqlite's deferred BEGIN lets two writers both read, then one
     # fails with "database is locked" on its first write without waiting for
     # the busy timeout. BEGIN IMMEDIATE takes the write lock up front (and
@@ -63,16 +59,7 @@ def _sqlite_begin(conn, gate: sqlite_writer.WriterGate | None = None) -> None:
     if conn.get_execution_options().get(READ_ONLY):
         conn.exec_driver_sql("BEGIN")
         return
-    if gate is None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-        return
-    dbapi_conn = conn.connection.dbapi_connection
-    gate.acquire(dbapi_conn)
-    try:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-    except BaseException:
-        gate.release(dbapi_conn)
-        raise
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Engine:
@@ -95,11 +82,7 @@ def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.E
             dbapi_conn.isolation_level = None
             _sqlite_pragmas(dbapi_conn, record)
 
-        gate = None
-        if not memory:
-            gate = sqlite_writer.install(engine, parsed.database,
-                                         timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
-        event.listen(engine, "begin", functools.partial(_sqlite_begin, gate=gate))
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", None):
         parsed = parsed.set(drivername="postgresql+psycopg")

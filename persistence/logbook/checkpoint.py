@@ -8,7 +8,6 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from taskflow import exceptions as exc
 
-from fleetflow.persistence import sqlite_writer
 from fleetflow.persistence.logbook.models import ATOM_COLUMNS, ATOMDETAILS, utcnow
 
 
@@ -39,9 +38,6 @@ class AtomCheckpoint:
         # SQLite's pool connections are in autocommit mode: a batch needs its
         # own transaction, taken for writing at once (as every write here is).
         self._begin = "BEGIN IMMEDIATE" if dialect.name == "sqlite" else None
-        # No SQLAlchemy events run on the DBAPI connection: take the turn here.
-        gate = sqlite_writer.gate_of(engine)
-        self._turn = gate.turn if gate is not None else _no_turn
         # Only updated_at may need converting (SQLite stores datetimes as text).
         column_type = ATOMDETAILS.c.updated_at.type
         self._when = column_type.dialect_impl(dialect).bind_processor(dialect)
@@ -64,14 +60,10 @@ class AtomCheckpoint:
         except sa_exc.SQLAlchemyError:  # pool timeout, cannot connect
             exc.raise_with_cause(exc.StorageFailure, "No connection for an atom checkpoint")
         try:
-            with self._turn(raw.dbapi_connection):
-                try:
-                    return self._run(raw, args)
-                except self._errors:
-                    with contextlib.suppress(Exception):
-                        raw.rollback()
-                    raise
+            return self._run(raw, args)
         except self._errors:
+            with contextlib.suppress(Exception):
+                raw.rollback()
             exc.raise_with_cause(exc.StorageFailure, "Failed writing an atom checkpoint")
         finally:
             raw.close()
@@ -90,8 +82,3 @@ class AtomCheckpoint:
             cursor.close()
         raw.commit()
         return matched
-
-
-@contextlib.contextmanager
-def _no_turn(_dbapi_conn):
-    yield

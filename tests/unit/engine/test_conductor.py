@@ -6,6 +6,7 @@ SQLite database, as in embedded mode.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -254,3 +255,25 @@ def test_each_takeover_injects_a_newer_fence(engine_conf, board, memory_backend,
         _wait_settled(memory_backend, [flow_id])
     assert [token for _, _, token in effects_log("execute")] == [2]
     assert keys.FENCE == "fence"
+
+
+def test_a_job_posted_in_process_wakes_an_idle_conductor(engine_conf, board, memory_backend):
+    # The idle wait is ten minutes: only the wake-up can make the worker look in time.
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend,
+                       wait_timeout=600):
+        time.sleep(0.5)  # the worker finds the board empty and starts waiting
+        flow_id = submit_mod.submit(board, memory_backend, "toy-linear", {"count": 1})
+        _wait_state(memory_backend, flow_id, tf_states.SUCCESS, timeout=120)
+
+
+def test_the_idle_wait_ends_on_wake_and_on_stop():
+    from fleetflow.engine.conductor import WakeableTimeout
+
+    timeout = WakeableTimeout(600)
+    for end in (timeout.wake, timeout.interrupt):
+        waiter = threading.Thread(target=timeout.wait)
+        waiter.start()
+        end()
+        waiter.join(60)
+        assert not waiter.is_alive()
+    assert timeout.is_stopped()
