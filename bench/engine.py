@@ -69,7 +69,9 @@ def build_flow(n: int):
 class CountingConnection:
     """Delegates to a persistence connection, counting the writes it is asked for."""
 
-    WRITES = ("update_atom_details", "update_flow_details", "save_logbook")
+    # update_atom_details_many: one batch of checkpoints, one transaction (patch 13).
+    WRITES = ("update_atom_details", "update_atom_details_many", "update_flow_details",
+              "save_logbook")
 
     def __init__(self, conn, counter):
         self._conn = conn
