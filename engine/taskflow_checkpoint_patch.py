@@ -72,7 +72,6 @@ class CheckpointBuffer:
         self._backend = backend
         self._held: dict = {}
         self.owner = _get_ident()
-        self.batches = 0  # stores that wrote something (tests and benchmarks read it)
 
     def update_atom_details(self, atom_detail, ignore_missing=False):
         if ignore_missing:
@@ -108,7 +107,6 @@ class CheckpointBuffer:
                 for detail in details:
                     conn.update_atom_details(detail)
         self._held.clear()
-        self.batches += 1
 
 
 def buffer_of(storage) -> CheckpointBuffer | None:

@@ -234,26 +234,30 @@ class FakeDriver:
                                        "its resources", host=host, uuid=uuid)
             return self._spawn(host, uuid, resources, image, fence, "rebuilds")
 
-    @staticmethod
-    def _guest_before_spawn(conn, host: str, uuid: str, fence: Mapping | None) -> dict | None:
-        """Inside a spawn's first write: evacuations applied, fence checked, the guest if any."""
+    def _guest_before_spawn(self, conn, host: str, uuid: str, resources: Mapping,
+                            fence: Mapping | None) -> dict | None:
+        """Inside a spawn's first write: evacuations applied, fence checked, the guest if any.
+
+        With no guest yet, the host must have room for it: capacity is taken when
+        the request arrives (the row is the claim), so builds waiting for a slot
+        cannot overcommit.
+        """
         store.apply_evacuations(conn, host)
         store.check_fence(conn, fence)
-        return store.load_guest(conn, host, uuid)
+        guest = store.load_guest(conn, host, uuid)
+        if guest is None:
+            store.check_capacity(conn, host, self._inventory(host), resources)
+        return guest
 
     def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
                fence: Mapping | None, ledger: str) -> dict:
         if not self.boot_seconds:
             return self._spawn_at_once(host, uuid, resources, image, fence, ledger)
-        inventory = self._inventory(host)
         with self.store.write() as conn:
-            guest = self._guest_before_spawn(conn, host, uuid, fence)
+            guest = self._guest_before_spawn(conn, host, uuid, resources, fence)
             if guest is not None and guest["state"] == states.ACTIVE:
                 return guest
             if guest is None:
-                # Capacity is taken when the request arrives (the row is the
-                # claim), so builds waiting for a slot cannot overcommit.
-                store.check_capacity(conn, host, inventory, resources)
                 store.insert_guest(conn, host, uuid, states.BUILDING, image, resources)
             # else: a BUILDING row without a build in this process is left
             # over from a crash mid-boot: finish that boot now.
@@ -284,13 +288,10 @@ class FakeDriver:
         Same checks, fault draw and ledger as the slow path, in one write
         instead of two (BUILDING, then ACTIVE after the boot latency).
         """
-        inventory = self._inventory(host)
         with self.store.write() as conn:
-            guest = self._guest_before_spawn(conn, host, uuid, fence)
+            guest = self._guest_before_spawn(conn, host, uuid, resources, fence)
             if guest is not None and guest["state"] == states.ACTIVE:
                 return guest
-            if guest is None:
-                store.check_capacity(conn, host, inventory, resources)
             failure = self._take_build_fault(host)
             if failure is None:
                 if guest is None:
