@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import urllib.parse
 import uuid
 
 import pytest
@@ -21,10 +22,19 @@ REDIS_URL = os.environ.get("FLEETFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 RABBIT_URL = os.environ.get("FLEETFLOW_TEST_RABBIT_URL",
                             "rabbit://guest:guest@127.0.0.1:5672/")
 
+
+
+def _address(url: str, default_port: int) -> tuple[str, int]:
+    """Host and port the tests will connect to for ``url``."""
+    parsed = urllib.parse.urlsplit(url)
+    return parsed.hostname or "127.0.0.1", parsed.port or default_port
+
+
+# Where each server is looked for: the same URLs the tests connect to.
 SERVICES = {
-    "postgresql": ("127.0.0.1", 5432),
-    "redis": ("127.0.0.1", 6379),
-    "rabbitmq": ("127.0.0.1", 5672),
+    "postgresql": _address(PG_ADMIN_URL, 5432),
+    "redis": _address(REDIS_URL, 6379),
+    "rabbitmq": _address(RABBIT_URL, 5672),
 }
 
 
