@@ -20,34 +20,14 @@ host and not like a mock:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
 
 from fleetflow.common import config, states
 from fleetflow.compute.drivers import fake_store as store
+from fleetflow.compute.drivers.fake_faults import FaultBook
 from fleetflow.compute.exceptions import BuildFailed, HostDead, HostNotServed, InstanceNotFound
-
-
-@dataclasses.dataclass
-class HostFaults:
-    """Faults injected into one host (in memory: a restarted host is healthy)."""
-
-    fail_next: int = 0
-    fail_fraction: float = 0.0
-    seed: int | None = None
-    dead: bool = False
-    # How long a call to a dead host hangs before failing: longer than the
-    # caller's RPC timeout makes it look like a host that never answers.
-    hang_seconds: float = 0.0
-    rng: random.Random = dataclasses.field(default_factory=random.Random)
-    revived: threading.Event = dataclasses.field(default_factory=threading.Event)
-
-    def public(self) -> dict:
-        return {"fail_next": self.fail_next, "fail_fraction": self.fail_fraction,
-                "seed": self.seed, "dead": self.dead, "hang_seconds": self.hang_seconds}
 
 
 class FakeDriver:
@@ -60,7 +40,7 @@ class FakeDriver:
         self.max_concurrent_builds = max_concurrent_builds
         self.store = store.GuestStore(state_path)
         self._inventories: dict[str, Mapping] = {}
-        self._faults: dict[str, HostFaults] = {}
+        self._faults = FaultBook()
         self._semaphores: dict[str, threading.BoundedSemaphore] = {}
         self._building: dict[str, int] = {}
         self._peak: dict[str, int] = {}
@@ -100,67 +80,25 @@ class FakeDriver:
 
     # -- faults ------------------------------------------------------------
 
-    def _host_faults(self, host: str) -> HostFaults:
-        with self._lock:
-            faults = self._faults.get(host)
-            if faults is None:
-                faults = self._faults[host] = HostFaults()
-            return faults
-
-    def set_faults(self, host: str, fail_next: int | None = None,
-                   fail_fraction: float | None = None, seed: int | None = None,
-                   dead: bool | None = None, hang_seconds: float | None = None) -> dict:
-        """Change a host's faults (arguments left None keep their value)."""
+    def set_faults(self, host: str, **faults) -> dict:
+        """Change a host's faults (``fake_faults.FaultBook.change``'s arguments)."""
         self._inventory(host)
-        faults = self._host_faults(host)
-        with self._lock:
-            if fail_next is not None:
-                faults.fail_next = int(fail_next)
-            if fail_fraction is not None:
-                faults.fail_fraction = float(fail_fraction)
-            if seed is not None:
-                faults.seed = seed
-                faults.rng = random.Random(seed)
-            if hang_seconds is not None:
-                faults.hang_seconds = float(hang_seconds)
-            if dead is not None and dead != faults.dead:
-                faults.dead = bool(dead)
-                if dead:
-                    faults.revived = threading.Event()
-                else:
-                    # Calls hanging on the dead host go through now (late).
-                    faults.revived.set()
-        if dead is False:
+        public = self._faults.change(host, **faults)
+        if faults.get("dead") is False:
             # A host coming back first destroys what was evacuated off it.
             self.cleanup_evacuated(host)
-        return faults.public()
+        return public
 
     def get_faults(self, host: str) -> dict:
-        return self._host_faults(host).public()
+        return self._faults.of(host).public()
 
     def _check_alive(self, host: str) -> None:
         self._inventory(host)
-        faults = self._host_faults(host)
-        if faults.dead:
-            # A hanging call is a request stuck on its way to an unreachable
-            # host: if the host comes back in time, the request still runs,
-            # late, after its caller gave up (what RabbitMQ does with a message
-            # queued for a host that restarts). Otherwise it fails.
-            if (faults.hang_seconds > 0 and faults.revived.wait(faults.hang_seconds)
-                    and not self._closed.is_set()):
-                return
+        if not self._faults.is_reachable(host, self._closed):
             raise HostDead(f"host {host} is dead", host=host)
 
     def _take_build_fault(self, host: str) -> str | None:
-        """Decide now whether this spawn fails (consumes fail_next, draws the fraction)."""
-        faults = self._host_faults(host)
-        with self._lock:
-            if faults.fail_next > 0:
-                faults.fail_next -= 1
-                return "injected failure (fail_next)"
-            if faults.fail_fraction > 0 and faults.rng.random() < faults.fail_fraction:
-                return "injected failure (fail_fraction)"
-        return None
+        return self._faults.take_build_fault(host)
 
     # -- serialisation and the build slots ---------------------------------
 
@@ -424,9 +362,7 @@ class FakeDriver:
     def interrupt(self) -> None:
         """Shutting down: calls hanging on dead hosts fail, sleeping boots finish now."""
         self._closed.set()
-        with self._lock:
-            for faults in self._faults.values():
-                faults.revived.set()
+        self._faults.release_hanging()
 
     def close(self) -> None:
         """Interrupt, then close the state file (after the callers are gone)."""
