@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
 from taskflow import engines as tf_engines
 from taskflow import exceptions as tf_exc
-from taskflow import task
-from taskflow.patterns import linear_flow
+from taskflow import retry, task
+from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.engine import taskflow_patches
 from fleetflow.engine.taskflow_engine_patches import WriterReentrantLock
@@ -91,10 +92,19 @@ def _conductor_like_run(engine):
     engine.run()
 
 
-def test_a_conductor_run_validates_once():
+def test_a_conductor_run_validates_once(monkeypatch):
+    from fleetflow.engine import taskflow_engine_patches as patches
+
     flow = linear_flow.Flow("f").add(*[Needs(f"n{i}") for i in range(5)])
     engine = tf_engines.load(flow, store={"value": 1})
-    calls = _count_validations(engine)
+    calls = {"n": 0}
+    real = patches._ValidationLookups.missing
+
+    def counting(self, *args):
+        calls["n"] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(patches._ValidationLookups, "missing", counting)
     _conductor_like_run(engine)
     # Once per atom: its revert takes no name its execute did not.
     assert calls["n"] == 5
@@ -203,6 +213,64 @@ def test_validation_answers_as_stock_does(seed):
     taskflow_patches.remove()
     try:
         stock_answer = _validation_answer(flow(), store)
+    finally:
+        taskflow_patches.apply()
+    assert patched_answer == stock_answer
+
+
+class TakesTwo(task.Task):
+    def execute(self, p, q=None):
+        return p
+
+    def revert(self, p, r, **kwargs):
+        return None
+
+
+class PassRetry(retry.AlwaysRevert):
+    def execute(self, history, p=None):
+        return "chosen"
+
+
+NAMES = ["p", "q", "r", "s", "t", "u"]
+
+
+def _nested_flow(seed):
+    """Instances in an unordered flow, each a linear subflow with a retry that
+    provides a name only its own atoms see; names bound, provided and injected
+    at random, so some lookups cross scopes they cannot see."""
+    r = random.Random(seed)
+
+    def bind():
+        return {"p": r.choice(NAMES), "q": r.choice(NAMES)}
+
+    def maybe_inject():
+        return {r.choice(NAMES): 1} if r.random() < 0.2 else None
+
+    top = linear_flow.Flow("top")
+    top.add(TakesTwo("first", rebind=bind(), revert_rebind={"r": r.choice(NAMES)},
+                     provides=r.choice(NAMES), inject=maybe_inject()))
+    instances = unordered_flow.Flow("instances")
+    for i in range(r.randint(1, 4)):
+        chain = linear_flow.Flow(f"i{i}", retry=PassRetry(
+            f"i{i}-retry", provides=f"i{i}.x" if r.random() < 0.8 else r.choice(NAMES)))
+        for step in range(r.randint(1, 3)):
+            rebind = {"p": r.choice([f"i{i}.x", f"i{(i + 1) % 4}.x", *NAMES]),
+                      "q": r.choice(NAMES)}
+            chain.add(TakesTwo(f"i{i}-{step}", rebind=rebind,
+                               revert_rebind={"r": r.choice([f"i{i}.x", *NAMES])},
+                               provides=r.choice([None, *NAMES]), inject=maybe_inject()))
+        instances.add(chain)
+    top.add(instances, TakesTwo("last", rebind=bind(), revert_rebind={"r": r.choice(NAMES)}))
+    return top
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_validation_of_nested_scopes_answers_as_stock_does(seed):
+    store = {name: 1 for name in NAMES if random.Random(seed * 7).random() < 0.3}
+    patched_answer = _validation_answer(_nested_flow(seed), store)
+    taskflow_patches.remove()
+    try:
+        stock_answer = _validation_answer(_nested_flow(seed), store)
     finally:
         taskflow_patches.apply()
     assert patched_answer == stock_answer
