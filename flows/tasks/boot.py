@@ -57,11 +57,11 @@ class BootInstance(FleetTask):
                     exc.code, exc.message, step="boot", host=host))
                 note_build_failure(session, host)
             raise
-        with rt.database.transaction() as connection:
-            values = {"host": host, "fault": None}
-            if self.final:
-                values.update(status=states.ACTIVE, task_state=None)
-            rows.update_instance(connection, uuid, **values)
+        values = {"host": host, "fault": None}
+        if self.final:
+            values.update(status=states.ACTIVE, task_state=None)
+        # Committed before the task returns, with whatever other boots end now.
+        rows.write_instance(rt.database, uuid, **values)
         return {"host": host, "state": guest.get("state") if guest else None}
 
     def revert(self, result, instance_uuids: list, index: int, host: str | None,
