@@ -11,6 +11,11 @@ host and not like a mock:
 - builds never exceed the host's real capacity (a scheduler bug fails loudly),
   take ``boot_seconds`` and run at most ``max_concurrent_builds`` at once per
   host (as Nova's option; builds beyond it wait);
+- a boot is started by one write, which sets when it ends (``ready_at``) and
+  counts the spawn; nothing is written when it ends, the guest reads ACTIVE from
+  then on. A spawn thus counts when its boot starts: a guest destroyed, or a
+  process killed, mid-boot still counts one, and a boot outlives the process
+  that started it (a later build of the uuid waits for it, never boots it again);
 - faults per host: fail the next N builds, fail a seeded fraction, go dead;
 - fencing: mutating operations carry ``fence={"key", "token"}`` and an older
   token than the newest seen for the key is refused with StaleFence; copies of
@@ -118,22 +123,24 @@ class FakeDriver:
                 if entry[1] == 0:
                     del self._guest_locks[key]
 
-    @contextlib.contextmanager
-    def _build_slot(self, host: str) -> Iterator[None]:
+    def _take_build_slot(self, host: str, wait: bool = True) -> bool:
+        """One of ``host``'s build slots; False, holding none, if none is free and not ``wait``."""
         with self._lock:
             sem = self._semaphores.get(host)
             if sem is None:
                 sem = self._semaphores[host] = threading.BoundedSemaphore(
                     self.max_concurrent_builds)
-        with sem:
-            with self._lock:
-                self._building[host] = self._building.get(host, 0) + 1
-                self._peak[host] = max(self._peak.get(host, 0), self._building[host])
-            try:
-                yield
-            finally:
-                with self._lock:
-                    self._building[host] -= 1
+        if not sem.acquire(blocking=wait):
+            return False
+        with self._lock:
+            self._building[host] = self._building.get(host, 0) + 1
+            self._peak[host] = max(self._peak.get(host, 0), self._building[host])
+        return True
+
+    def _give_back_build_slot(self, host: str) -> None:
+        with self._lock:
+            self._building[host] -= 1
+        self._semaphores[host].release()
 
     def peak_concurrent_builds(self, host: str) -> int:
         """Most builds this process ran at once on ``host`` (the limit must hold)."""
@@ -172,47 +179,64 @@ class FakeDriver:
                                        "its resources", host=host, uuid=uuid)
             return self._spawn(host, uuid, resources, image, fence, "rebuilds")
 
-    def _guest_before_spawn(self, conn, host: str, uuid: str, resources: Mapping,
-                            fence: Mapping | None) -> dict | None:
-        """Inside a spawn's first write: evacuations applied, fence checked, the guest if any.
-
-        With no guest yet, the host must have room for it: capacity is taken when
-        the request arrives (the row is the claim), so builds waiting for a slot
-        cannot overcommit.
-        """
-        store.apply_evacuations(conn, host)
-        store.check_fence(conn, fence)
-        guest = store.load_guest(conn, host, uuid)
-        if guest is None:
-            store.check_capacity(conn, host, self._inventory(host), resources)
-        return guest
-
     def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
                fence: Mapping | None, ledger: str) -> dict:
+        """Boot ``uuid``, or wait for the boot of it already under way.
+
+        With a build slot free, the write that creates the guest also starts
+        its boot; otherwise the guest waits BUILDING for a slot (holding its
+        capacity) and a second write starts the boot. Nothing is written when
+        the boot ends. A build that will fail never starts a boot.
+        """
         if not self.boot_seconds:
             return self._spawn_at_once(host, uuid, resources, image, fence, ledger)
-        with self.store.write() as conn:
-            guest = self._guest_before_spawn(conn, host, uuid, resources, fence)
-            if guest is not None and guest["state"] == states.ACTIVE:
-                return guest
-            if guest is None:
-                store.insert_guest(conn, host, uuid, states.BUILDING, image, resources)
-            # else: a BUILDING row without a build in this process is left
-            # over from a crash mid-boot: finish that boot now.
-        failure = self._take_build_fault(host)
-        with self._build_slot(host):
-            if self.boot_seconds:
-                self._closed.wait(self.boot_seconds)
-        if failure:
-            # A failed spawn leaves nothing behind (deleted, committed, then raised).
+        holding = self._take_build_slot(host, wait=False)
+        try:
             with self.store.write() as conn:
-                store.delete_guest(conn, host, uuid, only_state=states.BUILDING)
-            raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
-        with self.store.write() as conn:
-            finished = store.update_guest(conn, host, uuid, only_state=states.BUILDING,
-                                          state=states.ACTIVE)
-            if finished:
-                store.count_spawn(conn, host, uuid, ledger)
+                guest = store.guest_before_spawn(conn, host, uuid, self._inventory(host),
+                                                 resources, fence)
+                ours = guest is None or store.unbooted(guest)
+                failure = self._take_build_fault(host) if ours else None
+                if guest is None:
+                    store.insert_guest(conn, host, uuid, states.BUILDING, image, resources)
+                # else, if ours: a crash came before its boot started: boot it now.
+                boot_ends = (self._start_boot(conn, host, uuid, ledger)
+                             if ours and holding and failure is None else None)
+            if ours and boot_ends is None:
+                holding = holding or self._take_build_slot(host)
+                if failure:
+                    self._closed.wait(self.boot_seconds)
+                    # A failed spawn leaves nothing behind (deleted, committed, then raised).
+                    with self.store.write() as conn:
+                        store.delete_guest(conn, host, uuid, unbooted_only=True)
+                    raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
+                with self.store.write() as conn:
+                    boot_ends = self._start_boot(conn, host, uuid, ledger)
+                    guest = store.load_guest(conn, host, uuid)
+            if boot_ends is not None:
+                return self._await_boot(host, uuid, boot_ends)
+            if holding:  # booted, or booting elsewhere: wait without a slot
+                self._give_back_build_slot(host)
+                holding = False
+            return self._await_boot(host, uuid, guest and guest["ready_at"])
+        finally:
+            if holding:
+                self._give_back_build_slot(host)
+
+    def _start_boot(self, conn, host: str, uuid: str, ledger: str) -> float | None:
+        """When the boot started for an unbooted guest ends; None if it was not ours to start."""
+        ready_at = time.time() + self.boot_seconds
+        return ready_at if store.start_boot(conn, host, uuid, ready_at, ledger) else None
+
+    def _await_boot(self, host: str, uuid: str, ready_at: float | None) -> dict:
+        """The guest once its boot ended (a shutdown ends a boot still under way now)."""
+        if ready_at is not None:
+            while (left := ready_at - time.time()) > 0 and not self._closed.wait(left):
+                pass
+            if time.time() < ready_at:
+                with self.store.write() as conn:
+                    store.end_boot_now(conn, host, uuid)
+        with self.store.read() as conn:
             guest = store.load_guest(conn, host, uuid)
         if guest is None:
             raise BuildFailed(f"{uuid} on {host} was destroyed while it was building",
@@ -223,26 +247,32 @@ class FakeDriver:
                        fence: Mapping | None, ledger: str) -> dict:
         """A boot that takes no time: the guest is ACTIVE in the transaction that creates it.
 
-        Same checks, fault draw and ledger as the slow path, in one write
-        instead of two (BUILDING, then ACTIVE after the boot latency).
+        Same checks, fault draw and ledger as the slow path, in one write, a
+        failed one included; a slow boot already under way (from a driver with
+        ``boot_seconds`` on the same file) is waited for.
         """
         with self.store.write() as conn:
-            guest = self._guest_before_spawn(conn, host, uuid, resources, fence)
-            if guest is not None and guest["state"] == states.ACTIVE:
-                return guest
-            failure = self._take_build_fault(host)
-            if failure is None:
-                if guest is None:
-                    store.insert_guest(conn, host, uuid, states.ACTIVE, image, resources)
-                else:  # BUILDING, left over from a crash mid-boot: finish it
-                    store.update_guest(conn, host, uuid, only_state=states.BUILDING,
-                                       state=states.ACTIVE)
-                store.count_spawn(conn, host, uuid, ledger)
-                return store.load_guest(conn, host, uuid)
-        # A failed spawn leaves nothing behind, as on the slow path.
-        with self.store.write() as conn:
-            store.delete_guest(conn, host, uuid, only_state=states.BUILDING)
-        raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
+            guest = store.guest_before_spawn(conn, host, uuid, self._inventory(host),
+                                             resources, fence)
+            failure = None
+            if guest is None or store.unbooted(guest):
+                failure = self._take_build_fault(host)
+                if failure is not None:
+                    # A failed spawn leaves nothing behind, as on the slow path.
+                    store.delete_guest(conn, host, uuid, unbooted_only=True)
+                else:
+                    if guest is None:
+                        store.insert_guest(conn, host, uuid, states.ACTIVE, image, resources)
+                    else:  # a crash came before its boot started: finish it
+                        store.update_guest(conn, host, uuid, unbooted_only=True,
+                                           state=states.ACTIVE)
+                    store.count_spawn(conn, host, uuid, ledger)
+                    guest = store.load_guest(conn, host, uuid)
+        if failure:
+            raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
+        if guest["state"] == states.ACTIVE:
+            return guest
+        return self._await_boot(host, uuid, guest["ready_at"])
 
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None) -> dict:
         """Remove ``uuid`` from ``host``; a missing guest is already destroyed."""
@@ -360,7 +390,7 @@ class FakeDriver:
             return store.spawn_count(conn, uuid, host)
 
     def interrupt(self) -> None:
-        """Shutting down: calls hanging on dead hosts fail, sleeping boots finish now."""
+        """Shutting down: calls hanging on dead hosts fail, sleeping boots end now."""
         self._closed.set()
         self._faults.release_hanging()
 
@@ -368,3 +398,4 @@ class FakeDriver:
         """Interrupt, then close the state file (after the callers are gone)."""
         self.interrupt()
         self.store.close()
+

@@ -14,9 +14,16 @@ SQLAlchemy's per-statement overhead made the driver, not RPC, the bottleneck
 Tables:
 
 - ``guests``: one row per guest and host (an instance being evacuated may briefly
-  exist on two hosts); ``state`` is BUILDING until the boot finished.
+  exist on two hosts). A boot is started by setting ``ready_at``, the time it
+  ends, and nothing is written when it ends: a row whose ``state`` says BUILDING
+  and whose ``ready_at`` has passed IS ACTIVE, and every read reports it so
+  (``guest_dict``). A BUILDING row without ``ready_at`` is "unbooted": its build
+  waits for a slot, will fail, or was cut short by a crash before its boot began.
 - ``spawns``: effective spawns per instance and host, kept after a destroy, so a
-  test can prove an instance was booted at most once.
+  test can prove an instance was booted at most once. A spawn is counted when
+  its boot starts (in the transaction that sets ``ready_at``), not when it ends:
+  a guest destroyed or a process killed mid-boot still counts one spawn, so
+  "at most one spawn per uuid" checks stay valid and become stricter.
 - ``fences``: the highest fencing token seen per key.
 - ``evacuated``: copies a host must destroy when it comes back (it was fenced
   and its instances rebuilt elsewhere).
@@ -33,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 
+from fleetflow.common import states
 from fleetflow.common.exceptions import StaleFence
 from fleetflow.compute.exceptions import CapacityExceeded
 
@@ -40,7 +48,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS guests (
     host TEXT NOT NULL, uuid TEXT NOT NULL, state TEXT NOT NULL, image TEXT,
     resources TEXT NOT NULL, volumes TEXT NOT NULL, migrated_from TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (host, uuid));
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, ready_at REAL,
+    PRIMARY KEY (host, uuid));
 CREATE INDEX IF NOT EXISTS ix_guests_uuid ON guests (uuid);
 CREATE TABLE IF NOT EXISTS spawns (
     uuid TEXT NOT NULL, host TEXT NOT NULL, builds INTEGER NOT NULL DEFAULT 0,
@@ -81,6 +90,7 @@ class GuestStore:
         # IF NOT EXISTS: two processes opening a new file at once both succeed.
         with self.read() as conn:
             conn.executescript(SCHEMA)
+            add_ready_at(conn)
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN ourselves (IMMEDIATE for
@@ -141,14 +151,42 @@ class GuestStore:
                 conn.close()
 
 
-def guest_dict(row) -> dict:
-    """A guest as the agent returns it (JSON-safe)."""
+def add_ready_at(conn) -> None:
+    """Give ``guests`` its ``ready_at`` column when the file predates it."""
+    columns = {row["name"] for row in conn.execute("PRAGMA table_info(guests)")}
+    if "ready_at" in columns:
+        return
+    try:
+        conn.execute("ALTER TABLE guests ADD COLUMN ready_at REAL")
+    except sqlite3.OperationalError as exc:
+        # Another process opening the same old file added it first.
+        if "duplicate column" not in str(exc):
+            raise
+
+
+def guest_state(row, now: float) -> str:
+    """BUILDING until its boot's ``ready_at``, ACTIVE from then on (no write at the end)."""
+    ready_at = row["ready_at"]
+    if row["state"] == states.BUILDING and ready_at is not None and ready_at <= now:
+        return states.ACTIVE
+    return row["state"]
+
+
+def guest_dict(row, now: float | None = None) -> dict:
+    """A guest as the agent returns it (JSON-safe), its state as of ``now``."""
     return {
-        "uuid": row["uuid"], "host": row["host"], "state": row["state"],
+        "uuid": row["uuid"], "host": row["host"],
+        "state": guest_state(row, time.time() if now is None else now),
         "image": row["image"], "resources": json.loads(row["resources"]),
         "volumes": json.loads(row["volumes"]), "migrated_from": row["migrated_from"],
-        "created_at": row["created_at"], "spawn_count": row["builds"],
+        "created_at": row["created_at"], "ready_at": row["ready_at"],
+        "spawn_count": row["builds"],
     }
+
+
+def unbooted(guest: Mapping) -> bool:
+    """BUILDING with no boot started: waiting for a slot, failing, or cut short by a crash."""
+    return guest["state"] == states.BUILDING and guest["ready_at"] is None
 
 
 def load_guest(conn, host: str, uuid: str) -> dict | None:
@@ -160,7 +198,8 @@ def load_guest(conn, host: str, uuid: str) -> dict | None:
 def load_guests(conn, host: str) -> list[dict]:
     rows = conn.execute(GUEST_SELECT + " WHERE g.host = ? ORDER BY g.created_at, g.uuid",
                         (host,))
-    return [guest_dict(row) for row in rows]
+    now = time.time()
+    return [guest_dict(row, now) for row in rows]
 
 
 def insert_guest(conn, host: str, uuid: str, state: str, image: str | None,
@@ -174,26 +213,62 @@ def insert_guest(conn, host: str, uuid: str, state: str, image: str | None,
          json.dumps(volumes or []), migrated_from, now, now))
 
 
-def update_guest(conn, host: str, uuid: str, only_state: str | None = None, **values) -> int:
-    """Set columns of one guest (``only_state``: only if it is in that state)."""
+# The rows ``unbooted`` is true of. A state filter alone would also match
+# guests whose boot started, some of which are ACTIVE by now.
+UNBOOTED_WHERE = f" AND state = '{states.BUILDING}' AND ready_at IS NULL"
+
+
+def update_guest(conn, host: str, uuid: str, unbooted_only: bool = False, **values) -> int:
+    """Set columns of one guest (``unbooted_only``: only if no boot was started for it)."""
     if "volumes" in values:
         values["volumes"] = json.dumps(values["volumes"])
     values["updated_at"] = time.time()
     sets = ", ".join(f"{column} = ?" for column in values)
-    where, params = "host = ? AND uuid = ?", [host, uuid]
-    if only_state is not None:
-        where += " AND state = ?"
-        params.append(only_state)
+    where = "host = ? AND uuid = ?" + (UNBOOTED_WHERE if unbooted_only else "")
     return conn.execute(f"UPDATE guests SET {sets} WHERE {where}",
-                        [*values.values(), *params]).rowcount
+                        [*values.values(), host, uuid]).rowcount
 
 
-def delete_guest(conn, host: str, uuid: str, only_state: str | None = None) -> int:
-    if only_state is None:
-        return conn.execute("DELETE FROM guests WHERE host = ? AND uuid = ?",
-                            (host, uuid)).rowcount
-    return conn.execute("DELETE FROM guests WHERE host = ? AND uuid = ? AND state = ?",
-                        (host, uuid, only_state)).rowcount
+def delete_guest(conn, host: str, uuid: str, unbooted_only: bool = False) -> int:
+    """Delete one guest (``unbooted_only``: only if no boot was started for it)."""
+    where = "host = ? AND uuid = ?" + (UNBOOTED_WHERE if unbooted_only else "")
+    return conn.execute(f"DELETE FROM guests WHERE {where}", (host, uuid)).rowcount
+
+
+def start_boot(conn, host: str, uuid: str, ready_at: float, ledger: str) -> bool:
+    """Start an unbooted guest's boot, ending at ``ready_at``, and count its spawn.
+
+    False, changing nothing, when the guest is gone or its boot was started
+    meanwhile (by another process sharing the file).
+    """
+    if not update_guest(conn, host, uuid, unbooted_only=True, ready_at=ready_at):
+        return False
+    count_spawn(conn, host, uuid, ledger)
+    return True
+
+
+def end_boot_now(conn, host: str, uuid: str) -> None:
+    """Bring a boot still under way to its end now (the driver is shutting down)."""
+    now = time.time()
+    conn.execute(f"UPDATE guests SET ready_at = ?, updated_at = ? WHERE host = ? AND uuid = ?"
+                 f" AND state = '{states.BUILDING}' AND ready_at > ?",
+                 (now, now, host, uuid, now))
+
+
+def guest_before_spawn(conn, host: str, uuid: str, inventory: Mapping, resources: Mapping,
+                       fence: Mapping | None) -> dict | None:
+    """Inside a spawn's first write: evacuations applied, fence checked, the guest if any.
+
+    With no guest yet, the host must have room for it: capacity is taken when
+    the request arrives (the row is the claim), so builds waiting for a slot
+    cannot overcommit.
+    """
+    apply_evacuations(conn, host)
+    check_fence(conn, fence)
+    guest = load_guest(conn, host, uuid)
+    if guest is None:
+        check_capacity(conn, host, inventory, resources)
+    return guest
 
 
 def check_fence(conn, fence: Mapping | None) -> None:

@@ -1,6 +1,9 @@
 """The fake hypervisor against its own promises: idempotent, bounded, faulty on demand."""
 
+import contextlib
+import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -300,7 +303,8 @@ def test_a_boot_interrupted_by_a_crash_is_finished_once(make_driver):
 
 @pytest.mark.parametrize("boot_seconds", [0, 0.01])
 def test_instant_and_slow_boots_leave_the_same_state(make_driver, boot_seconds):
-    """0-second boots take one write instead of two; what a host ends with is the same."""
+    """0-second boots create guests ACTIVE, slow ones BUILDING until their ready_at;
+    what a host ends with is the same."""
     driver = make_driver(boot_seconds=boot_seconds)
     driver.set_faults("h1", fail_next=1)
     with pytest.raises(BuildFailed):
@@ -315,3 +319,277 @@ def test_instant_and_slow_boots_leave_the_same_state(make_driver, boot_seconds):
     big = dict(SMALL, VCPU=64)
     with pytest.raises(CapacityExceeded):
         driver.build_instance("h1", "u3", big)
+
+
+# -- slow boots: one write to start them, none when they end ----------------
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    """``watch(driver)``: a list that gets an entry per write transaction of the driver."""
+    counted = []
+
+    def watch(driver):
+        real_write = driver.store.write
+
+        @contextlib.contextmanager
+        def counting_write():
+            counted.append(threading.current_thread().name)
+            with real_write() as conn:
+                yield conn
+
+        monkeypatch.setattr(driver.store, "write", counting_write)
+        return counted
+
+    return watch
+
+
+def raw_row(driver, host, uuid):
+    """The guest's row as stored (its state column, not the state it reads as)."""
+    with driver.store.read() as conn:
+        return conn.execute("SELECT state, ready_at FROM guests WHERE host = ? AND uuid = ?",
+                            (host, uuid)).fetchone()
+
+
+def wait_for(predicate, timeout=10.0):
+    """Poll until ``predicate()`` is truthy (a generous bound: a hang, not a slow machine)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.005)
+    raise AssertionError(f"still false after {timeout} s")
+
+
+def in_thread(call, *args):
+    """Run ``call`` in a thread; ``outcome`` gets its result or the exception it raised."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = call(*args)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_slow_build_with_a_free_slot_is_one_write(make_driver, writes):
+    driver = make_driver(boot_seconds=0.2)
+    counted = writes(driver)
+    guest = driver.build_instance("h1", "one", SMALL, image="cirros")
+    assert len(counted) == 1
+    assert guest["state"] == "ACTIVE" and guest["spawn_count"] == 1
+    # The end of the boot wrote nothing: the row still says BUILDING, and its
+    # ready_at, now passed, is what makes it ACTIVE.
+    row = raw_row(driver, "h1", "one")
+    assert row["state"] == "BUILDING" and row["ready_at"] <= time.time()
+    assert driver.list_instances("h1")[0]["state"] == "ACTIVE"
+    assert driver.usage("h1") == SMALL
+
+
+def test_a_slow_boot_reads_building_until_its_ready_at(make_driver, writes):
+    driver = make_driver(boot_seconds=0.5)
+    counted = writes(driver)
+    builder, outcome = in_thread(driver.build_instance, "h1", "slow", SMALL)
+    first = wait_for(lambda: driver.get_instance("h1", "slow"))
+    assert first["ready_at"] is not None and first["spawn_count"] == 1
+    building, ended = [], []
+    while builder.is_alive():
+        before = time.time()
+        guest = driver.get_instance("h1", "slow")
+        if guest["ready_at"] > time.time():  # read before its boot ended
+            building.append(guest["state"])
+        elif before >= guest["ready_at"]:  # read after
+            ended.append(guest["state"])
+    builder.join()
+    assert building and set(building) == {"BUILDING"}
+    assert set(ended) <= {"ACTIVE"}
+    assert outcome["result"]["state"] == "ACTIVE"
+    assert driver.get_instance("h1", "slow")["state"] == "ACTIVE"
+    assert len(counted) == 1
+
+
+def test_the_state_rule_and_the_unbooted_filters(driver):
+    now = time.time()
+    with driver.store.write() as conn:
+        for uuid in ("unbooted", "booting", "booted"):
+            store.insert_guest(conn, "h1", uuid, "BUILDING", None, SMALL)
+        store.insert_guest(conn, "h1", "migrated", "ACTIVE", None, SMALL)
+        store.update_guest(conn, "h1", "booting", ready_at=now + 3600)
+        store.update_guest(conn, "h1", "booted", ready_at=now - 1)
+    states = {g["uuid"]: g["state"] for g in driver.list_instances("h1")}
+    assert states == {"unbooted": "BUILDING", "booting": "BUILDING", "booted": "ACTIVE",
+                      "migrated": "ACTIVE"}
+    assert driver.get_instance("h1", "booted")["state"] == "ACTIVE"
+    # A failed build's cleanup, or the start of a boot, touches unbooted guests only.
+    with driver.store.write() as conn:
+        for uuid in ("booting", "booted", "migrated"):
+            assert store.delete_guest(conn, "h1", uuid, unbooted_only=True) == 0
+            assert not store.start_boot(conn, "h1", uuid, now, "builds")
+        assert store.start_boot(conn, "h1", "unbooted", now + 3600, "builds")
+        assert not store.start_boot(conn, "h1", "unbooted", now, "builds")
+        assert store.delete_guest(conn, "h1", "unbooted", unbooted_only=True) == 0
+    assert driver.spawn_count("unbooted") == 1
+    assert len(driver.list_instances("h1")) == 4
+
+
+@pytest.mark.parametrize("second_boot_seconds", [0, 0.3])
+def test_a_build_repeated_by_another_process_waits_for_the_boot(make_driver, writes,
+                                                                 second_boot_seconds):
+    first = make_driver(boot_seconds=0.6)
+    second = make_driver(boot_seconds=second_boot_seconds)  # same state file
+    builder, outcome = in_thread(first.build_instance, "h1", "shared", SMALL)
+    booting = wait_for(lambda: second.get_instance("h1", "shared"))
+    assert booting["ready_at"] is not None
+    counted = writes(second)
+    again = second.build_instance("h1", "shared", SMALL)
+    # Returned once the boot ended, and not booted a second time.
+    assert again["state"] == "ACTIVE" and time.time() >= booting["ready_at"]
+    assert again["ready_at"] == booting["ready_at"]
+    assert len(counted) == 1
+    builder.join()
+    assert outcome["result"]["state"] == "ACTIVE"
+    assert second.spawn_count("shared") == 1
+
+
+def test_boots_cut_short_by_a_crash_are_neither_lost_nor_repeated(make_driver, writes):
+    crashed = make_driver(boot_seconds=0.2)
+    with crashed.store.write() as conn:
+        # Killed while it waited for a build slot: BUILDING, no boot started.
+        store.insert_guest(conn, "h1", "waited", "BUILDING", "cirros", SMALL)
+        # Killed mid-boot: the boot was started (and counted); it ends by itself.
+        store.insert_guest(conn, "h1", "mid-boot", "BUILDING", "cirros", SMALL)
+        assert store.start_boot(conn, "h1", "mid-boot", time.time() + 0.3, "builds")
+    crashed.close()
+    restarted = make_driver(boot_seconds=0.2)
+    counted = writes(restarted)
+    assert restarted.get_instance("h1", "waited")["state"] == "BUILDING"
+    finished = restarted.build_instance("h1", "waited", SMALL)
+    assert finished["state"] == "ACTIVE" and finished["spawn_count"] == 1
+    assert len(counted) == 1  # a free slot: its boot started in the one write
+    waited = restarted.build_instance("h1", "mid-boot", SMALL)
+    assert waited["state"] == "ACTIVE" and waited["spawn_count"] == 1
+    for uuid in ("waited", "mid-boot"):
+        assert restarted.build_instance("h1", uuid, SMALL)["spawn_count"] == 1
+    assert restarted.usage("h1") == {rc: 2 * n for rc, n in SMALL.items()}
+
+
+def test_a_build_waiting_for_a_slot_holds_its_capacity_and_starts_later(make_driver, writes):
+    driver = make_driver(boot_seconds=0.1, max_concurrent_builds=1)
+    counted = writes(driver)
+    assert driver._take_build_slot("h1")  # another build holds h1's only slot
+    builder, outcome = in_thread(driver.build_instance, "h1", "queued", SMALL)
+    waiting = wait_for(lambda: driver.get_instance("h1", "queued"))
+    assert waiting["state"] == "BUILDING" and waiting["ready_at"] is None
+    assert driver.usage("h1") == SMALL and driver.spawn_count("queued") == 0
+    driver._give_back_build_slot("h1")
+    builder.join(10)
+    assert outcome["result"]["state"] == "ACTIVE"
+    assert driver.spawn_count("queued") == 1
+    assert len(counted) == 2  # claimed, then booted once it had the slot
+    assert driver.peak_concurrent_builds("h1") == 1
+
+
+def test_contended_slots_keep_the_limit_and_boot_everything_once(make_driver):
+    driver = make_driver(boot_seconds=0.1, max_concurrent_builds=3)
+    threads = [in_thread(driver.build_instance, "h1", f"c{i}", SMALL) for i in range(9)]
+    for thread, _ in threads:
+        thread.join()
+    assert all(outcome["result"]["state"] == "ACTIVE" for _, outcome in threads)
+    assert driver.peak_concurrent_builds("h1") == 3
+    assert [driver.spawn_count(f"c{i}") for i in range(9)] == [1] * 9
+
+
+def test_failed_slow_builds_never_start_a_boot(make_driver, monkeypatch):
+    driver = make_driver(boot_seconds=0.1, max_concurrent_builds=1)
+    started = []
+    real_start_boot = store.start_boot
+
+    def spying_start_boot(conn, host, uuid, ready_at, ledger):
+        started.append(uuid)
+        return real_start_boot(conn, host, uuid, ready_at, ledger)
+
+    monkeypatch.setattr(store, "start_boot", spying_start_boot)
+    driver.set_faults("h1", fail_next=2)
+    with pytest.raises(BuildFailed):  # a free slot
+        driver.build_instance("h1", "f1", SMALL)
+    assert driver._take_build_slot("h1")  # slots contended
+    builder, outcome = in_thread(driver.build_instance, "h1", "f2", SMALL)
+    waiting = wait_for(lambda: driver.get_instance("h1", "f2"))
+    assert waiting["ready_at"] is None
+    driver._give_back_build_slot("h1")
+    builder.join(10)
+    assert isinstance(outcome["error"], BuildFailed)
+    assert started == [] and driver.list_instances("h1") == []
+    assert driver.spawn_count("f1") == driver.spawn_count("f2") == 0
+    assert driver.build_instance("h1", "f3", SMALL)["state"] == "ACTIVE"
+    assert started == ["f3"]
+
+
+def test_shutting_down_ends_a_sleeping_boot_now(make_driver):
+    driver = make_driver(boot_seconds=60)
+    builder, outcome = in_thread(driver.build_instance, "h1", "long", SMALL)
+    wait_for(lambda: driver.get_instance("h1", "long"))
+    driver.interrupt()
+    builder.join(10)
+    assert not builder.is_alive()
+    assert outcome["result"]["state"] == "ACTIVE"
+    assert driver.spawn_count("long") == 1
+
+
+def test_rebuild_migrate_destroy_a_guest_active_by_its_ready_at(make_driver):
+    driver = make_driver(boot_seconds=0.05)
+    driver.build_instance("h1", "r1", SMALL, image="cirros")
+    assert raw_row(driver, "h1", "r1")["state"] == "BUILDING"
+    rebuilt = driver.rebuild_instance("h1", "r1", image="ubuntu")
+    assert rebuilt["state"] == "ACTIVE" and rebuilt["image"] == "ubuntu"
+    moved = driver.migrate_instance("h2", "r1", source_host="h1")
+    assert moved["state"] == "ACTIVE" and driver.get_instance("h1", "r1") is None
+    assert driver.build_instance("h2", "r1", SMALL)["spawn_count"] == 0  # moved, not built
+    assert driver.destroy_instance("h2", "r1")["destroyed"] is True
+    assert driver.spawn_count("r1") == 1
+
+
+def test_an_old_state_file_gains_ready_at(state_path):
+    with contextlib.closing(sqlite3.connect(state_path)) as conn, conn:
+        conn.execute(
+            "CREATE TABLE guests (host TEXT NOT NULL, uuid TEXT NOT NULL, state TEXT NOT NULL,"
+            " image TEXT, resources TEXT NOT NULL, volumes TEXT NOT NULL, migrated_from TEXT,"
+            " created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (host, uuid))")
+        conn.executemany(
+            "INSERT INTO guests VALUES (?, ?, ?, NULL, '{\"VCPU\": 1}', '[]', NULL, 0, 0)",
+            [("h1", "old-active", "ACTIVE"), ("h1", "old-building", "BUILDING")])
+    driver = FakeDriver(state_path, boot_seconds=0.05)
+    driver.add_hosts({"h1": INVENTORY})
+    try:
+        states = {g["uuid"]: g["state"] for g in driver.list_instances("h1")}
+        assert states == {"old-active": "ACTIVE", "old-building": "BUILDING"}
+        assert driver.build_instance("h1", "old-building", {"VCPU": 1})["state"] == "ACTIVE"
+        assert driver.spawn_count("old-building") == 1
+    finally:
+        driver.close()
+
+
+def test_two_processes_upgrading_one_old_file_at_once(state_path):
+    """The loser of the race sees "duplicate column" and carries on."""
+    store.GuestStore(state_path).close()  # the column exists now
+
+    class StaleSchema:
+        """A connection that read the table's columns before the other process added one."""
+
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA table_info"):
+                return []
+            return self.conn.execute(sql, *args)
+
+    with contextlib.closing(sqlite3.connect(state_path)) as conn:
+        store.add_ready_at(StaleSchema(conn))
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(guests)")]
+    assert columns.count("ready_at") == 1
