@@ -61,6 +61,9 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
    :mod:`fleetflow.engine.taskflow_checkpoint_patch` stores them in batches,
    still before any atom they lead to starts (write-ahead).
 
+14. ``OrderedSet`` (an atom's arguments, a flow's names) fills itself one item at
+   a time in Python; :mod:`fleetflow.engine.taskflow_sets_patch` lets C do it.
+
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
 shaped so that they could be proposed upstream as they are. :func:`apply` is
@@ -89,6 +92,7 @@ from fleetflow.engine import (
     taskflow_engine_patches,
     taskflow_pool_patch,
     taskflow_selector_patch,
+    taskflow_sets_patch,
     taskflow_waiter_patch,
 )
 from fleetflow.engine.taskflow_atom_patches import (
@@ -355,9 +359,9 @@ class IndexedScopeWalker(STOCK_SCOPE_WALKER):
                 yield list(visible)
 
 
-# Patches 7-12, each in a module of its own with install() / uninstall() / is_installed().
+# Patches 7-14, each in a module of its own with install() / uninstall() / is_installed().
 _PATCH_MODULES = (taskflow_selector_patch, taskflow_engine_patches, taskflow_waiter_patch,
-                  taskflow_pool_patch, taskflow_checkpoint_patch)
+                  taskflow_pool_patch, taskflow_checkpoint_patch, taskflow_sets_patch)
 
 
 def apply() -> None:
