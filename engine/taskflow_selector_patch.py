@@ -20,6 +20,14 @@ an atom's state or intention goes through ``Storage._save_atom_detail``, which
 direction; a cursor taken before a setback is thrown away and the walk starts
 again, as stock does.
 
+After an atom completes, stock asks about every atom after it, all the way
+down: completing ``claim-primaries`` asks about all 3N atoms of the instances,
+though only the N retries can run. :func:`_successors_past_done` walks the same
+way but does not go past an atom that has not finished, since nothing behind
+it can be ready (about 21,000 readiness questions per 1,000 instances become
+about 4,000). A flow whose links carry deciders keeps stock's walk: a decider
+may mark atoms IGNORE while the walk goes on.
+
 The graph walked and the per-atom checks are stock TaskFlow's own
 (``traversal.depth_first_iterate``, ``Storage.get_atoms_states``); only the
 bookkeeping between two questions is new. ``tests/unit/test_taskflow_selector.py``
@@ -28,10 +36,13 @@ checks the answers equal stock's after every step of random state changes.
 
 from __future__ import annotations
 
+import collections
+
 from taskflow import states as st
 from taskflow import storage as tf_storage
 from taskflow.engines.action_engine import deciders, traversal
 from taskflow.engines.action_engine import selector as tf_selector
+from taskflow.flow import LINK_DECIDER
 
 from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
 
@@ -98,12 +109,57 @@ class _Cursor:
         self.blocker = None
 
 
+def _successors_past_done(graph, atom, atom_done):
+    """Stock's forward breadth-first walk from ``atom``, not going past unfinished atoms.
+
+    An atom can only be ready once every atom before it has finished, so the
+    successors of an atom that has not are not worth asking about. Whether an
+    atom has finished is asked when the walk is about to go past it: after the
+    caller has handled the atom itself, as stock's walk would.
+    """
+    queue = collections.deque(graph.successors(atom))
+    visited = set()
+    nodes = graph.nodes
+    while queue:
+        node = queue.popleft()
+        if node in visited:
+            continue
+        visited.add(node)
+        attrs = nodes[node]
+        if attrs.get("noop"):
+            queue.extend(graph.successors(node))
+            continue
+        yield node
+        if atom_done(node):
+            queue.extend(graph.successors(node))
+
+
 class CursorSelector(STOCK_SELECTOR):
-    """``Selector`` whose readiness walks resume where they last stopped."""
+    """``Selector`` whose readiness walks resume where they last stopped and whose
+    walk forward from a finished atom stops at atoms that have not finished."""
 
     def __init__(self, runtime):
         super().__init__(runtime)
         self._cursors: dict = {}
+        self._has_edge_deciders: bool | None = None
+
+    def _atom_done(self, atom) -> bool:
+        states = self._storage.get_atoms_states([atom.name])[atom.name]
+        return _lets_successors_execute(*states)
+
+    def _browse_atoms_for_execute(self, atom=None):
+        if self._has_edge_deciders is None:
+            self._has_edge_deciders = any(
+                LINK_DECIDER in data for _u, _v, data in self._execution_graph.edges(data=True))
+        if atom is None or self._has_edge_deciders:
+            # An edge decider may ignore atoms while the walk goes on, so the
+            # walk cannot tell ahead which atoms stay unfinished.
+            yield from super()._browse_atoms_for_execute(atom)
+            return
+        for node in _successors_past_done(self._execution_graph, atom, self._atom_done):
+            is_ready, late_decider = self._get_maybe_ready_for_execute(node)
+            if is_ready:
+                yield (node, late_decider)
 
     def _neighbours_done(self, atom, direction: str, walk_direction) -> bool:
         satisfied = _SATISFIES[direction]

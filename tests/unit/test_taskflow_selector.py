@@ -189,3 +189,81 @@ def test_a_setback_behind_the_cursor_is_seen():
     assert not selector._get_maybe_ready_for_execute(finish)[0]
     storage.set_atom_state("inst-2-claim", st.SUCCESS)
     assert selector._get_maybe_ready_for_execute(finish)[0]
+
+
+def next_atoms(selector, atoms) -> list[tuple[str, list[str]]]:
+    return [(atom.name, [a.name for a, _decider in selector.iter_next_atoms(atom=atom)])
+            for atom in atoms]
+
+
+def walk_next_atoms(engine, rng: random.Random, steps: int) -> int:
+    """What may run after each atom, in order, after every step of random progress."""
+    runtime = engine._runtime
+    atoms = list(runtime.iterate_nodes(("task", "retry")))
+    stock, patched_selector = STOCK_SELECTOR(runtime), CursorSelector(runtime)
+    storage = engine.storage
+    ready_seen = 0
+    for _ in range(steps):
+        atom = rng.choice(atoms)
+        if rng.random() < 0.75:
+            storage.set_atom_intention(atom.name, st.EXECUTE)
+            storage.set_atom_state(atom.name, rng.choice([st.SUCCESS, st.SUCCESS, st.IGNORE]))
+        else:
+            storage.set_atom_state(atom.name, rng.choice(STATES))
+            storage.set_atom_intention(atom.name, rng.choice(INTENTIONS))
+        patched = next_atoms(patched_selector, atoms)
+        assert patched == next_atoms(stock, atoms)
+        ready_seen += sum(len(names) for _name, names in patched)
+    return ready_seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_next_atoms_as_stock_on_reservation_shaped_flows(seed):
+    rng = random.Random(2000 + seed)
+    assert walk_next_atoms(prepared(reservation_shaped(rng.randint(2, 10))), rng, 150) > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_next_atoms_as_stock_on_random_flows(seed):
+    rng = random.Random(3000 + seed)
+    assert walk_next_atoms(prepared(random_flow(rng)), rng, 150) > 0
+
+
+def test_next_atoms_as_stock_with_edge_deciders():
+    """A flow whose links carry deciders keeps stock's whole walk."""
+    first, second, third = Noop("a"), Noop("b"), Noop("c")
+    flow = graph_flow.Flow("g").add(first, second, third)
+    flow.link(first, second, decider=lambda history: False)
+    flow.link(second, third)
+    engine = prepared(flow)
+    selector = CursorSelector(engine._runtime)
+    engine.storage.set_atom_state("a", st.SUCCESS)
+    patched = [a.name for a, _d in selector.iter_next_atoms(atom=first)]
+    stock = [a.name for a, _d in STOCK_SELECTOR(engine._runtime).iter_next_atoms(atom=first)]
+    assert patched == stock == ["b"]
+    assert selector._has_edge_deciders
+
+
+def test_the_forward_walk_stops_at_unfinished_atoms():
+    engine = prepared(reservation_shaped(50))
+    runtime, storage = engine._runtime, engine.storage
+    claim_all = next(a for a in runtime.iterate_nodes(("task",)) if a.name == "claim-all")
+    for name in ("schedule", "claim-all"):
+        storage.set_atom_state(name, st.SUCCESS)
+    asked = {}
+    for selector_class in (STOCK_SELECTOR, CursorSelector):
+        selector = selector_class(runtime)
+        real = selector._get_maybe_ready_for_execute
+        asked[selector_class.__name__] = []
+
+        def counting(atom, real=real, seen=asked[selector_class.__name__]):
+            seen.append(atom.name)
+            return real(atom)
+
+        selector._get_maybe_ready_for_execute = counting
+        ready = [a.name for a, _d in selector.iter_next_atoms(atom=claim_all)]
+        assert ready == [f"inst-{i}-retry" for i in range(50)]
+    # Stock asks about every atom after claim-all; the patched walk only about
+    # the retries (each one's claim is behind it, unfinished).
+    assert len(asked["Selector"]) == 3 * 50 + 1
+    assert sorted(asked["CursorSelector"]) == sorted(f"inst-{i}-retry" for i in range(50))
