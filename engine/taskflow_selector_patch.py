@@ -25,8 +25,10 @@ down: completing ``claim-primaries`` asks about all 3N atoms of the instances,
 though only the N retries can run. :func:`_successors_past_done` walks the same
 way but does not go past an atom that has not finished, since nothing behind
 it can be ready (about 21,000 readiness questions per 1,000 instances become
-about 4,000). A flow whose links carry deciders keeps stock's walk: a decider
-may mark atoms IGNORE while the walk goes on.
+about 4,000). When the engine starts, stock asks about every atom of the
+graph; :func:`_atoms_past_done` finds the few nothing unfinished stands
+before. A flow whose links carry deciders keeps stock's walks: a decider may
+mark atoms IGNORE while the walk goes on.
 
 The graph walked and the per-atom checks are stock TaskFlow's own
 (``traversal.depth_first_iterate``, ``Storage.get_atoms_states``); only the
@@ -40,7 +42,7 @@ import collections
 
 from taskflow import states as st
 from taskflow import storage as tf_storage
-from taskflow.engines.action_engine import deciders, traversal
+from taskflow.engines.action_engine import compiler, deciders, traversal
 from taskflow.engines.action_engine import selector as tf_selector
 from taskflow.flow import LINK_DECIDER
 
@@ -54,6 +56,7 @@ REVERT = "revert"
 _EXECUTED_STATES = (st.SUCCESS, st.IGNORE)
 _EXECUTED_INTENTIONS = (st.EXECUTE, st.IGNORE)
 _REVERTED_STATES = (st.PENDING, st.REVERTED, st.IGNORE)
+ATOM_KINDS = compiler.ATOMS
 
 
 def _lets_successors_execute(state: str, intention: str) -> bool:
@@ -134,6 +137,25 @@ def _successors_past_done(graph, atom, atom_done):
             queue.extend(graph.successors(node))
 
 
+def _atoms_past_done(graph, atom_done) -> set:
+    """The atoms a forward walk from the graph's roots reaches without passing an
+    unfinished atom: the only ones that may be ready when the engine (re)starts."""
+    queue = collections.deque(node for node, before in graph.pred.items() if not before)
+    reached, visited = set(), set()
+    nodes = graph.nodes
+    while queue:
+        node = queue.popleft()
+        if node in visited:
+            continue
+        visited.add(node)
+        if not nodes[node].get("noop"):
+            reached.add(node)
+            if not atom_done(node):
+                continue
+        queue.extend(graph.successors(node))
+    return reached
+
+
 class CursorSelector(STOCK_SELECTOR):
     """``Selector`` whose readiness walks resume where they last stopped and whose
     walk forward from a finished atom stops at atoms that have not finished."""
@@ -151,10 +173,20 @@ class CursorSelector(STOCK_SELECTOR):
         if self._has_edge_deciders is None:
             self._has_edge_deciders = any(
                 LINK_DECIDER in data for _u, _v, data in self._execution_graph.edges(data=True))
-        if atom is None or self._has_edge_deciders:
+        if self._has_edge_deciders:
             # An edge decider may ignore atoms while the walk goes on, so the
             # walk cannot tell ahead which atoms stay unfinished.
             yield from super()._browse_atoms_for_execute(atom)
+            return
+        if atom is None:
+            # Stock's order (every atom of the graph), asking only about the
+            # atoms nothing unfinished stands before.
+            candidates = _atoms_past_done(self._execution_graph, self._atom_done)
+            for node in self._runtime.iterate_nodes(ATOM_KINDS):
+                if node in candidates:
+                    is_ready, late_decider = self._get_maybe_ready_for_execute(node)
+                    if is_ready:
+                        yield (node, late_decider)
             return
         for node in _successors_past_done(self._execution_graph, atom, self._atom_done):
             is_ready, late_decider = self._get_maybe_ready_for_execute(node)

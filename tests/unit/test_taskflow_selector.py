@@ -191,9 +191,9 @@ def test_a_setback_behind_the_cursor_is_seen():
     assert selector._get_maybe_ready_for_execute(finish)[0]
 
 
-def next_atoms(selector, atoms) -> list[tuple[str, list[str]]]:
-    return [(atom.name, [a.name for a, _decider in selector.iter_next_atoms(atom=atom)])
-            for atom in atoms]
+def next_atoms(selector, atoms) -> list[tuple[str | None, list[str]]]:
+    return [(atom and atom.name, [a.name for a, _decider in selector.iter_next_atoms(atom=atom)])
+            for atom in [None, *atoms]]
 
 
 def walk_next_atoms(engine, rng: random.Random, steps: int) -> int:
@@ -267,3 +267,28 @@ def test_the_forward_walk_stops_at_unfinished_atoms():
     # the retries (each one's claim is behind it, unfinished).
     assert len(asked["Selector"]) == 3 * 50 + 1
     assert sorted(asked["CursorSelector"]) == sorted(f"inst-{i}-retry" for i in range(50))
+
+
+def test_a_starting_engine_asks_only_about_atoms_nothing_unfinished_precedes():
+    engine = prepared(reservation_shaped(50))
+    runtime, storage = engine._runtime, engine.storage
+    asked = {}
+    for done in ((), ("schedule", "claim-all")):
+        for name in done:
+            storage.set_atom_state(name, st.SUCCESS)
+        for selector_class in (STOCK_SELECTOR, CursorSelector):
+            selector = selector_class(runtime)
+            real = selector._get_maybe_ready_for_execute
+            seen = asked[selector_class.__name__, done] = []
+
+            def counting(atom, real=real, seen=seen):
+                seen.append(atom.name)
+                return real(atom)
+
+            selector._get_maybe_ready_for_execute = counting
+            expected = ["schedule"] if not done else [f"inst-{i}-retry" for i in range(50)]
+            assert [a.name for a, _d in selector.iter_next_atoms()] == expected
+    assert len(asked["Selector", ()]) == 3 * 50 + 3
+    assert asked["CursorSelector", ()] == ["schedule"]
+    assert sorted(asked["CursorSelector", ("schedule", "claim-all")]) == sorted(
+        ["schedule", "claim-all", *(f"inst-{i}-retry" for i in range(50))])
