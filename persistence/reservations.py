@@ -15,7 +15,7 @@ from sqlalchemy import orm
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, NotFound
-from fleetflow.common.group_commit import GroupCommit
+from fleetflow.persistence.group_commit import GroupCommit
 from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, utcnow
 
 INSTANCE_NAME = "{name}-{index:04d}"

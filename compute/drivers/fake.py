@@ -192,7 +192,7 @@ class FakeDriver:
             return self._spawn_at_once(host, uuid, resources, image, fence, ledger)
         holding = self._take_build_slot(host, wait=False)
         try:
-            def first_write(conn):
+            with self.store.write() as conn:
                 guest = store.guest_before_spawn(conn, host, uuid, self._inventory(host),
                                                  resources, fence)
                 ours = guest is None or store.unbooted(guest)
@@ -202,9 +202,6 @@ class FakeDriver:
                 # else, if ours: a crash came before its boot started: boot it now.
                 boot_ends = (self._start_boot(conn, host, uuid, ledger)
                              if ours and holding and failure is None else None)
-                return guest, ours, failure, boot_ends
-
-            guest, ours, failure, boot_ends = self.store.write_batched(first_write)
             if ours and boot_ends is None:
                 holding = holding or self._take_build_slot(host)
                 if failure:

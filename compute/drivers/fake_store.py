@@ -38,12 +38,10 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import StaleFence
-from fleetflow.common.group_commit import GroupCommit, ItemFailed
 from fleetflow.compute.exceptions import CapacityExceeded
 
 SCHEMA = """
@@ -89,8 +87,6 @@ class GuestStore:
         # whose busy handler polls with sleeps of up to 100 ms: a thousand
         # builds at once spent more CPU retrying the lock than writing.
         self._writer = threading.Lock()
-        # self.write looked up on each batch: tests wrap it to count writes.
-        self._batched = GroupCommit(lambda: self.write(), _run_bodies)
         # IF NOT EXISTS: two processes opening a new file at once both succeed.
         with self.read() as conn:
             conn.executescript(SCHEMA)
@@ -137,17 +133,6 @@ class GuestStore:
                 raise
             conn.execute("COMMIT")
 
-    def write_batched(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
-        """``body(connection)`` in a write transaction shared with concurrent callers.
-
-        Returns what ``body`` returned once it is committed, or raises what it
-        raised (its writes undone, the others' kept). For the write every
-        build starts with: a thousand builds arriving together queued for the
-        writer lock one by one, and each hand-over of the lock waited for
-        the GIL; now whoever holds the lock runs every body queued meanwhile.
-        """
-        return self._batched.write(body)
-
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A connection for single-statement reads (autocommit, WAL snapshot)."""
@@ -185,20 +170,6 @@ def guest_state(row, now: float) -> str:
     if row["state"] == states.BUILDING and ready_at is not None and ready_at <= now:
         return states.ACTIVE
     return row["state"]
-
-
-def _run_bodies(conn: sqlite3.Connection, bodies) -> list:
-    """Run each body in a savepoint of one transaction: a failing body undoes only itself."""
-    answers = []
-    for body in bodies:
-        conn.execute("SAVEPOINT body")
-        try:
-            answers.append(body(conn))
-        except Exception as exc:
-            conn.execute("ROLLBACK TO body")
-            answers.append(ItemFailed(exc))
-        conn.execute("RELEASE body")
-    return answers
 
 
 def guest_dict(row, now: float | None = None) -> dict:

@@ -593,30 +593,3 @@ def test_two_processes_upgrading_one_old_file_at_once(state_path):
         store.add_ready_at(StaleSchema(conn))
         columns = [row[1] for row in conn.execute("PRAGMA table_info(guests)")]
     assert columns.count("ready_at") == 1
-
-
-def test_builds_arriving_together_share_their_first_write(make_driver, writes):
-    """While one write holds the state file, the builds that arrive meanwhile start
-    their boots together in the next transaction; one that cannot fit fails alone."""
-    driver = make_driver(boot_seconds=0.2, max_concurrent_builds=20)
-    counted = writes(driver)
-    huge = {"VCPU": 1000, "MEMORY_MB": 1}
-    driver.store._writer.acquire()
-    try:
-        first = in_thread(driver.build_instance, "h1", "first", SMALL)
-        wait_for(lambda: driver.store._batched._leading)
-        rest = [in_thread(driver.build_instance, "h2", f"b{i}", SMALL) for i in range(6)]
-        rest.append(in_thread(driver.build_instance, "h2", "too-big", huge))
-        wait_for(lambda: len(driver.store._batched._queue) == 7)
-    finally:
-        driver.store._writer.release()
-    for thread, _outcome in [first, *rest]:
-        thread.join(10)
-    outcomes = [outcome for _thread, outcome in [first, *rest]]
-    assert all(o["result"]["state"] == "ACTIVE" for o in outcomes[:-1])
-    assert isinstance(outcomes[-1]["error"], CapacityExceeded)
-    # One write for the first build, one for the seven that queued behind it.
-    assert len(counted) == 2
-    assert raw_row(driver, "h2", "too-big") is None
-    assert sorted(g["uuid"] for g in driver.list_instances("h2")) == [f"b{i}" for i in range(6)]
-    assert [driver.spawn_count(f"b{i}") for i in range(6)] == [1] * 6

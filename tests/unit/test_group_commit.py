@@ -9,8 +9,8 @@ import time
 import pytest
 
 from fleetflow.common import states
-from fleetflow.common.group_commit import GroupCommit
 from fleetflow.persistence import fleet, reservations
+from fleetflow.persistence.group_commit import GroupCommit
 
 
 class Recorder:
@@ -144,57 +144,3 @@ def test_concurrent_instance_writes_are_all_stored(db):
         rows = reservations.instances(s, rid)
     assert [(r.status, r.host, r.task_state) for r in rows] == [
         (states.ACTIVE, f"h{i}", None) for i in range(len(ids))]
-
-
-def test_answers_come_back_to_their_writers_and_a_failed_item_undoes_only_itself(tmp_path):
-    import sqlite3
-
-    from fleetflow.compute.drivers.fake_store import _run_bodies
-
-    conn = sqlite3.connect(tmp_path / "t.db", isolation_level=None, check_same_thread=False)
-    conn.execute("CREATE TABLE t (v INTEGER)")
-    lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def transaction():
-        with lock:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    group = GroupCommit(transaction, _run_bodies)
-
-    def body(value):
-        def run(c):
-            c.execute("INSERT INTO t VALUES (?)", (value,))
-            if value == 3:
-                raise ValueError("three is refused after its insert")
-            return value * 10
-        return run
-
-    answers: dict = {}
-
-    def write(value):
-        try:
-            answers[value] = group.write(body(value))
-        except ValueError as exc:
-            answers[value] = exc
-
-    lock.acquire()
-    threads = [threading.Thread(target=write, args=(v,)) for v in range(6)]
-    for thread in threads:
-        thread.start()
-    _wait_for(lambda: _queued(group) == 5)
-    lock.release()
-    for thread in threads:
-        thread.join(10)
-    assert isinstance(answers.pop(3), ValueError)
-    assert answers == {v: v * 10 for v in (0, 1, 2, 4, 5)}
-    # Two transactions (the leader's own, then the five queued behind it); the
-    # refused item's insert undone, every other kept.
-    assert group.batches == 2
-    assert sorted(v for (v,) in conn.execute("SELECT v FROM t")) == [0, 1, 2, 4, 5]

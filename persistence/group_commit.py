@@ -11,10 +11,7 @@ batch. Nobody waits on a timer, so a lone writer pays nothing for it.
 :meth:`GroupCommit.write` returns only once its item is committed (a task that
 returns before its row is stored could lose the row in a crash, and resume
 would not run the task again). When a batch fails, each of its writers writes
-its own item on its own, so one bad item fails only its own writer. ``apply``
-may also answer each item (a list in the items' order): ``write`` returns its
-item's answer, or raises the error of an :class:`ItemFailed` answer (an item
-``apply`` undid on its own, the rest of the batch committed).
+its own item on its own, so one bad item fails only its own writer.
 """
 
 from __future__ import annotations
@@ -26,24 +23,14 @@ from typing import Any
 _RETRY_ALONE = object()
 
 
-class ItemFailed:
-    """``apply``'s answer for an item it could not write (and undid): its error."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
 class _Entry:
-    __slots__ = ("item", "done", "leads", "outcome", "answer")
+    __slots__ = ("item", "done", "leads", "outcome")
 
     def __init__(self, item):
         self.item = item
         self.done = threading.Event()
         self.leads = False
         self.outcome: Any = None
-        self.answer: Any = None
 
 
 class GroupCommit:
@@ -54,8 +41,7 @@ class GroupCommit:
     item it is given, and be correct for a batch of one.
     """
 
-    def __init__(self, transaction: Callable,
-                 apply: Callable[[Any, Sequence], Sequence | None]):
+    def __init__(self, transaction: Callable, apply: Callable[[Any, Sequence], None]):
         self._transaction = transaction
         self._apply = apply
         self._lock = threading.Lock()
@@ -63,9 +49,8 @@ class GroupCommit:
         self._leading = False
         self.batches = 0
 
-    def write(self, item) -> Any:
-        """Store ``item``; returns once it is committed (with ``apply``'s answer for it),
-        raises what its write raised."""
+    def write(self, item) -> None:
+        """Store ``item``; returns once it is committed, raises what its write raised."""
         entry = _Entry(item)
         with self._lock:
             self._queue.append(entry)
@@ -77,22 +62,17 @@ class GroupCommit:
             self._lead()
         if entry.outcome is _RETRY_ALONE:
             with self._transaction() as connection:
-                answers = self._apply(connection, [item])
-            entry.answer = answers[0] if answers else None
+                self._apply(connection, [item])
         elif entry.outcome is not None:
             raise entry.outcome
-        if isinstance(entry.answer, ItemFailed):
-            raise entry.answer.error
-        return entry.answer
 
     def _lead(self) -> None:
         with self._lock:
             batch, self._queue = self._queue, []
         outcome: Any = _RETRY_ALONE
-        answers = None
         try:
             with self._transaction() as connection:
-                answers = self._apply(connection, [entry.item for entry in batch])
+                self._apply(connection, [entry.item for entry in batch])
             outcome = None
         except Exception as exc:
             if len(batch) == 1:
@@ -106,10 +86,8 @@ class GroupCommit:
                     self._leading = False
                 else:
                     successor.leads = True
-            for index, entry in enumerate(batch):
+            for entry in batch:
                 entry.outcome = outcome
-                if outcome is None and answers is not None:
-                    entry.answer = answers[index]
                 entry.done.set()
             if successor is not None:
                 successor.done.set()
