@@ -112,15 +112,15 @@ class _Cursor:
         self.blocker = None
 
 
-def _successors_past_done(graph, atom, atom_done):
-    """Stock's forward breadth-first walk from ``atom``, not going past unfinished atoms.
+def _walk_past_done(graph, starts, atom_done):
+    """Stock's forward breadth-first walk from ``starts``, not going past unfinished atoms.
 
     An atom can only be ready once every atom before it has finished, so the
     successors of an atom that has not are not worth asking about. Whether an
     atom has finished is asked when the walk is about to go past it: after the
     caller has handled the atom itself, as stock's walk would.
     """
-    queue = collections.deque(graph.successors(atom))
+    queue = collections.deque(starts)
     visited = set()
     nodes = graph.nodes
     while queue:
@@ -128,8 +128,7 @@ def _successors_past_done(graph, atom, atom_done):
         if node in visited:
             continue
         visited.add(node)
-        attrs = nodes[node]
-        if attrs.get("noop"):
+        if nodes[node].get("noop"):
             queue.extend(graph.successors(node))
             continue
         yield node
@@ -137,23 +136,16 @@ def _successors_past_done(graph, atom, atom_done):
             queue.extend(graph.successors(node))
 
 
+def _successors_past_done(graph, atom, atom_done):
+    """The atoms after ``atom`` that may have become ready, in stock's order."""
+    return _walk_past_done(graph, graph.successors(atom), atom_done)
+
+
 def _atoms_past_done(graph, atom_done) -> set:
-    """The atoms a forward walk from the graph's roots reaches without passing an
-    unfinished atom: the only ones that may be ready when the engine (re)starts."""
-    queue = collections.deque(node for node, before in graph.pred.items() if not before)
-    reached, visited = set(), set()
-    nodes = graph.nodes
-    while queue:
-        node = queue.popleft()
-        if node in visited:
-            continue
-        visited.add(node)
-        if not nodes[node].get("noop"):
-            reached.add(node)
-            if not atom_done(node):
-                continue
-        queue.extend(graph.successors(node))
-    return reached
+    """The atoms a walk from the graph's roots reaches without passing an unfinished
+    atom: the only ones that may be ready when the engine (re)starts."""
+    return set(_walk_past_done(graph, [n for n, before in graph.pred.items() if not before],
+                               atom_done))
 
 
 class CursorSelector(STOCK_SELECTOR):

@@ -64,19 +64,25 @@ def _writers(group, items, outcomes):
     return threads
 
 
-def test_writers_arriving_during_a_commit_share_the_next_one():
-    recorder = Recorder()
-    group = GroupCommit(recorder.transaction, recorder.apply)
+def _queued_behind_first(recorder, group, items) -> dict:
+    """Write "first" and hold its commit while ``items`` queue; let go; the outcomes."""
     outcomes: dict = {}
     first = _writers(group, ["first"], outcomes)
     assert recorder.in_first.wait(10)
-    rest = _writers(group, list(range(30)), outcomes)
-    _wait_for(lambda: _queued(group) == 30)
+    rest = _writers(group, items, outcomes)
+    _wait_for(lambda: _queued(group) == len(items))
     # Nobody returns before its item is committed.
     assert outcomes == {}
     recorder.hold_first.set()
     for thread in first + rest:
         thread.join(10)
+    return outcomes
+
+
+def test_writers_arriving_during_a_commit_share_the_next_one():
+    recorder = Recorder()
+    group = GroupCommit(recorder.transaction, recorder.apply)
+    outcomes = _queued_behind_first(recorder, group, list(range(30)))
     assert outcomes == {item: "ok" for item in ["first", *range(30)]}
     assert recorder.batches == [["first"], list(range(30))]
     assert group.batches == 2
@@ -94,14 +100,7 @@ def test_a_lone_writer_commits_at_once():
 def test_a_failed_batch_fails_only_the_writer_whose_item_failed():
     recorder = Recorder(fail_on={7})
     group = GroupCommit(recorder.transaction, recorder.apply)
-    outcomes: dict = {}
-    first = _writers(group, ["first"], outcomes)
-    assert recorder.in_first.wait(10)
-    rest = _writers(group, list(range(10)), outcomes)
-    _wait_for(lambda: _queued(group) == 10)
-    recorder.hold_first.set()
-    for thread in first + rest:
-        thread.join(10)
+    outcomes = _queued_behind_first(recorder, group, list(range(10)))
     assert isinstance(outcomes.pop(7), ValueError)
     assert outcomes == {item: "ok" for item in ["first", *[i for i in range(10) if i != 7]]}
     committed = sorted(item for batch in recorder.batches for item in batch if item != "first")
