@@ -398,4 +398,3 @@ class FakeDriver:
         """Interrupt, then close the state file (after the callers are gone)."""
         self.interrupt()
         self.store.close()
-
