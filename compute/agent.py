@@ -21,7 +21,6 @@ import logging
 import socket
 import threading
 from collections.abc import Iterable, Mapping
-from concurrent import futures
 
 import oslo_messaging
 import sqlalchemy as sa
@@ -30,6 +29,7 @@ from oslo_messaging.rpc import server as rpc_server
 from fleetflow.common.exceptions import FleetflowError, InvalidInput
 from fleetflow.compute import messaging
 from fleetflow.compute.drivers.fake import FakeDriver
+from fleetflow.compute.rpc_pool import PrestartedPool
 from fleetflow.persistence.models import Host
 
 LOG = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ def rpc_pool_size(conf, hosts: int) -> int:
     for its whole boot, so with fewer threads a reservation that fits the
     hosts' slots would still boot in waves. Plus ``OTHER_CALL_THREADS`` for
     look-ups, destroys and builds waiting for a slot, at most
-    ``[compute] max_agent_threads``. A bound, not a count: :class:`RPCServer`
-    starts a thread only when no worker is idle.
+    ``[compute] max_agent_threads``. The build slots' threads start with the
+    server, the others when a request finds none idle.
     """
     if conf.compute.agent_threads is not None:
         return conf.compute.agent_threads
@@ -58,23 +58,24 @@ def rpc_pool_size(conf, hosts: int) -> int:
 
 
 class RPCServer(rpc_server.RPCServer):
-    """oslo.messaging's RPC server on a pool that starts threads only when none is idle.
+    """oslo.messaging's RPC server on a pool whose threads exist before the first request.
 
     oslo.messaging's threading executor is futurist's ThreadPoolExecutor,
-    which starts a thread for every request until the pool is full, idle
-    workers or not: a pool sized for a thousand two-second boots would also
-    get a thousand threads for a thousand quick calls in a row, each started
-    by the one thread that polls for requests. The standard library's pool has
-    the same ``submit`` / ``shutdown`` and reuses idle workers; its idle
-    workers block instead of waking every second. The server creates its
-    pool from ``_executor_cls`` when it starts.
+    which starts a thread inside ``submit`` for every request until the pool
+    is full, idle workers or not, on the one thread that polls for requests
+    (see :mod:`fleetflow.compute.rpc_pool`). The server creates its pool from
+    ``_executor_cls`` when it starts; ``prestart`` of its threads start with it.
     """
+
+    prestart: int | None = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.executor_type == "threading":
-            self._executor_cls = functools.partial(futures.ThreadPoolExecutor,
-                                                   thread_name_prefix="compute-agent")
+            self._executor_cls = self._make_pool
+
+    def _make_pool(self, max_workers: int) -> PrestartedPool:
+        return PrestartedPool(max_workers, prestart=self.prestart)
 
 
 def _remotable(method):
@@ -180,6 +181,8 @@ class ComputeAgent:
             target = oslo_messaging.Target(topic=self.conf.messaging.topic, server=name)
             server = oslo_messaging.get_rpc_server(self.transport, target, [self.endpoint],
                                                    server_cls=RPCServer)
+            # A thread per build slot is ready before the first burst of builds.
+            server.prestart = max(1, hosts_per_server) * self.conf.compute.max_concurrent_builds
             # NOTE: builds block their thread for the boot latency, and calls
             # to a dead host hang; the default pool of 64 threads would make
             # one slow host stall every other host of a fleet agent.
