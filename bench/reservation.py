@@ -1,10 +1,11 @@
 """Time from POST /reservations to every instance ACTIVE, through ``fleetflow serve``.
 
 Each run starts a fresh ``fleetflow serve`` (embedded: SQLite, in-process
-conductors and simulated hosts) on a generated fleet in a temporary
+conductors, simulated hosts in its agent processes) on a generated fleet in a temporary
 directory, posts one reservation over HTTP and polls it until it settles.
 It prints the time from the POST to the last poll (ACTIVE) and the CPU
-seconds the server process used meanwhile (Linux: from /proc).
+seconds the server process and its agent processes used meanwhile (Linux:
+from /proc).
 
 Every poll is a GET of the whole reservation (1,000 instances: about 170 KB
 of JSON, 8 ms of the server's CPU); ``--poll`` sets the interval (default
@@ -62,13 +63,19 @@ def start_server(workdir: str, hosts: int, env_extra: dict) -> tuple[subprocess.
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU of process ``pid`` so far (None where /proc is missing)."""
+    """User + system CPU of process ``pid`` and its children so far (None without /proc).
+
+    The children are the simulated hosts' agent processes of ``fleetflow serve``.
+    """
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            kids = [int(child) for child in children.read().split()]
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total + sum(cpu_seconds(kid) or 0.0 for kid in kids)
 
 
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float) -> dict:

@@ -52,3 +52,7 @@ def main() -> None:
     # so its deprecation notice says nothing to an operator.
     warnings.filterwarnings("ignore", message=r"(?is).*eventlet")
     cli(prog_name="fleetflow")
+
+
+if __name__ == "__main__":  # python -m fleetflow.cli.main: how serve starts its agents
+    main()

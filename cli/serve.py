@@ -1,8 +1,10 @@
-"""``fleetflow serve``: a whole cloud in one process.
+"""``fleetflow serve``: a whole cloud from one command.
 
-The API, conductor threads and (unless ``[compute] simulate = false``) every
-host of the fleet simulated in-process — on SQLite by default, so nothing else
-needs installing. An empty database gets its schema and a fleet first.
+The API and conductor threads in this process and (unless ``[compute]
+simulate = false``) every host of the fleet simulated in ``[compute]
+agent_processes`` child processes (0: in this one) — on SQLite by default, so
+nothing else needs installing. An empty database gets its schema and a fleet
+first.
 """
 
 from __future__ import annotations
@@ -39,15 +41,18 @@ class Cloud:
     def __init__(self, conf):
         self.conf = conf
         self.database = None
-        self.agent = None
+        self.agent = None  # the in-process fleet (agent_processes = 0)
+        self.agents = None  # or its child processes
         self.pool = None
         self.server = None
+        self.compute = None  # the RPC client of the hosts, wherever they run
 
     def start(self):
         from werkzeug.serving import make_server
 
         from fleetflow.api import auth
         from fleetflow.api.app import create_app
+        from fleetflow.compute import agent_processes
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
         from fleetflow.engine.conductor import ConductorPool
@@ -58,9 +63,15 @@ class Cloud:
 
         conf = self.conf
         self.database = _prepare_database(conf)
-        if conf.compute.simulate:
+        if conf.compute.simulate and conf.compute.agent_processes:
+            url = agent_processes.transport_url(conf)
+            conf.set_override("transport_url", url, group="messaging")
+            self.agents = agent_processes.AgentProcesses(
+                conf, conf.compute.agent_processes, url).start()
+        elif conf.compute.simulate:
             self.agent = serve_fleet(conf, self.database)
         rt = runtime.install_from_conf(conf, self.database)
+        self.compute = rt.compute
         persistence = get_backend(conf)
         board = make_jobboard(conf, persistence)
         submit = Submitter(board, persistence)
@@ -95,6 +106,8 @@ class Cloud:
             self.pool.stop()
         if self.agent is not None:
             self.agent.stop()
+        if self.agents is not None:
+            self.agents.stop()
 
 
 @click.command("serve")

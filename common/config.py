@@ -96,7 +96,14 @@ COMPUTE_OPTS = [
                help="Where simulated hosts keep their guests, so they outlive the process "
                     "(relative to state_dir)."),
     cfg.BoolOpt("simulate", default=True,
-                help="'fleetflow serve' serves every host of the fleet in-process."),
+                help="'fleetflow serve' simulates every host of the fleet itself."),
+    cfg.IntOpt("agent_processes", default=2, min=0,
+               help="Child processes 'fleetflow serve' simulates the fleet in, each serving "
+                    "a share of the hosts: they then boot on the machine's other cores "
+                    "instead of queueing for the serve process's interpreter lock behind "
+                    "the API and conductors. With transport_url 'fake:' they are reached "
+                    "over Unix sockets in state_dir (the fleetflow-ipc transport). 0: the "
+                    "hosts run inside the serve process, on 'fake:'."),
     cfg.IntOpt("agent_threads", default=None, min=1,
                help="Worker threads of one compute agent's RPC server. Unset: one per "
                     "build slot of the hosts the server serves (hosts x "
@@ -178,6 +185,22 @@ def _apply_environment(conf: cfg.ConfigOpts, environ: Mapping[str, str]) -> None
             if isinstance(opt.type, types.String) and value == "":
                 converted = None
             conf.set_override(opt.dest, converted, group=group)
+
+
+def environment_of(conf: cfg.ConfigOpts) -> dict[str, str]:
+    """``conf``'s every value as FLEETFLOW_* variables: a child process given them
+    (and no config file) loads the same configuration, overrides included."""
+    environ = {}
+    for group, opts in OPTS.items():
+        values = conf[group] if group else conf
+        for opt in opts:
+            value = values[opt.dest]
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            environ[env_name(group, opt.dest)] = str(value)
+    return environ
 
 
 def make_conf() -> cfg.ConfigOpts:

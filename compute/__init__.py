@@ -5,4 +5,6 @@
 - ``rpcapi.ComputeAPI(conf, database)``: what tasks call; a timeout raises
   ``exceptions.OutcomeUnknown`` and ``ensure_built`` asks the host before retrying.
 - ``drivers.fake.FakeDriver``: the stateful simulated hypervisor behind the agent.
+- ``agent_processes.AgentProcesses``: the simulated fleet of ``fleetflow serve`` in
+  child processes, reached over ``ipc_driver`` (oslo.messaging on Unix sockets).
 """

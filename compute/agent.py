@@ -20,6 +20,7 @@ import functools
 import logging
 import socket
 import threading
+import zlib
 from collections.abc import Iterable, Mapping
 
 import oslo_messaging
@@ -239,14 +240,25 @@ def write_routes(database, hosts: list[str], server_name: str | None) -> None:
                             .values(compute_agent=server_name))
 
 
+def in_shard(host: str, shard: tuple[int, int]) -> bool:
+    """Whether ``host`` belongs to shard ``index`` of ``count`` (stable across runs)."""
+    index, count = shard
+    return zlib.crc32(host.encode()) % count == index
+
+
 def serve(conf, database, hosts: Iterable[str] | None = None, per_host: bool = False,
-          server_name: str | None = None, transport_url: str | None = None) -> ComputeAgent:
+          server_name: str | None = None, transport_url: str | None = None,
+          shard: tuple[int, int] | None = None) -> ComputeAgent:
     """Start serving ``hosts`` (all of the database's when None); returns the agent.
 
     ``per_host``: one RPC server per host, addressed by the host's name;
-    otherwise one server named ``server_name`` serves them all.
+    otherwise one server named ``server_name`` serves them all. ``shard``
+    ``(index, count)``: only the hosts of that shard, so ``count`` agents
+    started with the indexes 0 .. count-1 serve every host exactly once.
     """
     inventories = load_inventories(database, hosts)
+    if shard is not None:
+        inventories = {h: inv for h, inv in inventories.items() if in_shard(h, shard)}
     driver = FakeDriver.from_conf(conf)
     driver.add_hosts(inventories)
     names = list(inventories)

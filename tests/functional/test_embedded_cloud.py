@@ -87,7 +87,7 @@ def test_reservation_over_http_goes_active_then_is_deleted(start_cloud):
     assert requests.delete(url, headers=_headers()).status_code == 202
     body = _wait(url)
     assert body["status"] == "DELETED", body
-    assert cloud.agent.driver.list_instances("z1-r1-h01") == []
+    assert cloud.compute.list_instances("z1-r1-h01") == []
 
 
 def test_fifty_concurrent_reservations_keep_anti_affinity(start_cloud):

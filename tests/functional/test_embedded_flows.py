@@ -81,7 +81,7 @@ def _reserve_paused(cloud) -> tuple[str, str]:
 
 def test_an_operator_resumes_a_paused_provision_over_http(cloud):
     for host in HOSTS:  # the chosen host's next boot fails once
-        cloud.agent.driver.set_faults(host, fail_next=1)
+        cloud.compute.set_faults(host, fail_next=1)
     rid, flow_id = _reserve_paused(cloud)
     assert flow_id
 
