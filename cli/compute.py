@@ -8,6 +8,8 @@ import threading
 
 import click
 
+from fleetflow.common import gc_policy
+
 
 @click.command("compute-agent")
 @click.option("--hosts", "host_list", default=None,
@@ -63,6 +65,7 @@ def compute_agent(conf, host_list: str | None, all_hosts: bool, transport_url: s
                    "process; give --transport-url rabbit://... to be reachable", err=True)
     click.echo(f"compute agent {agent.agent_name}: serving {len(agent.driver.hosts)} hosts "
                f"on topic {conf.messaging.topic}", err=True)
+    gc_policy.for_service()
     if exit_with_parent:
         click.echo("serving")
         sys.stdout.flush()
