@@ -4,7 +4,8 @@
                         [--rabbit-url rabbit://guest:guest@127.0.0.1:5672/]
 
 In-process runs the embedded fleet agent on ``kombu+memory://localhost//`` and
-``fake:``; RabbitMQ runs ``fleetflow compute-agent --all`` in a separate
+``fake:``; ``fleetflow-ipc`` (Unix sockets, as ``fleetflow serve`` reaches its
+agents) and RabbitMQ run ``fleetflow compute-agent --all`` in a separate
 process. Each mode measures ``ping`` and ``build_instance`` (boot_seconds = 0,
 so the figure is RPC + the driver's SQLite writes). ``--fleet-hosts`` serves a
 fleet of that many hosts from one agent and builds one instance on each of
@@ -87,9 +88,10 @@ def bench_in_process(args, transport_url: str) -> None:
             database.dispose()
 
 
-def bench_rabbit(args) -> None:
+def bench_other_process(args, url: str, label: str) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        conf, conf_file, database = make_cloud(directory, 4, args.rabbit_url)
+        url = url.format(directory=directory)
+        conf, conf_file, database = make_cloud(directory, 4, url)
         fleetflow = os.path.join(os.path.dirname(sys.executable), "fleetflow")
         proc = subprocess.Popen([fleetflow, "--config-file", conf_file, "compute-agent",
                                  "--all", "--server-name", f"bench-{os.getpid()}"],
@@ -104,8 +106,12 @@ def bench_rabbit(args) -> None:
                 except OutcomeUnknown:
                     if proc.poll() is not None:
                         raise SystemExit("compute agent exited") from None
-            print(f"RabbitMQ, agent in another process ({args.rabbit_url})")
-            measure(api, 4, args.calls, args.threads, "rabbit")
+            print(f"{label}, agent in another process ({url})")
+            cpu = time.process_time()
+            measure(api, 4, args.calls, args.threads, label)
+            calls = 4 * args.calls
+            print(f"  {'caller CPU per call':<44} "
+                  f"{1000 * (time.process_time() - cpu) / calls:8.3f} ms")
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
@@ -145,8 +151,9 @@ def main() -> None:
     args = parser.parse_args()
     bench_in_process(args, "kombu+memory://localhost//")
     bench_in_process(args, "fake:")
+    bench_other_process(args, "fleetflow-ipc://{directory}/rpc", "fleetflow-ipc")
     if not args.skip_rabbit:
-        bench_rabbit(args)
+        bench_other_process(args, args.rabbit_url, "RabbitMQ")
     if args.fleet_hosts:
         bench_fleet(args)
 
