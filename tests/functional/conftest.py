@@ -66,6 +66,27 @@ def reader_headers(make_headers):
     return make_headers(TENANT, "reader")
 
 
+AGENT_HOST_INVENTORY = {"VCPU": {"total": 16, "allocation_ratio": 1.0, "reserved": 0},
+                        "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0, "reserved": 0}}
+
+
+@pytest.fixture
+def add_hosts(db):
+    """``add_hosts(names)``: host rows (16 VCPU, 16 GB each) for a compute agent to serve."""
+    import uuid
+
+    from fleetflow.persistence.models import Host
+
+    def _add(names):
+        with db.session() as session:
+            for name in names:
+                session.add(Host(uuid=str(uuid.uuid4()), name=name, region="r1", zone="z1",
+                                 rack="k1", inventory=AGENT_HOST_INVENTORY))
+        return db
+
+    return _add
+
+
 @pytest.fixture
 def sample_catalog(db):
     """Three hosts in two regions, two flavors, two images."""

@@ -23,19 +23,13 @@ from fleetflow.compute import agent_processes, messaging
 from fleetflow.compute.rpcapi import ComputeAPI
 from fleetflow.persistence.models import Host
 
-INVENTORY = {"VCPU": {"total": 16, "allocation_ratio": 1.0, "reserved": 0},
-             "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0, "reserved": 0}}
 HOSTS = [f"h{i:02d}" for i in range(12)]
 EXIT_GUARD_S = 60
 
 
 @pytest.fixture
-def fleet_db(db):
-    with db.session() as session:
-        for name in HOSTS:
-            session.add(Host(uuid=str(uuid.uuid4()), name=name, region="r1", zone="z1",
-                             rack="k1", inventory=INVENTORY))
-    return db
+def fleet_db(add_hosts):
+    return add_hosts(HOSTS)
 
 
 @pytest.fixture

@@ -11,10 +11,7 @@ import pytest
 from fleetflow.compute import agent as compute_agent
 from fleetflow.compute import messaging
 from fleetflow.compute.rpcapi import ComputeAPI
-from fleetflow.persistence.models import Host
 
-INVENTORY = {"VCPU": {"total": 16, "allocation_ratio": 1.0, "reserved": 0},
-             "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0, "reserved": 0}}
 SMALL = {"VCPU": 1, "MEMORY_MB": 256}
 HOSTS = ["a1", "a2", "a3"]
 HANG_GUARD_S = 60
@@ -37,12 +34,8 @@ def agent_conf(make_conf):
 
 
 @pytest.fixture
-def hosts_db(db):
-    with db.session() as session:
-        for name in HOSTS:
-            session.add(Host(uuid=str(uuid.uuid4()), name=name, region="r1", zone="z1",
-                             rack="k1", inventory=INVENTORY))
-    return db
+def hosts_db(add_hosts):
+    return add_hosts(HOSTS)
 
 
 def test_pool_size_follows_the_build_slots(make_conf):
