@@ -7,9 +7,10 @@ RabbitMQ is not installed in the embedded mode; this transport needs nothing.
 
 URL: ``fleetflow-ipc:///<directory>``. Point to point, no broker:
 
-- an RPC server binds one socket per target, ``<exchange>.<topic>.<server>``,
-  in that directory; a call without a server goes to any server of the topic,
-  a fanout cast to all of them;
+- an RPC server binds one socket per target, ``<exchange>.<topic>/<server>.sock``
+  in that directory; a call without a server goes to a live server of the
+  topic (in turn; a socket left by a server that died is passed over), a
+  fanout cast to every server listening at the time;
 - a call borrows a connection to its server from a pool, writes one request
   and reads the reply on that connection, so the thread that waits is the one
   the reply wakes (no reader thread to hand over to);
@@ -44,20 +45,33 @@ from oslo_messaging._drivers import common as rpc_common
 from oslo_serialization import jsonutils
 
 HEADER = struct.Struct("!I")
-# Unix socket paths are limited to 108 bytes (sun_path): a longer one is
-# replaced by a hash of it in the temporary directory.
+# Unix socket paths are limited to 108 bytes (sun_path). A topic's directory
+# longer than TOPIC_DIR_MAX is replaced by a hash of it in the temporary
+# directory, and a server name too long for what is left by a hash of it.
 MAX_PATH = 100
+TOPIC_DIR_MAX = 68
 CONNECT_RETRY_S = 0.05
 RECV_BYTES = 1 << 16
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:24]
+
+
+def topic_directory(directory: str, exchange: str, topic: str) -> str:
+    """Where the servers of one topic keep their sockets: one file per server."""
+    path = os.path.join(directory, f"{exchange}.{topic}")
+    if len(path.encode()) <= TOPIC_DIR_MAX:
+        return path
+    return os.path.join(tempfile.gettempdir(), f"fleetflow-ipc-{_digest(path)}")
+
+
 def socket_path(directory: str, exchange: str, topic: str, server: str) -> str:
-    name = f"{exchange}.{topic}.{server}.sock"
-    path = os.path.join(directory, name)
+    folder = topic_directory(directory, exchange, topic)
+    path = os.path.join(folder, f"{server}.sock")
     if len(path.encode()) <= MAX_PATH:
         return path
-    digest = hashlib.sha1(path.encode()).hexdigest()[:24]
-    return os.path.join(tempfile.gettempdir(), f"fleetflow-ipc-{digest}.sock")
+    return os.path.join(folder, f"{_digest(server)}.sock")
 
 
 def encode(obj) -> bytes:
@@ -159,52 +173,65 @@ class IPCDriver(base.BaseDriver):
                 pool = self._pools[path] = _Pool(path)
             return pool
 
-    def _paths(self, target, deadline: float) -> list[str]:
+    def _servers_of(self, target) -> list[str]:
+        """The sockets of the topic's servers (some may be left by servers that died)."""
         exchange = target.exchange or self._default_exchange
+        folder = topic_directory(self.directory, exchange, target.topic)
+        return sorted(glob.glob(os.path.join(glob.escape(folder), "*.sock")))
+
+    def _deliver(self, target, frame: bytes, deadline: float) -> tuple[str, socket.socket]:
+        """Write ``frame`` to the target's server, or to a live server of its topic.
+
+        A named server that is not there yet is waited for; without a name,
+        the topic's servers are tried in turn, and a socket a dead server left
+        behind (connection refused) is passed over.
+        """
         if target.server:
-            return [socket_path(self.directory, exchange, target.topic, target.server)]
-        pattern = socket_path(self.directory, exchange, target.topic, "*")
+            exchange = target.exchange or self._default_exchange
+            path = socket_path(self.directory, exchange, target.topic, target.server)
+            return path, self._pool(path).send(frame, deadline)
         while True:
-            found = sorted(glob.glob(pattern))
-            if found or time.monotonic() >= deadline:
-                break
+            found = self._servers_of(target)
+            with self._lock:
+                self._round_robin += 1
+                start = self._round_robin
+            for i in range(len(found)):
+                path = found[(start + i) % len(found)]
+                try:
+                    return path, self._pool(path).send(frame, time.monotonic())
+                except OSError:
+                    continue
+            if time.monotonic() >= deadline:
+                raise ConnectionRefusedError(f"no live server of topic {target.topic}")
             time.sleep(CONNECT_RETRY_S)
-        if target.fanout or not found:
-            return found
-        with self._lock:
-            self._round_robin += 1
-            return [found[self._round_robin % len(found)]]
 
     def send(self, target, ctxt, message, wait_for_reply=None, timeout=None,
              call_monitor_timeout=None, retry=None, transport_options=None):
         timeout = timeout or self.conf.rpc_response_timeout
         deadline = time.monotonic() + timeout
         frame = encode({"ctxt": ctxt, "message": message, "reply": bool(wait_for_reply)})
-        paths = self._paths(target, deadline)
-        if not paths:
-            raise oslo_messaging.MessagingTimeout(f"no server of topic {target.topic} "
-                                                  f"within {timeout}s")
-        if not wait_for_reply:
-            for path in paths:
-                self._cast(path, frame, deadline)
+        if target.fanout:
+            # As a broker's fanout: to every server listening now, none waited for.
+            for path in self._servers_of(target):
+                pool = self._pool(path)
+                with contextlib.suppress(OSError):
+                    pool.idle.put(pool.send(frame, time.monotonic()))
             return None
-        return self._call(paths[0], frame, deadline, timeout)
-
-    def _cast(self, path: str, frame: bytes, deadline: float) -> None:
-        pool = self._pool(path)
         try:
-            sock = pool.send(frame, deadline)
+            path, sock = self._deliver(target, frame, deadline)
         except OSError as exc:
-            raise oslo_messaging.MessageDeliveryFailure(f"{path}: {exc}") from exc
-        pool.idle.put(sock)
+            if wait_for_reply:
+                raise oslo_messaging.MessagingTimeout(
+                    f"no server of topic {target.topic} within {timeout}s ({exc})") from exc
+            raise oslo_messaging.MessageDeliveryFailure(f"{target}: {exc}") from exc
+        if not wait_for_reply:
+            self._pool(path).idle.put(sock)
+            return None
+        return self._reply(path, sock, deadline)
 
-    def _call(self, path: str, frame: bytes, deadline: float, timeout: float):
+    def _reply(self, path: str, sock: socket.socket, deadline: float):
+        """The reply to the request just written on ``sock``."""
         pool = self._pool(path)
-        try:
-            sock = pool.send(frame, deadline)
-        except OSError as exc:
-            raise oslo_messaging.MessagingTimeout(
-                f"no server at {path} within {timeout}s ({exc})") from exc
         try:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             answer = read_frame(sock)
@@ -307,7 +334,15 @@ class _Listener(base.PollStyleListener):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # left by a server that died
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(path)
+        for attempt in range(3):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                self._server.bind(path)
+                break
+            except FileNotFoundError:
+                # The topic's last other server removed the directory meanwhile.
+                if attempt == 2:
+                    raise
         self._server.listen(1024)
         self._wake_read, self._wake_write = socket.socketpair()
         self._selector = selectors.DefaultSelector()
@@ -357,6 +392,8 @@ class _Listener(base.PollStyleListener):
     def cleanup(self):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        with contextlib.suppress(OSError):  # the topic's last server removes its directory
+            os.rmdir(os.path.dirname(self.path))
         for key in list(self._selector.get_map().values()):
             key.fileobj.close()
         self._selector.close()
