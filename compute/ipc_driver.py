@@ -179,7 +179,7 @@ class IPCDriver(base.BaseDriver):
         folder = topic_directory(self.directory, exchange, target.topic)
         return sorted(glob.glob(os.path.join(glob.escape(folder), "*.sock")))
 
-    def _deliver(self, target, frame: bytes, deadline: float) -> tuple[str, socket.socket]:
+    def _deliver(self, target, frame: bytes, deadline: float) -> tuple[_Pool, socket.socket]:
         """Write ``frame`` to the target's server, or to a live server of its topic.
 
         A named server that is not there yet is waited for; without a name,
@@ -188,17 +188,18 @@ class IPCDriver(base.BaseDriver):
         """
         if target.server:
             exchange = target.exchange or self._default_exchange
-            path = socket_path(self.directory, exchange, target.topic, target.server)
-            return path, self._pool(path).send(frame, deadline)
+            pool = self._pool(socket_path(self.directory, exchange, target.topic,
+                                          target.server))
+            return pool, pool.send(frame, deadline)
         while True:
             found = self._servers_of(target)
             with self._lock:
                 self._round_robin += 1
                 start = self._round_robin
             for i in range(len(found)):
-                path = found[(start + i) % len(found)]
+                pool = self._pool(found[(start + i) % len(found)])
                 try:
-                    return path, self._pool(path).send(frame, time.monotonic())
+                    return pool, pool.send(frame, time.monotonic())
                 except OSError:
                     continue
             if time.monotonic() >= deadline:
@@ -218,31 +219,30 @@ class IPCDriver(base.BaseDriver):
                     pool.idle.put(pool.send(frame, time.monotonic()))
             return None
         try:
-            path, sock = self._deliver(target, frame, deadline)
+            pool, sock = self._deliver(target, frame, deadline)
         except OSError as exc:
             if wait_for_reply:
                 raise oslo_messaging.MessagingTimeout(
                     f"no server of topic {target.topic} within {timeout}s ({exc})") from exc
             raise oslo_messaging.MessageDeliveryFailure(f"{target}: {exc}") from exc
         if not wait_for_reply:
-            self._pool(path).idle.put(sock)
+            pool.idle.put(sock)
             return None
-        return self._reply(path, sock, deadline)
+        return self._reply(pool, sock, deadline)
 
-    def _reply(self, path: str, sock: socket.socket, deadline: float):
-        """The reply to the request just written on ``sock``."""
-        pool = self._pool(path)
+    def _reply(self, pool: _Pool, sock: socket.socket, deadline: float):
+        """The reply to the request just written on ``sock``, a connection of ``pool``."""
         try:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             answer = read_frame(sock)
         except (OSError, ValueError) as exc:
             # A late reply must not reach the next caller of this connection.
             sock.close()
-            raise oslo_messaging.MessagingTimeout(f"no reply from {path}: {exc}") from exc
+            raise oslo_messaging.MessagingTimeout(f"no reply from {pool.path}: {exc}") from exc
         if answer is None:
             sock.close()
             raise oslo_messaging.MessagingTimeout(
-                f"{path} closed the connection before replying")
+                f"{pool.path} closed the connection before replying")
         sock.settimeout(None)
         pool.idle.put(sock)
         if answer.get("failure"):

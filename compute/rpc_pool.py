@@ -13,12 +13,9 @@ start a thread, when none is idle, up to ``max_workers``.
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 from concurrent import futures
-
-LOG = logging.getLogger(__name__)
 
 _STOP = object()
 
@@ -43,7 +40,7 @@ class PrestartedPool:
         self._available = 0
         self._threads: list[threading.Thread] = []
         with self._lock:
-            for _ in range(min(max_workers, max_workers if prestart is None else prestart)):
+            for _ in range(max_workers if prestart is None else min(prestart, max_workers)):
                 self._start_worker()
 
     @property
