@@ -31,6 +31,7 @@ LOG = logging.getLogger(__name__)
 IN_PROCESS_URL = "fake:"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
+EXITING_S = 10.0
 READY_LINE = "serving"
 
 
@@ -92,9 +93,18 @@ class AgentProcesses:
         reader.join(max(0.0, deadline - time.monotonic()))
         if line and line[0].strip() == READY_LINE:
             return
-        if proc.poll() is not None or line:
-            raise RuntimeError(f"compute agent {index} exited with {proc.wait()} before "
-                               "serving (its errors are above)")
+        # The caller stops the agent; waiting for it here could wait forever,
+        # unless it closed its output (end of file): then it is exiting.
+        code = proc.poll()
+        if line == [""]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.wait(EXITING_S)
+        if code is not None:
+            raise RuntimeError(f"compute agent {index} exited with {code} before serving "
+                               "(its errors are above)")
+        if line:
+            said = repr(line[0].strip()) if line[0] else "nothing (closed its output)"
+            raise RuntimeError(f"compute agent {index} said {said} instead of {READY_LINE!r}")
         raise RuntimeError(f"compute agent {index} did not serve within the start timeout")
 
     def alive(self) -> bool:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -110,6 +111,29 @@ def test_an_agent_that_cannot_serve_fails_the_start(agent_conf, tmp_path):
     agents = agent_processes.AgentProcesses(agent_conf, 2, url)
     with pytest.raises(RuntimeError, match="exited"):
         agents.start(timeout=EXIT_GUARD_S)
+    assert agents.procs == []
+
+
+def test_an_agent_that_says_something_else_fails_the_start_without_hanging(agent_conf,
+                                                                          monkeypatch):
+    """A child alive but not saying 'serving' is stopped, not waited for."""
+    url = agent_processes.transport_url(agent_conf)
+    agents = agent_processes.AgentProcesses(agent_conf, 1, url)
+    monkeypatch.setattr(agents, "_command", lambda index: [
+        sys.executable, "-c", "import sys; print('hello', flush=True); sys.stdin.read()"])
+    failures: list = []
+
+    def start():
+        try:
+            agents.start(timeout=EXIT_GUARD_S)
+        except RuntimeError as exc:
+            failures.append(str(exc))
+
+    starter = threading.Thread(target=start, daemon=True)
+    starter.start()
+    starter.join(EXIT_GUARD_S)
+    assert not starter.is_alive(), "start() hung on an agent that never serves"
+    assert len(failures) == 1 and "said 'hello'" in failures[0]
     assert agents.procs == []
 
 
