@@ -159,6 +159,25 @@ def test_a_call_to_no_server_times_out(ipc):
     assert time.monotonic() - started < WAIT_S / 2
 
 
+def test_a_reply_later_than_the_timeout_fails_the_call_and_reaches_nobody(ipc):
+    ipc.serve(Endpoint())
+    rpc = ipc.client(server="s1", timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(oslo_messaging.MessagingTimeout):
+        rpc.call({}, "echo", value="late", delay=1.0)
+    assert time.monotonic() - started < 0.3 + WAIT_S / 2
+    # The next call gets its own answer, not the late one.
+    assert ipc.client(server="s1").call({}, "echo", value="next") == "next"
+    time.sleep(1.0)
+    assert ipc.client(server="s1").call({}, "echo", value="after") == "after"
+
+
+def test_a_reply_larger_than_one_read_arrives_whole(ipc):
+    ipc.serve(Endpoint())
+    value = "x" * (3 * 65536 + 17)
+    assert ipc.client(server="s1").call({}, "echo", value=value) == value
+
+
 def test_a_call_made_before_the_server_starts_is_answered(ipc):
     starter = threading.Timer(0.2, ipc.serve, args=(Endpoint(),))
     starter.start()
