@@ -4,8 +4,7 @@ One ``Database`` per process and URL. SQLite (the embedded default) runs in WAL
 mode with ``synchronous=NORMAL`` and a busy timeout, so API threads, conductor
 threads and other processes can share the file; PostgreSQL uses a pool.
 
-Writing sessions start with ``BEGIN IMMEDIATE`` (SQLite's single write lock),
-queued behind the process's other writers of the file (:mod:`.sqlite_gate`).
+Writing sessions start with ``BEGIN IMMEDIATE`` (SQLite's single write lock).
 Sessions that only read (:meth:`Database.read_session`) begin a deferred
 transaction instead: in WAL mode a consistent snapshot that takes no lock, so
 a client polling a large reservation never holds up the engine's writes.
@@ -20,8 +19,6 @@ from collections.abc import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import event, orm
-
-from fleetflow.persistence import sqlite_gate
 
 # Naming convention so alembic migrations can name (and later drop) constraints
 # the same way on SQLite and PostgreSQL.
@@ -62,7 +59,7 @@ def _sqlite_begin(conn) -> None:
     if conn.get_execution_options().get(READ_ONLY):
         conn.exec_driver_sql("BEGIN")
         return
-    sqlite_gate.begin_immediate(conn)
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.Engine:
@@ -86,7 +83,6 @@ def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.E
             _sqlite_pragmas(dbapi_conn, record)
 
         event.listen(engine, "begin", _sqlite_begin)
-        sqlite_gate.install(engine, SQLITE_BUSY_TIMEOUT_MS / 1000)
         return engine
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in ("", None):
         parsed = parsed.set(drivername="postgresql+psycopg")

@@ -8,7 +8,6 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from taskflow import exceptions as exc
 
-from fleetflow.persistence import sqlite_gate
 from fleetflow.persistence.logbook.models import ATOM_COLUMNS, ATOMDETAILS, utcnow
 
 
@@ -22,9 +21,7 @@ class AtomCheckpoint:
     SQLite the pool's connections run in autocommit mode (``persistence.db``):
     a lone UPDATE is its own transaction and takes the write lock itself,
     waiting up to the busy timeout; a batch runs inside ``BEGIN IMMEDIATE``.
-    Either queues first behind the process's other writers of the file
-    (:mod:`fleetflow.persistence.sqlite_gate`). On PostgreSQL either is
-    followed by COMMIT.
+    On PostgreSQL either is followed by COMMIT.
     """
 
     COLUMNS = (*ATOM_COLUMNS, "updated_at")
@@ -41,7 +38,6 @@ class AtomCheckpoint:
         # SQLite's pool connections are in autocommit mode: a batch needs its
         # own transaction, taken for writing at once (as every write here is).
         self._begin = "BEGIN IMMEDIATE" if dialect.name == "sqlite" else None
-        self._gate = sqlite_gate.gate_of(engine)
         # Only updated_at may need converting (SQLite stores datetimes as text).
         column_type = ATOMDETAILS.c.updated_at.type
         self._when = column_type.dialect_impl(dialect).bind_processor(dialect)
@@ -64,10 +60,7 @@ class AtomCheckpoint:
         except sa_exc.SQLAlchemyError:  # pool timeout, cannot connect
             exc.raise_with_cause(exc.StorageFailure, "No connection for an atom checkpoint")
         try:
-            if self._gate is None:
-                return self._run(raw, args)
-            with self._gate.held(raw.dbapi_connection):
-                return self._run(raw, args)
+            return self._run(raw, args)
         except self._errors:
             with contextlib.suppress(Exception):
                 raw.rollback()
