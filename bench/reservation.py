@@ -3,9 +3,11 @@
 Each run starts a fresh ``fleetflow serve`` (embedded: SQLite, in-process
 conductors, simulated hosts in its agent processes) on a generated fleet in a temporary
 directory, posts one reservation over HTTP and polls it until it settles.
-It prints the time from the POST to the last poll (ACTIVE) and the CPU
+It prints the time from the POST to the last poll (ACTIVE), the CPU
 seconds the server process and its agent processes used meanwhile (Linux:
-from /proc).
+from /proc), and when the first and the last build reached their hosts (from
+the simulated hosts' state file): the run is that last arrival, the boot
+time, then the completions' tail.
 
 Every poll is a GET of the whole reservation (1,000 instances: about 170 KB
 of JSON, 8 ms of the server's CPU); ``--poll`` sets the interval (default
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -78,12 +81,23 @@ def cpu_seconds(pid: int) -> float | None:
     return total + sum(cpu_seconds(kid) or 0.0 for kid in kids)
 
 
+def build_arrivals(workdir: str, since: float) -> tuple[float, float] | None:
+    """Seconds after ``since`` (wall clock) at which the first and last build reached a host."""
+    path = os.path.join(workdir, "fleetflow-hosts.db")  # [compute] state_path's default
+    if not os.path.exists(path):
+        return None
+    with sqlite3.connect(path) as conn:
+        first, last = conn.execute("SELECT min(created_at), max(created_at) FROM guests").fetchone()
+    return None if first is None else (first - since, last - since)
+
+
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir:
         proc, url = start_server(workdir, hosts, env_extra)
         try:
             cpu0 = cpu_seconds(proc.pid)
             t0 = time.monotonic()
+            wall0 = time.time()
             answer = requests.post(f"{url}/v2/bench/reservations", headers=HEADERS, json={
                 "reservation": {"name": f"bench-{n}", "count": n, "flavor_ref": flavor,
                                 "image_ref": "cirros"}}, timeout=120)
@@ -100,7 +114,8 @@ def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float) -> di
             cpu1 = cpu_seconds(proc.pid)
             return {"n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
                     "total_s": total, "progress": body["reservation"]["progress"],
-                    "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0}
+                    "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+                    "arrivals": build_arrivals(workdir, wall0)}
         finally:
             proc.terminate()
             try:
@@ -127,12 +142,14 @@ def main() -> None:
     if args.engine_workers:
         env["FLEETFLOW_CONDUCTOR_ENGINE_WORKERS"] = str(args.engine_workers)
     print(f"{'N':>6} {'hosts':>6} {'boot s':>6} {'status':>8} {'202 in s':>9} "
-          f"{'ACTIVE in s':>12} {'server CPU s':>13}")
+          f"{'ACTIVE in s':>12} {'server CPU s':>13} {'builds reach hosts s':>21}")
     for n in args.n:
         r = run_one(n, args.hosts, env, args.flavor, args.poll)
         cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"
+        arrivals = "-" if r["arrivals"] is None else "{:.2f}-{:.2f}".format(*r["arrivals"])
         print(f"{r['n']:>6} {r['hosts']:>6} {args.boot_seconds:>6} {r['status']:>8} "
-              f"{r['accepted_s']:>9.2f} {r['total_s']:>12.2f} {cpu:>13}", flush=True)
+              f"{r['accepted_s']:>9.2f} {r['total_s']:>12.2f} {cpu:>13} {arrivals:>21}",
+              flush=True)
         if r["status"] != "ACTIVE":
             print(f"       progress: {r['progress']}")
 
