@@ -174,7 +174,7 @@ def test_a_reply_later_than_the_timeout_fails_the_call_and_reaches_nobody(ipc):
 
 def test_a_reply_larger_than_one_read_arrives_whole(ipc):
     ipc.serve(Endpoint())
-    value = "x" * (3 * 65536 + 17)
+    value = "x" * (4 * 1024 * 1024 + 17)  # more than a socket buffer holds
     assert ipc.client(server="s1").call({}, "echo", value=value) == value
 
 
