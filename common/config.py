@@ -60,8 +60,6 @@ MESSAGING_OPTS = [
     cfg.StrOpt("topic", default="fleetflow-compute", help="RPC topic of the compute hosts."),
     cfg.IntOpt("rpc_timeout", default=60, min=1,
                help="Seconds before an RPC call gives up; its outcome is then unknown."),
-    cfg.StrOpt("report_topic", default="fleetflow-build-reports",
-               help="RPC topic on which conductors hear their builds' outcomes."),
 ]
 
 JOBBOARD_OPTS = [
@@ -80,11 +78,10 @@ CONDUCTOR_OPTS = [
     cfg.IntOpt("workers", default=2, min=0,
                help="Conductor threads inside 'fleetflow serve' (0: run none)."),
     cfg.IntOpt("engine_workers", default=1024, min=1,
-               help="Most threads of one flow's parallel engine. With "
-                    "[compute] build_reports off a boot holds its thread until the "
-                    "host answers, so with fewer threads than instances a reservation "
-                    "boots in waves; 1024 covers the largest reservation the API "
-                    "accepts by default. A bound, not a count: "
+               help="Most threads of one flow's parallel engine. A boot holds its "
+                    "thread until the host answers, so with fewer threads than "
+                    "instances a reservation boots in waves; 1024 covers the largest "
+                    "reservation the API accepts by default. A bound, not a count: "
                     "the pool starts a thread only when no worker is idle (TaskFlow "
                     "patch 12), so a flow gets as many as it has tasks running at once."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
@@ -107,11 +104,6 @@ COMPUTE_OPTS = [
                     "the API and conductors. With transport_url 'fake:' they are reached "
                     "over Unix sockets in state_dir (the fleetflow-ipc transport). 0: the "
                     "hosts run inside the serve process, on 'fake:'."),
-    cfg.BoolOpt("build_reports", default=True,
-                help="Boots cast the build and the host reports the outcome back, so "
-                     "no conductor thread waits out a boot (a thousand boots held a "
-                     "thousand threads). False: a boot is one RPC call held open "
-                     "until the guest is ACTIVE."),
     cfg.IntOpt("agent_threads", default=None, min=1,
                help="Worker threads of one compute agent's RPC server. Unset: one per "
                     "build slot of the hosts the server serves (hosts x "

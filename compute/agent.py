@@ -25,12 +25,12 @@ from collections.abc import Iterable, Mapping
 
 import oslo_messaging
 import sqlalchemy as sa
+from oslo_messaging.rpc import server as rpc_server
 
 from fleetflow.common.exceptions import FleetflowError, InvalidInput
-from fleetflow.compute import build_reports, messaging
-from fleetflow.compute.build_reports import Reporter
+from fleetflow.compute import messaging
 from fleetflow.compute.drivers.fake import FakeDriver
-from fleetflow.compute.rpc_pool import RPCServer
+from fleetflow.compute.rpc_pool import PrestartedPool
 from fleetflow.persistence.models import Host
 
 LOG = logging.getLogger(__name__)
@@ -58,6 +58,27 @@ def rpc_pool_size(conf, hosts: int) -> int:
     return min(conf.compute.max_agent_threads, slots + OTHER_CALL_THREADS)
 
 
+class RPCServer(rpc_server.RPCServer):
+    """oslo.messaging's RPC server on a pool whose threads exist before the first request.
+
+    oslo.messaging's threading executor is futurist's ThreadPoolExecutor,
+    which starts a thread inside ``submit`` for every request until the pool
+    is full, idle workers or not, on the one thread that polls for requests
+    (see :mod:`fleetflow.compute.rpc_pool`). The server creates its pool from
+    ``_executor_cls`` when it starts; ``prestart`` of its threads start with it.
+    """
+
+    prestart: int | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.executor_type == "threading":
+            self._executor_cls = self._make_pool
+
+    def _make_pool(self, max_workers: int) -> PrestartedPool:
+        return PrestartedPool(max_workers, prestart=self.prestart)
+
+
 def _remotable(method):
     """Let fleetflow errors cross the wire with their class and details.
 
@@ -81,27 +102,13 @@ class ComputeEndpoint:
 
     target = oslo_messaging.Target(version=messaging.RPC_API_VERSION)
 
-    def __init__(self, driver: FakeDriver, agent_name: str, reporter: Reporter):
+    def __init__(self, driver: FakeDriver, agent_name: str):
         self.driver = driver
         self.agent_name = agent_name
-        self.reporter = reporter
 
     @_remotable
     def build_instance(self, ctxt, host, uuid, resources, image=None, fence=None):
         return self.driver.build_instance(host, uuid, resources, image=image, fence=fence)
-
-    def build_instance_and_report(self, ctxt, host, uuid, resources, image=None, fence=None,
-                                  report_to=None):
-        """``build_instance`` sent as a cast: the outcome goes to ``report_to`` (1.1)."""
-        guest, failure = None, None
-        try:
-            guest = self.driver.build_instance(host, uuid, resources, image=image, fence=fence)
-        except FleetflowError:
-            failure = build_reports.serialize_failure()
-        except Exception:  # noqa: BLE001 - a bug on the host: report it, do not go silent
-            LOG.exception("build of %s on %s failed", uuid, host)
-            failure = build_reports.serialize_failure()
-        self.reporter.report(report_to, guest=guest, failure=failure)
 
     @_remotable
     def destroy_instance(self, ctxt, host, uuid, fence=None):
@@ -163,8 +170,7 @@ class ComputeAgent:
         self.agent_name = agent_name
         self.server_names = list(server_names)
         self.transport = messaging.get_transport(conf, transport_url)
-        self.endpoint = ComputeEndpoint(driver, agent_name,
-                                        build_reports.Reporter(self.transport))
+        self.endpoint = ComputeEndpoint(driver, agent_name)
         self.servers: list = []
         self._stopped = False
 

@@ -209,9 +209,7 @@ class IPCDriver(base.BaseDriver):
     def send(self, target, ctxt, message, wait_for_reply=None, timeout=None,
              call_monitor_timeout=None, retry=None, transport_options=None):
         timeout = timeout or self.conf.rpc_response_timeout
-        # retry=0 (oslo.messaging: no reconnection attempts): a named server
-        # that is not there is not waited for.
-        deadline = time.monotonic() + (0 if retry == 0 else timeout)
+        deadline = time.monotonic() + timeout
         frame = encode({"ctxt": ctxt, "message": message, "reply": bool(wait_for_reply)})
         if target.fanout:
             # As a broker's fanout: to every server listening now, none waited for.

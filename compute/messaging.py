@@ -15,8 +15,7 @@ from oslo_config import cfg
 
 # Exceptions whose class crosses the wire: the client gets the same class back.
 ALLOWED_REMOTE_EXMODS = ["fleetflow.common.exceptions", "fleetflow.compute.exceptions"]
-# 1.1: build_instance_and_report (a build whose outcome is cast back).
-RPC_API_VERSION = "1.1"
+RPC_API_VERSION = "1.0"
 
 _lock = threading.Lock()
 # Kept on the ConfigOpts itself: a transport is bound to the conf it was made

@@ -17,8 +17,6 @@ import queue
 import threading
 from concurrent import futures
 
-from oslo_messaging.rpc import server as rpc_server
-
 _STOP = object()
 
 
@@ -111,24 +109,3 @@ class PrestartedPool:
             except queue.Empty:
                 return
             item[0].cancel()
-
-
-class RPCServer(rpc_server.RPCServer):
-    """oslo.messaging's RPC server on a pool whose threads exist before the first request.
-
-    oslo.messaging's threading executor is futurist's ThreadPoolExecutor,
-    which starts a thread inside ``submit`` for every request until the pool
-    is full, idle workers or not, on the one thread that polls for requests
-    (see above). The server creates its pool from
-    ``_executor_cls`` when it starts; ``prestart`` of its threads start with it.
-    """
-
-    prestart: int | None = None
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.executor_type == "threading":
-            self._executor_cls = self._make_pool
-
-    def _make_pool(self, max_workers: int) -> PrestartedPool:
-        return PrestartedPool(max_workers, prestart=self.prestart)

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from concurrent import futures
 
 import oslo_messaging
 import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.compute import messaging
-from fleetflow.compute.build_reports import BuildReports
 from fleetflow.compute.exceptions import ComputeError, OutcomeUnknown
 from fleetflow.persistence.models import Host
 
@@ -79,26 +77,6 @@ class ComputeAPI:
                                        version=messaging.RPC_API_VERSION)
         self._client = oslo_messaging.get_rpc_client(self.transport, target,
                                                      timeout=self.timeout)
-        self._reports: BuildReports | None = None
-        self._reports_lock = threading.Lock()
-
-    @property
-    def reports_builds(self) -> bool:
-        """Whether boots should use :meth:`start_build` (``[compute] build_reports``)."""
-        return self.conf.compute.build_reports
-
-    def close(self) -> None:
-        """Stop listening for build reports (builds still waiting fail as unknown)."""
-        with self._reports_lock:
-            reports, self._reports = self._reports, None
-        if reports is not None:
-            reports.stop()
-
-    def _build_reports(self) -> BuildReports:
-        with self._reports_lock:
-            if self._reports is None:
-                self._reports = BuildReports(self.conf, self.transport).start()
-            return self._reports
 
     # -- plumbing ----------------------------------------------------------
 
@@ -147,32 +125,6 @@ class ComputeAPI:
         """Spawn ``uuid`` on ``host`` (idempotent); returns the guest."""
         return self._send(host, "build_instance", timeout, cast, uuid=uuid,
                           resources=dict(resources), image=image, fence=fence)
-
-    def start_build(self, host: str, uuid: str, resources: Mapping,
-                    image: str | None = None, fence: Mapping | None = None,
-                    timeout: float | None = None) -> futures.Future:
-        """Send a build whose host reports back; returns the future of its guest.
-
-        Nothing waits meanwhile. The future fails as ``build_instance`` would
-        raise: the host's error, or OutcomeUnknown when no report came within
-        the timeout (ask the host before building again: ``ensure_built``).
-        """
-        what = f"build_instance of {uuid} on host {host}"
-        reports = self._build_reports()
-        token, future = reports.expect(timeout or self.timeout, what)
-        try:
-            # retry=0: the caller must not block (it is the engine's thread); a
-            # host whose agent is not there now fails the future, and the
-            # fallback (``ensure_built``, on a pool thread) waits for it instead.
-            self._client.prepare(server=self.routes.server_for(host), retry=0).cast(
-                {}, "build_instance_and_report", host=host, uuid=uuid,
-                resources=dict(resources), image=image, fence=fence,
-                report_to=reports.address(token))
-        except oslo_messaging.MessagingException as exc:
-            self.routes.invalidate(host)
-            reports.fail(token, OutcomeUnknown(f"{what}: {exc}", host=host,
-                                               method="build_instance"))
-        return future
 
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None,
                          timeout: float | None = None, cast: bool = False) -> dict | None:
@@ -234,19 +186,17 @@ class ComputeAPI:
 
     def ensure_built(self, host: str, uuid: str, resources: Mapping,
                      image: str | None = None, fence: Mapping | None = None,
-                     timeout: float | None = None, attempts: int = 3,
-                     ask_first: bool = False) -> dict:
+                     timeout: float | None = None, attempts: int = 3) -> dict:
         """Build ``uuid`` on ``host``, retrying only after asking what the host has.
 
         After an unknown outcome the host is asked first: an ACTIVE guest is
         the answer; otherwise the build is sent again (the host's build is
         idempotent and waits for one still running, so at most one spawn).
-        Raises OutcomeUnknown when every attempt went unanswered. ``ask_first``:
-        the outcome of an earlier build is already unknown (its report never came).
+        Raises OutcomeUnknown when every attempt went unanswered.
         """
         last: OutcomeUnknown | None = None
         for attempt in range(max(1, attempts)):
-            if attempt or ask_first:
+            if attempt:
                 try:
                     guest = self.get_instance(host, uuid, timeout=timeout)
                 except OutcomeUnknown as exc:

@@ -14,9 +14,7 @@ library's ``concurrent.futures.ThreadPoolExecutor`` instead. Same ``submit`` /
 ``shutdown``, futures of the class futurist's futures derive from; it starts a
 thread only when no worker is idle, never more than ``max_workers``, and idle
 workers block until there is work. ``max_workers=None`` keeps futurist's
-default size. Tasks that wait without a thread (``StartedTask``) are started
-and finished by the wrapper around the pool (:mod:`.task_executor`).
-Green-thread executors (their own ``_create_executor``) and
+default size. Green-thread executors (their own ``_create_executor``) and
 executors passed in by the caller are not affected.
 """
 
@@ -27,8 +25,6 @@ from concurrent import futures
 from futurist import _utils as futurist_utils
 from taskflow.engines.action_engine import executor as tf_executor
 
-from fleetflow.engine.task_executor import StartingExecutor
-
 STOCK_CREATE_EXECUTOR = tf_executor.ParallelThreadTaskExecutor._create_executor
 
 
@@ -36,8 +32,8 @@ def create_executor(self, max_workers=None):
     """The engine's task pool: threads started on demand, at most ``max_workers``."""
     if max_workers is None:
         max_workers = futurist_utils.get_optimal_thread_count()
-    return StartingExecutor(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                       thread_name_prefix="taskflow-engine"))
+    return futures.ThreadPoolExecutor(max_workers=max_workers,
+                                      thread_name_prefix="taskflow-engine")
 
 
 def install() -> None:

@@ -52,7 +52,6 @@ class FakeDriver:
         self._guest_locks: dict[tuple[str, str], list] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._sleepers: set[threading.Event] = set()
 
     @classmethod
     def from_conf(cls, conf) -> FakeDriver:
@@ -232,7 +231,8 @@ class FakeDriver:
     def _await_boot(self, host: str, uuid: str, ready_at: float | None) -> dict:
         """The guest once its boot ended (a shutdown ends a boot still under way now)."""
         if ready_at is not None:
-            self._sleep_until(ready_at)
+            while (left := ready_at - time.time()) > 0 and not self._closed.wait(left):
+                pass
             if time.time() < ready_at:
                 with self.store.write() as conn:
                     store.end_boot_now(conn, host, uuid)
@@ -242,23 +242,6 @@ class FakeDriver:
             raise BuildFailed(f"{uuid} on {host} was destroyed while it was building",
                               host=host, uuid=uuid)
         return guest
-
-    def _sleep_until(self, when: float) -> None:
-        """Sleep until ``when`` (wall clock), or until the driver is interrupted.
-
-        Each sleeper has an Event of its own: a thousand boots sleeping on the
-        one ``_closed`` Event all woke through its one lock and its list of
-        waiters, which each removal walks.
-        """
-        wake = threading.Event()
-        with self._lock:
-            self._sleepers.add(wake)
-        try:
-            while (left := when - time.time()) > 0 and not self._closed.is_set():
-                wake.wait(left)
-        finally:
-            with self._lock:
-                self._sleepers.discard(wake)
 
     def _spawn_at_once(self, host: str, uuid: str, resources: Mapping, image: str | None,
                        fence: Mapping | None, ledger: str) -> dict:
@@ -409,10 +392,6 @@ class FakeDriver:
     def interrupt(self) -> None:
         """Shutting down: calls hanging on dead hosts fail, sleeping boots end now."""
         self._closed.set()
-        with self._lock:
-            sleepers = list(self._sleepers)
-        for wake in sleepers:
-            wake.set()
         self._faults.release_hanging()
 
     def close(self) -> None:

@@ -82,11 +82,7 @@ def _with_crash_points(method, first: str | None, last: str | None):
 
 
 def _add_crash_points(cls) -> None:
-    if "start" in cls.__dict__:
-        # A started task: its execute is start then finish, which carry the points.
-        cls.start = _with_crash_points(cls.__dict__["start"], BEFORE_EXECUTE, None)
-        cls.finish = _with_crash_points(cls.__dict__["finish"], None, AFTER_EFFECT)
-    elif "execute" in cls.__dict__:
+    if "execute" in cls.__dict__:
         cls.execute = _with_crash_points(cls.__dict__["execute"], BEFORE_EXECUTE, AFTER_EFFECT)
     if "revert" in cls.__dict__:
         cls.revert = _with_crash_points(cls.__dict__["revert"], None, DURING_REVERT)
@@ -103,26 +99,6 @@ class FleetTask(task.Task):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         _add_crash_points(cls)
-
-
-class StartedTask(FleetTask):
-    """A task whose waiting holds no thread: ``start`` sends, ``finish`` completes.
-
-    ``start(**arguments)`` begins the work and returns a future without
-    waiting (it runs on the engine's thread, so it must not block);
-    ``finish(started, **arguments)`` runs once that future is done and
-    returns the task's result or raises. The engine's executor
-    (:mod:`fleetflow.engine.task_executor`) runs them so when ``can_start()``
-    says so; everywhere else ``execute`` is ``finish(start())`` on one thread.
-    Subclasses write an ``execute`` with the task's arguments (TaskFlow reads
-    its signature) that calls :meth:`start_and_finish`.
-    """
-
-    def can_start(self) -> bool:
-        return False
-
-    def start_and_finish(self, **arguments):
-        return self.finish(self.start(**arguments), **arguments)
 
 
 class FleetRetry(retry.Retry):

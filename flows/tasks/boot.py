@@ -9,15 +9,13 @@ what it has (``ensure_built``) before sending the build again.
 from __future__ import annotations
 
 import logging
-from concurrent import futures
 
 import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
-from fleetflow.compute.exceptions import OutcomeUnknown
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks.base import StartedTask
+from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Host, utcnow
 
@@ -29,14 +27,8 @@ def note_build_failure(session, host: str) -> None:
         build_failures=Host.build_failures + 1, last_build_failure_at=utcnow()))
 
 
-class BootInstance(StartedTask):
+class BootInstance(FleetTask):
     """Build the instance on its host and wait for ACTIVE.
-
-    With ``[compute] build_reports`` the build is cast and the host reports
-    back (``ComputeAPI.start_build``): the engine sends it and moves on, and
-    no thread waits out the boot. A build that never reported is settled as
-    after a timed-out call: the host is asked, and built on only if it has
-    nothing (``ensure_built``). Without build reports, one call held open.
 
     ``host`` None (best-effort, candidates ran out) does nothing. A failure
     is written on the instance row (code, message, step, host) before it is
@@ -50,47 +42,15 @@ class BootInstance(StartedTask):
         # The last task of the instance's chain marks it ACTIVE.
         self.final = final
 
-    def can_start(self) -> bool:
-        return bool(getattr(runtime.get().compute, "reports_builds", False))
-
     def execute(self, instance_uuids: list, index: int, host: str | None,
                 request_spec: dict, fence=None) -> dict | None:
-        return self.start_and_finish(instance_uuids=instance_uuids, index=index, host=host,
-                                     request_spec=request_spec, fence=fence)
-
-    def start(self, instance_uuids: list, index: int, host: str | None,
-              request_spec: dict, fence=None) -> futures.Future:
-        """Send the build; the future of the guest (done at once without reports)."""
-        started: futures.Future = futures.Future()
-        if host is None:
-            started.set_result(None)
-            return started
-        compute = runtime.get().compute
-        build = (host, instance_uuids[index], request_spec["resources"])
-        options = {"image": request_spec.get("image_id"), "fence": fence}
-        if self.can_start():
-            return compute.start_build(*build, **options)
-        try:
-            started.set_result(compute.ensure_built(*build, **options))
-        except Exception as exc:  # noqa: BLE001 - finish raises it in the task's name
-            started.set_exception(exc)
-        return started
-
-    def finish(self, started: futures.Future, instance_uuids: list, index: int,
-               host: str | None, request_spec: dict, fence=None) -> dict | None:
         if host is None:
             return None
         rt = runtime.get()
         uuid = instance_uuids[index]
         try:
-            try:
-                guest = started.result()
-            except OutcomeUnknown:
-                if not self.can_start():
-                    raise  # ensure_built already asked the host and tried again
-                guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
-                                                image=request_spec.get("image_id"),
-                                                fence=fence, ask_first=True)
+            guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
+                                            image=request_spec.get("image_id"), fence=fence)
         except FleetflowError as exc:
             with rt.database.session() as session:
                 rows.update_instance(session, uuid, fault=rows.fault(

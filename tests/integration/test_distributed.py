@@ -94,11 +94,8 @@ def distributed(tmp_path, pg_url, redis_url, rabbit_url):
                FLEETFLOW_COMPUTE_BOOT_SECONDS="1.0",
                FLEETFLOW_COMPUTE_STATE_PATH=str(tmp_path / "hosts.db"),
                FLEETFLOW_CONDUCTOR_WORKERS="0",
-               # One build at a time per host and a slow boot: the flow lasts long
-               # enough (50 / 10 hosts x 1 s) for the test to kill its conductor
-               # mid-way. Boots hold no engine thread (build reports), so few
-               # engine threads would not make waves; they are kept few anyway.
-               FLEETFLOW_COMPUTE_MAX_CONCURRENT_BUILDS="1",
+               # Few engine threads and a slow boot: the flow lasts long enough
+               # (about 50 / 4 x 1 s) for the test to kill its conductor mid-way.
                FLEETFLOW_CONDUCTOR_ENGINE_WORKERS="4",
                FLEETFLOW_API_PORT=str(port),
                FLEETFLOW_FLEET_FILE=str(fleet_file))

@@ -132,12 +132,7 @@ def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
 def test_random_kills_in_200_instance_reservations(provision_cloud_factory, assert_audit_clean):
     # One bad host: each instance there fails once, then finds nothing to
     # reschedule onto (a 200-instance revert costs ~20 s of CPU as it is).
-    # One build at a time per host: a reservation lasts 200 / 6 x 0.2 s, long
-    # enough for kills to land in it (boots hold no conductor thread, so the
-    # engine's few threads do not slow it down), and the cloud does not fill
-    # up with finished reservations before the kills are done.
-    cloud = provision_cloud_factory(good_hosts=6, bad_hosts=1, vcpus=512, boot_seconds=0.2,
-                                    builds_per_host=1)
+    cloud = provision_cloud_factory(good_hosts=6, bad_hosts=1, vcpus=512, boot_seconds=0.2)
     seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
     rng = random.Random(seed)
     cloud.fill_bad_hosts()

@@ -593,20 +593,3 @@ def test_two_processes_upgrading_one_old_file_at_once(state_path):
         store.add_ready_at(StaleSchema(conn))
         columns = [row[1] for row in conn.execute("PRAGMA table_info(guests)")]
     assert columns.count("ready_at") == 1
-
-
-def test_sleeping_boots_each_wake_at_their_own_end(make_driver):
-    # 12 boots (h1's capacity) staggered 20 ms apart: each returns once its
-    # own ready_at has passed, and leaves no sleeper behind.
-    driver = make_driver(boot_seconds=0.3, max_concurrent_builds=12)
-    builders = []
-    for i in range(12):
-        builders.append(in_thread(lambda n=i: (driver.build_instance("h1", f"s{n}", SMALL),
-                                               time.time())))
-        time.sleep(0.02)
-    for thread, _ in builders:
-        thread.join(10)
-    for _, outcome in builders:
-        guest, returned_at = outcome["result"]
-        assert guest["state"] == "ACTIVE" and returned_at >= guest["ready_at"]
-    assert driver._sleepers == set()

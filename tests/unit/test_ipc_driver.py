@@ -188,25 +188,6 @@ def test_a_call_made_before_the_server_starts_is_answered(ipc):
         starter.join()
 
 
-def test_a_cast_without_retries_does_not_wait_for_its_server(ipc):
-    # retry=0 (a build report to a conductor that may be gone): a named server
-    # that is not there fails the cast at once, though it starts just after.
-    endpoint = Endpoint()
-    starter = threading.Timer(0.3, ipc.serve, args=(endpoint,), kwargs={"server": "s2"})
-    starter.start()
-    try:
-        hasty = oslo_messaging.get_rpc_client(
-            ipc.client_transport, oslo_messaging.Target(topic="t", server="s2"), retry=0)
-        with pytest.raises(oslo_messaging.MessageDeliveryFailure):
-            hasty.cast({}, "note", value=1)
-        # Without retry=0 the same cast waits for the server, which gets it.
-        ipc.client(server="s2", timeout=5).cast({}, "note", value=2)
-        assert endpoint.cast_seen.wait(WAIT_S)
-        assert endpoint.casts == [2]
-    finally:
-        starter.join()
-
-
 def test_a_restarted_server_is_reached_again(ipc):
     first = ipc.serve(Endpoint())
     rpc = ipc.client(server="s1", timeout=2)

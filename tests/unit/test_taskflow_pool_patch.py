@@ -14,7 +14,6 @@ from taskflow.engines.action_engine import executor as tf_executor
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.engine import taskflow_patches, taskflow_pool_patch
-from fleetflow.engine.task_executor import StartingExecutor
 
 HANG_GUARD_S = 60
 
@@ -105,11 +104,8 @@ def test_executor_kinds_and_default_size():
     executor = tf_executor.ParallelThreadTaskExecutor()
     pool = executor._create_executor(max_workers=None)
     try:
-        # The standard library's pool, inside the wrapper that also starts
-        # tasks able to wait without a thread (see test_task_executor).
-        assert isinstance(pool, StartingExecutor)
-        assert isinstance(pool.pool, futures.ThreadPoolExecutor)
-        assert pool.pool._max_workers == futurist.ThreadPoolExecutor()._max_workers
+        assert isinstance(pool, futures.ThreadPoolExecutor)
+        assert pool._max_workers == futurist.ThreadPoolExecutor()._max_workers
     finally:
         pool.shutdown()
     # An executor the caller passes in is used as it is.
