@@ -63,6 +63,9 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
 
 14. ``OrderedSet`` (an atom's arguments, a flow's names) fills itself one item at
    a time in Python; :mod:`fleetflow.engine.taskflow_sets_patch` lets C do it.
+15. Each atom works out its argument mappings anew, though a reservation's atoms
+   of one kind differ only in the names their arguments are bound to;
+   :mod:`fleetflow.engine.taskflow_argmap_patch` works each shape out once.
 
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
@@ -88,6 +91,7 @@ from taskflow.engines.action_engine.actions import task as task_action
 from taskflow.types import graph as tf_graph
 
 from fleetflow.engine import (
+    taskflow_argmap_patch,
     taskflow_checkpoint_patch,
     taskflow_engine_patches,
     taskflow_pool_patch,
@@ -359,9 +363,10 @@ class IndexedScopeWalker(STOCK_SCOPE_WALKER):
                 yield list(visible)
 
 
-# Patches 7-14, each in a module of its own with install() / uninstall() / is_installed().
+# Patches 7-15, each in a module of its own with install() / uninstall() / is_installed().
 _PATCH_MODULES = (taskflow_selector_patch, taskflow_engine_patches, taskflow_waiter_patch,
-                  taskflow_pool_patch, taskflow_checkpoint_patch, taskflow_sets_patch)
+                  taskflow_pool_patch, taskflow_checkpoint_patch, taskflow_sets_patch,
+                  taskflow_argmap_patch)
 
 
 def apply() -> None:
