@@ -15,7 +15,7 @@ import threading
 
 import click
 
-from fleetflow.common import gc_policy
+from fleetflow.common import cpu_affinity, gc_policy
 
 LOG = logging.getLogger("fleetflow.serve")
 
@@ -118,7 +118,11 @@ def serve(conf) -> None:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cloud = Cloud(conf).start()
     gc_policy.for_service()
+    # After start: the agent processes are running and keep every CPU.
+    cpu = cpu_affinity.pin_threads_to_one_cpu() if conf.serve_on_one_cpu else None
     click.echo(f"fleetflow serving on {cloud.url}  (Ctrl-C to stop)")
+    if cpu is not None:
+        LOG.info("serve process on CPU %d", cpu)
     stopping = threading.Event()
 
     def _stop(signum, _frame):

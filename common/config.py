@@ -22,6 +22,12 @@ DEFAULT_OPTS = [
     cfg.StrOpt("state_dir", default=".",
                help="Directory for the embedded mode's files (database, simulated hosts)."),
     cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
+    cfg.BoolOpt("serve_on_one_cpu", default=True,
+                help="'fleetflow serve' keeps its own threads (API, conductors, engines) on "
+                     "one CPU once started, leaving the others to its agent processes: its "
+                     "threads share one interpreter lock, and spread over CPUs every "
+                     "hand-over of the lock wakes a thread on another CPU (Linux; nothing "
+                     "changes with a single CPU)."),
 ]
 
 DATABASE_OPTS = [
