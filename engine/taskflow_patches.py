@@ -66,6 +66,9 @@ TaskFlow 6.5 compiles a flow of N instance subflows in O(N^2) for two reasons
 15. Each atom works out its argument mappings anew, though a reservation's atoms
    of one kind differ only in the names their arguments are bound to;
    :mod:`fleetflow.engine.taskflow_argmap_patch` works each shape out once.
+16. Every argument of every atom scheduled is found from scratch, though most are
+   the flow's own injected values; :mod:`fleetflow.engine.taskflow_fetch_patch`
+   remembers those until something is injected again.
 
 Patches 1-3 produce the same graph and the same visible scopes, in the same order, as
 stock TaskFlow (``tests/unit/test_taskflow_patches.py`` checks this); they are
@@ -94,6 +97,7 @@ from fleetflow.engine import (
     taskflow_argmap_patch,
     taskflow_checkpoint_patch,
     taskflow_engine_patches,
+    taskflow_fetch_patch,
     taskflow_pool_patch,
     taskflow_selector_patch,
     taskflow_sets_patch,
@@ -363,10 +367,10 @@ class IndexedScopeWalker(STOCK_SCOPE_WALKER):
                 yield list(visible)
 
 
-# Patches 7-15, each in a module of its own with install() / uninstall() / is_installed().
+# Patches 7-16, each in a module of its own with install() / uninstall() / is_installed().
 _PATCH_MODULES = (taskflow_selector_patch, taskflow_engine_patches, taskflow_waiter_patch,
                   taskflow_pool_patch, taskflow_checkpoint_patch, taskflow_sets_patch,
-                  taskflow_argmap_patch)
+                  taskflow_argmap_patch, taskflow_fetch_patch)
 
 
 def apply() -> None:
