@@ -48,6 +48,7 @@ from taskflow.engines.action_engine.actions import task as task_action
 from taskflow.types import failure
 
 from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
+from fleetflow.engine.taskflow_patch_table import Replacements
 
 STOCK_WITH_CONNECTION = tf_storage.Storage._with_connection
 STOCK_RUN_ITER = action_engine.ActionEngine.run_iter
@@ -295,7 +296,7 @@ def builder_init(self, runtime, waiter):
     STOCK_BUILDER_INIT(self, runtime, StoringWaiter(runtime.storage, waiter))
 
 
-_PATCHES = (
+_REPLACEMENTS = Replacements(
     (tf_storage.Storage, "flush_checkpoints", flush_checkpoints, None),
     (tf_storage.Storage, "_with_connection", with_connection, STOCK_WITH_CONNECTION),
     (action_engine.ActionEngine, "run_iter", run_iter, STOCK_RUN_ITER),
@@ -304,21 +305,5 @@ _PATCHES = (
     (task_action.TaskAction, "__init__", task_action_init, STOCK_TASK_ACTION_INIT),
     (retry_action.RetryAction, "__init__", retry_action_init, STOCK_RETRY_ACTION_INIT),
 )
-
-
-def install() -> None:
-    for owner, name, patched, _stock in _PATCHES:
-        setattr(owner, name, patched)
-
-
-def uninstall() -> None:
-    for owner, name, _patched, stock in _PATCHES:
-        if stock is None:  # added by the patch: nothing to restore
-            if name in owner.__dict__:
-                delattr(owner, name)
-        else:
-            setattr(owner, name, stock)
-
-
-def is_installed() -> bool:
-    return all(owner.__dict__.get(name) is patched for owner, name, patched, _ in _PATCHES)
+install, uninstall, is_installed = (_REPLACEMENTS.install, _REPLACEMENTS.uninstall,
+                                    _REPLACEMENTS.is_installed)

@@ -27,6 +27,8 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow import storage as tf_storage
 
+from fleetflow.engine.taskflow_patch_table import Replacements
+
 STOCK_FETCH_MAPPED_ARGS = tf_storage.Storage.fetch_mapped_args
 STOCK_SET_RESULT_MAPPING = tf_storage.Storage._set_result_mapping
 
@@ -100,16 +102,9 @@ def set_result_mapping(self, provider_name, mapping):
     return STOCK_SET_RESULT_MAPPING(self, provider_name, mapping)
 
 
-def install() -> None:
-    tf_storage.Storage.fetch_mapped_args = fetch_mapped_args
-    tf_storage.Storage._set_result_mapping = set_result_mapping
-
-
-def uninstall() -> None:
-    tf_storage.Storage.fetch_mapped_args = STOCK_FETCH_MAPPED_ARGS
-    tf_storage.Storage._set_result_mapping = STOCK_SET_RESULT_MAPPING
-
-
-def is_installed() -> bool:
-    return (tf_storage.Storage.fetch_mapped_args is fetch_mapped_args
-            and tf_storage.Storage._set_result_mapping is set_result_mapping)
+_REPLACEMENTS = Replacements(
+    (tf_storage.Storage, "fetch_mapped_args", fetch_mapped_args, STOCK_FETCH_MAPPED_ARGS),
+    (tf_storage.Storage, "_set_result_mapping", set_result_mapping, STOCK_SET_RESULT_MAPPING),
+)
+install, uninstall, is_installed = (_REPLACEMENTS.install, _REPLACEMENTS.uninstall,
+                                    _REPLACEMENTS.is_installed)

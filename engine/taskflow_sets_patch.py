@@ -18,6 +18,8 @@ import collections
 
 from taskflow.types import sets as tf_sets
 
+from fleetflow.engine.taskflow_patch_table import Replacements
+
 STOCK_INIT = tf_sets.OrderedSet.__init__
 STOCK_ITER = tf_sets.OrderedSet.__iter__
 
@@ -31,16 +33,9 @@ def ordered_set_iter(self):
     return iter(self._data)
 
 
-def install() -> None:
-    tf_sets.OrderedSet.__init__ = ordered_set_init
-    tf_sets.OrderedSet.__iter__ = ordered_set_iter
-
-
-def uninstall() -> None:
-    tf_sets.OrderedSet.__init__ = STOCK_INIT
-    tf_sets.OrderedSet.__iter__ = STOCK_ITER
-
-
-def is_installed() -> bool:
-    return (tf_sets.OrderedSet.__init__ is ordered_set_init
-            and tf_sets.OrderedSet.__iter__ is ordered_set_iter)
+_REPLACEMENTS = Replacements(
+    (tf_sets.OrderedSet, "__init__", ordered_set_init, STOCK_INIT),
+    (tf_sets.OrderedSet, "__iter__", ordered_set_iter, STOCK_ITER),
+)
+install, uninstall, is_installed = (_REPLACEMENTS.install, _REPLACEMENTS.uninstall,
+                                    _REPLACEMENTS.is_installed)
