@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import urllib.parse
 import uuid
 
@@ -152,3 +153,34 @@ def assert_audit_clean():
 def service_gate():
     """``need_service`` and the table it reads, for testing the gate itself."""
     return need_service, SERVICES
+
+
+@pytest.fixture
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def wait_for_api():
+    """``wait_for_api(url, alive, on_timeout)``: returns once ``url`` answers HTTP.
+
+    ``alive()`` False (the server process exited) or 120 s without an answer
+    fails the test with ``on_timeout()``'s text.
+    """
+    import requests
+
+    def _wait(url: str, alive=lambda: True, on_timeout=lambda: "") -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                requests.get(f"{url}/openapi.json", timeout=2)
+                return
+            except requests.ConnectionError:
+                if not alive() or time.monotonic() > deadline:
+                    pytest.fail(f"{url} never answered: {on_timeout()}", pytrace=False)
+                time.sleep(0.2)
+
+    return _wait

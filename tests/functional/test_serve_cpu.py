@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
@@ -18,33 +16,23 @@ pytestmark = pytest.mark.skipif(
 FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(tmp_path, **env_extra) -> tuple[subprocess.Popen, str]:
+def _serve(tmp_path, port, wait_for_api, **env_extra) -> tuple[subprocess.Popen, str]:
     fleet = tmp_path / "fleet.yaml"
     subprocess.run([FLEETFLOW, "fleet", "generate", "--hosts", "4", "-o", str(fleet)],
                    check=True, capture_output=True)
-    port = _free_port()
     env = dict(os.environ, FLEETFLOW_API_PORT=str(port), FLEETFLOW_FLEET_FILE=str(fleet),
                FLEETFLOW_STATE_DIR=str(tmp_path),
                FLEETFLOW_DATABASE_CONNECTION=f"sqlite:///{tmp_path}/fleetflow.db", **env_extra)
     proc = subprocess.Popen([FLEETFLOW, "serve"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            requests.get(f"{url}/openapi.json", timeout=2)
-            return proc, url
-        except requests.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError("fleetflow serve did not start") from None
-            time.sleep(0.2)
+    try:
+        wait_for_api(url, alive=lambda: proc.poll() is None,
+                     on_timeout=lambda: "fleetflow serve did not start")
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def _affinities(pid: int) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
@@ -57,9 +45,10 @@ def _affinities(pid: int) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
 
 
 @pytest.mark.parametrize("setting", ["true", "false"])
-def test_serve_threads_share_one_cpu_and_agents_keep_every_cpu(tmp_path, setting):
+def test_serve_threads_share_one_cpu_and_agents_keep_every_cpu(tmp_path, setting, free_port,
+                                                               wait_for_api):
     allowed = sorted(os.sched_getaffinity(0))
-    proc, url = _serve(tmp_path, FLEETFLOW_SERVE_ON_ONE_CPU=setting)
+    proc, url = _serve(tmp_path, free_port, wait_for_api, FLEETFLOW_SERVE_ON_ONE_CPU=setting)
     try:
         # A reservation, so the conductors' and the engine's threads exist too.
         answer = requests.post(f"{url}/v2/demo/reservations",

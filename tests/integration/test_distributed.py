@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -35,12 +34,6 @@ FLEET = {
     "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}],
     "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Processes:
@@ -74,10 +67,10 @@ class Processes:
 
 
 @pytest.fixture
-def distributed(tmp_path, pg_url, redis_url, rabbit_url):
+def distributed(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api):
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(FLEET))
-    port = _free_port()
+    port = free_port
     suffix = uuid.uuid4().hex[:8]
     env = dict(os.environ,
                FLEETFLOW_STATE_DIR=str(tmp_path),
@@ -108,14 +101,8 @@ def distributed(tmp_path, pg_url, redis_url, rabbit_url):
     procs.start("c2", "conductor", "--name", "c2")
     procs.start("api", "serve")
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            requests.get(f"{url}/openapi.json", timeout=2)
-            break
-        except requests.ConnectionError:
-            assert time.monotonic() < deadline, procs.log("api")
-            time.sleep(0.3)
+    wait_for_api(url, alive=lambda: procs.procs["api"].poll() is None,
+                 on_timeout=lambda: procs.log("api"))
     procs.url = url
     yield procs
     procs.stop_all()
