@@ -28,6 +28,8 @@ import collections
 from taskflow import atom as tf_atom
 from taskflow.types import sets as tf_sets
 
+from fleetflow.engine.taskflow_patch_table import Replacements
+
 STOCK_BUILD_ARG_MAPPING = tf_atom.Atom._build_arg_mapping
 
 # Shapes come from code (task classes and how flows bind them), so there are
@@ -93,19 +95,17 @@ class _Shape:
         """The answer with the real values, or None when they are not all fresh names."""
         if self.answer is None:
             return None
-        if values:
-            if not all(type(v) is str for v in values) or not self.involved.isdisjoint(values):
-                return None
-            real = dict(zip(self.stand_ins, values, strict=True))
-            get = real.get
         rebind, requires, optional = self.answer
         if not values:
             return (collections.OrderedDict(rebind), tf_sets.OrderedSet(requires),
                     tf_sets.OrderedSet(optional))
+        if not all(type(v) is str for v in values) or not self.involved.isdisjoint(values):
+            return None
+        real = dict(zip(self.stand_ins, values, strict=True)).get
         # Optional names are the function's own arguments: never a stand-in.
-        return (collections.OrderedDict([(arg, get(bound, bound))
+        return (collections.OrderedDict([(arg, real(bound, bound))
                                          for arg, bound in rebind.items()]),
-                tf_sets.OrderedSet([get(name, name) for name in requires]),
+                tf_sets.OrderedSet([real(name, name) for name in requires]),
                 tf_sets.OrderedSet(optional))
 
 
@@ -132,14 +132,12 @@ def build_arg_mapping(self, executor, requires=None, rebind=None, auto_extract=T
                                    auto_extract=auto_extract, ignore_list=ignore_list)
 
 
-def install() -> None:
-    tf_atom.Atom._build_arg_mapping = build_arg_mapping
+_REPLACEMENTS = Replacements(
+    (tf_atom.Atom, "_build_arg_mapping", build_arg_mapping, STOCK_BUILD_ARG_MAPPING),
+)
+install, is_installed = _REPLACEMENTS.install, _REPLACEMENTS.is_installed
 
 
 def uninstall() -> None:
-    tf_atom.Atom._build_arg_mapping = STOCK_BUILD_ARG_MAPPING
+    _REPLACEMENTS.uninstall()
     _shapes.clear()
-
-
-def is_installed() -> bool:
-    return tf_atom.Atom._build_arg_mapping is build_arg_mapping
