@@ -119,6 +119,22 @@ COMPUTE_OPTS = [
     cfg.IntOpt("max_agent_threads", default=2048, min=1,
                help="Most worker threads of one RPC server when agent_threads is unset "
                     "(builds beyond them wait for a thread, as beyond a host's slots)."),
+    cfg.FloatOpt("migrate_seconds", default=0.0, min=0.0,
+                 help="Simulated duration of a cold migration (copy) and of a rebuild "
+                      "(spawn from the image) in the fake driver."),
+    cfg.FloatOpt("live_migrate_seconds", default=0.0, min=0.0,
+                 help="Simulated duration of a live migration in the fake driver."),
+    cfg.IntOpt("max_concurrent_outgoing_migrations", default=4, min=1,
+               help="Moves one host sends at once; more wait queued on the host."),
+    cfg.IntOpt("max_concurrent_incoming_migrations", default=4, min=1,
+               help="Moves one host receives at once; more wait queued on the host."),
+    cfg.FloatOpt("move_poll_interval", default=0.05, min=0.001,
+                 help="How often a move task asks the destination how its move goes "
+                      "(a long move is started, then polled: no RPC call waits for it)."),
+    cfg.IntOpt("service_down_time", default=60, min=1,
+               help="Seconds without a heartbeat after which a host reads 'down'."),
+    cfg.FloatOpt("heartbeat_interval", default=10.0, min=0.1,
+                 help="How often a compute agent reports its living hosts' heartbeat."),
 ]
 
 FLEET_OPTS = [

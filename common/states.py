@@ -42,6 +42,35 @@ VOLUME_IN_USE = "IN-USE"
 VOLUME_ERROR = "ERROR"
 VOLUME_DELETED = "DELETED"
 
+# Evacuations (host evacuation / drain).
+RUNNING = "RUNNING"
+DONE = "DONE"
+FAILED = "FAILED"
+EVACUATION_STATUSES = (PENDING, RUNNING, PAUSED, DONE, PARTIAL, FAILED, REVERTING, REVERTED)
+#: An evacuation in one of these holds its hosts (one evacuation at a time per host).
+EVACUATION_ACTIVE = frozenset({PENDING, RUNNING, PAUSED, REVERTING})
+EVACUATION_SETTLED = frozenset({DONE, PARTIAL, FAILED, REVERTED})
+# One server's move inside an evacuation.
+MOVING = "MOVING"
+SKIPPED = "SKIPPED"
+MOVE_STATUSES = (PENDING, MOVING, DONE, FAILED, SKIPPED, REVERTED)
+#: Moves an operator's resume or skip may still act on.
+MOVE_UNFINISHED = frozenset({PENDING, FAILED})
+
+# Evacuation modes, error policies and fallbacks (the API's words).
+MODE_REBUILD = "rebuild"
+MODE_LIVE = "live"
+MODE_COLD = "cold"
+MODE_DRAIN = "drain"
+EVACUATION_MODES = (MODE_REBUILD, MODE_LIVE, MODE_COLD, MODE_DRAIN)
+ON_ERROR_PAUSE = "pause"
+ON_ERROR_CONTINUE = "continue"
+ON_ERROR_REVERT = "revert"
+EVACUATION_ON_ERROR = (ON_ERROR_PAUSE, ON_ERROR_CONTINUE, ON_ERROR_REVERT)
+FALLBACK_NONE = "none"
+FALLBACK_COLD = "cold"
+EVACUATION_FALLBACKS = (FALLBACK_NONE, FALLBACK_COLD)
+
 # Failure policies of a reservation.
 ALL_OR_NOTHING = "all-or-nothing"
 BEST_EFFORT = "best-effort"

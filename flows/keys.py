@@ -27,8 +27,7 @@ FLAVOR = "flavor"
 IMAGE = "image"
 SERVER_GROUP = "server_group"
 VCLUSTER_ID = "vcluster_id"
-SOURCE_HOST = "source_host"
-EVACUATION_MODE = "evacuation_mode"
+EVACUATION_ID = "evacuation_id"
 
 # -- Provided by tasks -------------------------------------------------------
 #: Output of scheduling: per instance its primary host and alternates.
@@ -46,6 +45,8 @@ ALTERNATES = "alternates"
 ALLOCATION = "allocation"
 #: What the host reported after a boot (scoped per instance).
 SERVER = "server"
+#: Output of an evacuation's scheduling: per server its destination candidates.
+MOVE_PLACEMENTS = "move_placements"
 VOLUME_IDS = "volume_ids"
 ATTACHMENTS = "attachments"
 

@@ -52,6 +52,12 @@ class Host(Timestamps, Base):
                                                                       nullable=True)
     # Why the host is in its state (set with the state by the operator).
     state_reason: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    # Last heartbeat of the host's agent: older than [compute] service_down_time
+    # reads "down" (NULL: never reported, judged by ``state`` alone).
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(sa.DateTime, nullable=True)
+    # The evacuation that holds this host (one at a time), set and cleared by
+    # conditional UPDATEs so two requests cannot both take it.
+    evacuation_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True)
 
     @property
     def topology(self) -> dict:
@@ -204,3 +210,66 @@ class Quota(Base):
     instances: Mapped[int] = mapped_column(sa.Integer)
     vcpus: Mapped[int] = mapped_column(sa.Integer)
     ram_mb: Mapped[int] = mapped_column(sa.Integer)
+
+
+class Evacuation(Timestamps, Base):
+    """Moving every server off one or several hosts (seed 001), as one durable operation.
+
+    Each run of its flow handles the moves still unfinished; an operator's
+    resume or skip starts a new run (``flow_id`` is the current one, ``runs``
+    all of them).
+    """
+
+    __tablename__ = "evacuations"
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    hosts: Mapped[list] = mapped_column(sa.JSON, default=list)
+    mode: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(16), default=states.PENDING, index=True)
+    on_error: Mapped[str] = mapped_column(sa.String(16), default=states.ON_ERROR_PAUSE)
+    max_parallel: Mapped[int] = mapped_column(sa.Integer, default=8)
+    fallback: Mapped[str] = mapped_column(sa.String(8), default=states.FALLBACK_NONE)
+    # The only allowed destinations (None: any host that fits).
+    target_hosts: Mapped[list | None] = mapped_column(sa.JSON, nullable=True)
+    reason: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    flow_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    runs: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # Set once a server ran out of hosts under on_error pause / revert: no new
+    # move starts (and under revert, moves in flight are undone).
+    stopping: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
+    fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
+
+    moves: Mapped[list[Move]] = orm.relationship(
+        back_populates="evacuation", order_by="Move.index", cascade="all, delete-orphan")
+
+
+class Move(Timestamps, Base):
+    """One server's move inside an evacuation; its ``migration_id`` is the
+    placement migration consumer and the hosts' key for the move."""
+
+    __tablename__ = "evacuation_moves"
+    __table_args__ = (sa.UniqueConstraint("evacuation_id", "instance_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    evacuation_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("evacuations.id", ondelete="CASCADE"), index=True)
+    instance_id: Mapped[str] = mapped_column(sa.String(36), index=True)
+    # Position in the evacuation; atom names derive from it.
+    index: Mapped[int] = mapped_column(sa.Integer)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64))
+    source: Mapped[str] = mapped_column(sa.String(255), index=True)
+    destination: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    # rebuild, live or cold: drain's fallback may turn one server's live into cold.
+    mode: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(16), default=states.PENDING, index=True)
+    # What is being done right now: claim, move, attach, confirm (None when idle).
+    step: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
+    migration_id: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    hosts_tried: Mapped[list] = mapped_column(sa.JSON, default=list)
+    volumes_lost: Mapped[list] = mapped_column(sa.JSON, default=list)
+    # {"code", "message", "step", "host", "time"} of its last failure.
+    fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
+
+    evacuation: Mapped[Evacuation] = orm.relationship(back_populates="moves")

@@ -1,0 +1,195 @@
+"""Evacuation rows: the operation, one move per server, the host lock, the views.
+
+The database is the record of an evacuation: the flow's tasks write each
+move's progress here, the API reads it, and a host that comes back asks it
+which of its guests were rebuilt elsewhere (:func:`evacuated_copies`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid as uuidlib
+from collections import Counter
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from fleetflow.common import states
+from fleetflow.common.exceptions import Conflict, NotFound
+from fleetflow.persistence.models import Evacuation, Host, Instance, Move, utcnow
+
+EVACUATION_PREFIX = "e-"
+# Namespace of migration ids: uuid5(namespace, "<evacuation id>/<instance uuid>").
+MIGRATION_NAMESPACE = uuidlib.UUID("5d0c7b2e-61a4-4f0e-a7f3-0b9c4e2d8a61")
+
+
+class EvacuationInProgress(Conflict):
+    """A host of the request is held by another evacuation."""
+
+    code = "EVACUATION_IN_PROGRESS"
+
+
+def new_evacuation_id() -> str:
+    return EVACUATION_PREFIX + uuidlib.uuid4().hex[:12]
+
+
+def migration_id_for(evacuation_id: str, instance_id: str) -> str:
+    """The deterministic id of one server's move: its placement migration consumer too."""
+    return str(uuidlib.uuid5(MIGRATION_NAMESPACE, f"{evacuation_id}/{instance_id}"))
+
+
+def get(session: orm.Session, evacuation_id: str, lock: bool = False) -> Evacuation:
+    query = sa.select(Evacuation).where(Evacuation.id == evacuation_id)
+    if lock:
+        query = query.with_for_update()
+    evacuation = session.execute(query).scalar_one_or_none()
+    if evacuation is None:
+        raise NotFound(f"evacuation {evacuation_id} not found", evacuation_id=evacuation_id)
+    return evacuation
+
+
+def move(session: orm.Session, evacuation_id: str, instance_id: str) -> Move:
+    found = session.execute(sa.select(Move).where(
+        Move.evacuation_id == evacuation_id, Move.instance_id == instance_id)
+    ).scalar_one_or_none()
+    if found is None:
+        raise NotFound(f"server {instance_id} is not part of evacuation {evacuation_id}",
+                       evacuation_id=evacuation_id, instance_id=instance_id)
+    return found
+
+
+def hold_hosts(session: orm.Session, evacuation_id: str, hosts: list[str]) -> None:
+    """Take ``hosts`` for ``evacuation_id``; EvacuationInProgress if one is held already.
+
+    A conditional UPDATE per host: of two requests racing for a host, one
+    changes the row and the other changes nothing and is refused.
+    """
+    for name in hosts:
+        taken = session.execute(sa.update(Host).where(
+            Host.name == name, sa.or_(Host.evacuation_id.is_(None),
+                                      Host.evacuation_id == evacuation_id))
+            .values(evacuation_id=evacuation_id)).rowcount
+        if not taken:
+            holder = session.execute(sa.select(Host.evacuation_id).where(
+                Host.name == name)).scalar()
+            raise EvacuationInProgress(
+                f"host {name} is being evacuated by {holder}; wait for it to end, or "
+                "resume / revert it", host=name, evacuation_id=holder)
+
+
+def release_hosts(session: orm.Session, evacuation_id: str) -> None:
+    session.execute(sa.update(Host).where(Host.evacuation_id == evacuation_id)
+                    .values(evacuation_id=None))
+
+
+def create(session: orm.Session, *, evacuation_id: str, hosts: list[str], mode: str,
+           on_error: str, max_parallel: int, fallback: str, target_hosts: list | None,
+           reason: str | None, user_id: str | None,
+           servers: list[Instance]) -> Evacuation:
+    """The evacuation and one PENDING move per server, in the caller's transaction."""
+    evacuation = Evacuation(id=evacuation_id, hosts=list(hosts), mode=mode,
+                            status=states.PENDING, on_error=on_error,
+                            max_parallel=max_parallel, fallback=fallback,
+                            target_hosts=list(target_hosts) if target_hosts else None,
+                            reason=reason, user_id=user_id, runs=[])
+    session.add(evacuation)
+    move_mode = states.MODE_LIVE if mode == states.MODE_DRAIN else mode
+    for index, server in enumerate(servers):
+        session.add(Move(evacuation_id=evacuation_id, instance_id=server.id, index=index,
+                         tenant_id=server.tenant_id, source=server.host, mode=move_mode,
+                         status=states.PENDING,
+                         migration_id=migration_id_for(evacuation_id, server.id),
+                         attempts=0, hosts_tried=[], volumes_lost=[]))
+    session.flush()
+    return evacuation
+
+
+def moves(session: orm.Session, evacuation_id: str,
+          statuses: frozenset | tuple | None = None) -> list[Move]:
+    query = sa.select(Move).where(Move.evacuation_id == evacuation_id).order_by(Move.index)
+    if statuses is not None:
+        query = query.where(Move.status.in_(tuple(statuses)))
+    return list(session.scalars(query))
+
+
+def progress(session: orm.Session, evacuation_id: str) -> dict[str, int]:
+    counts = Counter(dict(session.execute(
+        sa.select(Move.status, sa.func.count()).where(Move.evacuation_id == evacuation_id)
+        .group_by(Move.status)).all()))
+    return {"total": sum(counts.values()), "done": counts[states.DONE],
+            "moving": counts[states.MOVING],
+            "pending": counts[states.PENDING] + counts[states.REVERTED],
+            "failed": counts[states.FAILED], "skipped": counts[states.SKIPPED]}
+
+
+def move_view(move: Move) -> dict:
+    fault = move.fault
+    return {"id": move.instance_id, "tenant_id": move.tenant_id, "source": move.source,
+            "destination": move.destination, "status": move.status, "mode": move.mode,
+            "step": move.step, "attempts": move.attempts,
+            "hosts_tried": list(move.hosts_tried or []),
+            "volumes_lost": list(move.volumes_lost or []),
+            "fault": ({k: fault.get(k) for k in ("code", "message", "step", "host")}
+                      if fault else None)}
+
+
+def view(session: orm.Session, evacuation: Evacuation, with_moves: bool = True) -> dict:
+    """The evacuation as the API shows it."""
+    body = {"id": evacuation.id, "hosts": list(evacuation.hosts), "mode": evacuation.mode,
+            "status": evacuation.status, "on_error": evacuation.on_error,
+            "max_parallel": evacuation.max_parallel, "fallback": evacuation.fallback,
+            "target_hosts": evacuation.target_hosts, "flow_id": evacuation.flow_id,
+            "reason": evacuation.reason, "created_at": evacuation.created_at,
+            "updated_at": evacuation.updated_at,
+            "progress": progress(session, evacuation.id), "fault": evacuation.fault}
+    if with_moves:
+        body["instances"] = [move_view(m) for m in moves(session, evacuation.id)]
+    return body
+
+
+def update_move(session: orm.Session, evacuation_id: str, instance_id: str, **values) -> None:
+    values["updated_at"] = utcnow()
+    session.execute(sa.update(Move).where(Move.evacuation_id == evacuation_id,
+                                          Move.instance_id == instance_id).values(**values))
+
+
+def set_status(session: orm.Session, evacuation_id: str, status: str, **values) -> None:
+    session.execute(sa.update(Evacuation).where(Evacuation.id == evacuation_id)
+                    .values(status=status, updated_at=utcnow(), **values))
+
+
+def evacuated_copies(session: orm.Session, host: str) -> list[str]:
+    """Instances rebuilt elsewhere after ``host`` was evacuated: its copies must go.
+
+    Only moves that finished (DONE) count, and only while the instance still
+    lives on another host: a rebuild that failed or was reverted left the
+    source's copy as the only one, and it is never named here.
+    """
+    return sorted(session.scalars(
+        sa.select(Move.instance_id).join(Instance, Instance.id == Move.instance_id)
+        .where(Move.source == host, Move.mode == states.MODE_REBUILD,
+               Move.status == states.DONE, Instance.host != host).distinct()))
+
+
+def moves_in_flight(session: orm.Session) -> list[Move]:
+    """Moves between their claim and their confirm (their copies and consumers are expected)."""
+    return list(session.scalars(sa.select(Move).where(Move.status == states.MOVING)))
+
+
+def effective_host_state(host: Host, service_down_time: float,
+                         now: dt.datetime | None = None) -> str:
+    """``down`` for an ``up`` host whose heartbeat is older than ``service_down_time``."""
+    if host.state != states.HOST_UP or host.heartbeat_at is None:
+        return host.state
+    now = now or utcnow()
+    if (now - host.heartbeat_at).total_seconds() > service_down_time:
+        return states.HOST_DOWN
+    return host.state
+
+
+def heartbeat(session: orm.Session, hosts: list[str], chunk: int = 500) -> None:
+    """Record that ``hosts`` are alive now (their agent's periodic report)."""
+    now = utcnow()
+    for start in range(0, len(hosts), chunk):
+        session.execute(sa.update(Host).where(Host.name.in_(hosts[start:start + chunk]))
+                        .values(heartbeat_at=now))
