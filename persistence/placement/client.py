@@ -41,13 +41,14 @@ class ConsumerAllocations:
     generation: int | None = None
     project_id: str | None = None
     user_id: str | None = None
+    consumer_type: str | None = None
 
     @classmethod
     def from_placement(cls, body: dict) -> ConsumerAllocations:
         return cls({rp: dict(entry["resources"])
                     for rp, entry in (body.get("allocations") or {}).items()},
                    body.get("consumer_generation"), body.get("project_id"),
-                   body.get("user_id"))
+                   body.get("user_id"), body.get("consumer_type"))
 
 
 def merge(current: Amounts, wanted: Amounts) -> Amounts:
@@ -153,7 +154,7 @@ class PlacementClient(abc.ABC):
             if keep == known.allocations:
                 return False
             self.write([ConsumerWrite(consumer, keep, known.project_id, known.user_id,
-                                      known.generation)], fence)
+                                      known.generation, known.consumer_type)], fence)
             return True
         return self._retrying(attempt)
 
@@ -162,15 +163,17 @@ class PlacementClient(abc.ABC):
         """Hand the instance's allocations to ``migration``; give it ``destination``.
 
         One POST /allocations, both consumer generations checked. Re-running it
-        after success changes nothing (the migration consumer already holds the
-        source). Returns the source allocations the migration consumer holds.
+        changes nothing once the instance holds ``destination``, also after
+        :meth:`confirm_move` dropped the migration consumer (a re-run then must
+        not hand the destination to a new migration consumer: it would count
+        twice). Returns the source allocations the migration consumer holds.
         """
         def attempt(_n):
             inst = self.get_allocations(instance)
             mig = self.get_allocations(migration)
             source = mig.allocations or inst.allocations
-            if mig.allocations and inst.allocations == destination:
-                return source
+            if inst.allocations == destination:
+                return mig.allocations
             self.write([
                 ConsumerWrite(migration, source, project_id, user_id, mig.generation,
                               "MIGRATION"),
@@ -178,6 +181,32 @@ class PlacementClient(abc.ABC):
             ], fence)
             return source
         return self._retrying(attempt)
+
+
+    def revert_move(self, instance: str, migration: str, fence: dict | None = None) -> bool:
+        """Give the instance back what the migration consumer holds, in one write.
+
+        False, writing nothing, when the migration consumer holds nothing: the
+        move never claimed, was reverted already, or was confirmed.
+        """
+        def attempt(_n):
+            mig = self.get_allocations(migration)
+            if not mig.allocations:
+                return False
+            inst = self.get_allocations(instance)
+            self.write([
+                ConsumerWrite(instance, mig.allocations, mig.project_id or inst.project_id,
+                              mig.user_id or inst.user_id, inst.generation,
+                              inst.consumer_type),
+                ConsumerWrite(migration, {}, mig.project_id, mig.user_id, mig.generation,
+                              "MIGRATION"),
+            ], fence)
+            return True
+        return self._retrying(attempt)
+
+    def confirm_move(self, migration: str, fence: dict | None = None) -> bool:
+        """Drop the source allocations the migration consumer held (the move is done)."""
+        return self.release(migration, fence=fence)
 
 
 class LocalPlacement(PlacementClient):

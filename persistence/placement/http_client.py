@@ -60,7 +60,7 @@ class HttpPlacement(PlacementClient):
     """
 
     def __init__(self, endpoint: str, token: str | None = "admin", max_retries: int = 10,
-                 version: str = "1.28", timeout: float = 30.0, database=None,
+                 version: str = "1.38", timeout: float = 30.0, database=None,
                  chunk_size: int = 200):
         super().__init__(max_retries)
         if not endpoint:
@@ -94,9 +94,12 @@ class HttpPlacement(PlacementClient):
 
     @staticmethod
     def _body(write) -> dict:
+        # 1.38 carries the consumer type (a migration consumer must stay one,
+        # or it reads as a leaked instance) and requires it on every write.
         return {"allocations": {rp: {"resources": r} for rp, r in write.allocations.items()},
                 "project_id": write.project_id, "user_id": write.user_id,
-                "consumer_generation": write.generation}
+                "consumer_generation": write.generation,
+                "consumer_type": write.consumer_type or "INSTANCE"}
 
     def write(self, writes, fence=None) -> None:
         writes = list(writes)
@@ -128,7 +131,16 @@ class HttpPlacement(PlacementClient):
         params = {"project_id": project_id}
         if user_id:
             params["user_id"] = user_id
-        return self._call("GET", "/usages", params=params).json()["usages"]
+        usages = self._call("GET", "/usages", params=params).json()["usages"]
+        if not all(isinstance(v, dict) for v in usages.values()):
+            return usages
+        # From 1.38 usages come per consumer type: the total is their sum.
+        totals: dict[str, int] = {}
+        for by_type in usages.values():
+            for rc, used in by_type.items():
+                if rc != "consumer_count":
+                    totals[rc] = totals.get(rc, 0) + used
+        return totals
 
     def usages_by_provider(self) -> dict[str, dict[str, int]]:
         # NOTE: Placement has no "usage of every provider" call; one GET per

@@ -151,6 +151,34 @@ def test_move_hands_source_to_migration_consumer(placement, hosts):
     assert placement.usages(provider=a)["VCPU"] == 0
 
 
+def test_move_rerun_after_confirm_does_not_count_the_destination_twice(placement, hosts):
+    a, b, _ = hosts
+    instance, migration = new_uuid(), new_uuid()
+    placement.claim(instance, {a: {"VCPU": 4}}, "proj", "user")
+    placement.move(instance, migration, {b: {"VCPU": 4}}, "proj", "user")
+    assert placement.get_allocations(migration).consumer_type == "MIGRATION"
+    assert placement.confirm_move(migration) is True
+    # A claim task re-run after a crash, once the move was confirmed.
+    placement.move(instance, migration, {b: {"VCPU": 4}}, "proj", "user")
+    assert held(placement, migration) == {}
+    assert held(placement, instance) == {b: {"VCPU": 4}}
+    assert placement.usages(provider=b)["VCPU"] == 4
+    assert placement.usages(provider=a)["VCPU"] == 0
+
+
+def test_revert_move_gives_the_source_back_once(placement, hosts):
+    a, b, _ = hosts
+    instance, migration = new_uuid(), new_uuid()
+    placement.claim(instance, {a: {"VCPU": 4}}, "proj", "user")
+    placement.move(instance, migration, {b: {"VCPU": 4}}, "proj", "user")
+    assert placement.revert_move(instance, migration) is True
+    assert held(placement, instance) == {a: {"VCPU": 4}}
+    assert held(placement, migration) == {}
+    assert placement.revert_move(instance, migration) is False
+    assert placement.usages(provider=a)["VCPU"] == 4
+    assert placement.usages(provider=b)["VCPU"] == 0
+
+
 def test_stale_fence_is_refused(placement, hosts, db):
     a, _, _ = hosts
     with db.session() as session:
