@@ -4,7 +4,9 @@
   ``agent.serve(..., per_host=True)``: one RPC server per host (``fleetflow compute-agent``).
 - ``rpcapi.ComputeAPI(conf, database)``: what tasks call; a timeout raises
   ``exceptions.OutcomeUnknown`` and ``ensure_built`` asks the host before retrying.
-- ``drivers.fake.FakeDriver``: the stateful simulated hypervisor behind the agent.
+- ``drivers.fake.FakeDriver``: the stateful simulated hypervisor behind the agent;
+  moves between hosts (``start_move`` ... ``confirm_move``) report the words of
+  ``moves``.
 - ``agent_processes.AgentProcesses``: the simulated fleet of ``fleetflow serve`` in
   child processes, reached over ``ipc_driver`` (oslo.messaging on Unix sockets).
 """

@@ -11,7 +11,13 @@ Every method takes the host name, so one RPC server serves any number of hosts:
   listener, not 10,000.
 
 oslo.messaging acknowledges a request before running it (at-most-once), so a
-caller that timed out must ask the host (``get_instance``) before retrying.
+caller that timed out must ask the host (``get_instance``, ``get_move``) before
+retrying.
+
+With a database the agent also reports its living hosts' heartbeat every
+``[compute] heartbeat_interval``, and a host that comes back (agent start, or
+``set_faults(dead=False)``) destroys the copies the database says were
+rebuilt elsewhere while it was dead.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ import oslo_messaging
 import sqlalchemy as sa
 from oslo_messaging.rpc import server as rpc_server
 
+from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError, InvalidInput
 from fleetflow.compute import messaging
 from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.rpc_pool import PrestartedPool
-from fleetflow.persistence.models import Host
+from fleetflow.persistence import evacuations
+from fleetflow.persistence.models import Host, Move
 
 LOG = logging.getLogger(__name__)
 
@@ -39,6 +47,8 @@ LOG = logging.getLogger(__name__)
 ROUTE_CHUNK = 500
 # RPC worker threads for calls that are not builds (oslo.messaging's default pool).
 OTHER_CALL_THREADS = 64
+# How long stop() waits for a heartbeat being written.
+HEARTBEAT_STOP_S = 10.0
 
 
 def rpc_pool_size(conf, hosts: int) -> int:
@@ -102,9 +112,10 @@ class ComputeEndpoint:
 
     target = oslo_messaging.Target(version=messaging.RPC_API_VERSION)
 
-    def __init__(self, driver: FakeDriver, agent_name: str):
+    def __init__(self, driver: FakeDriver, agent_name: str, database=None):
         self.driver = driver
         self.agent_name = agent_name
+        self.database = database
 
     @_remotable
     def build_instance(self, ctxt, host, uuid, resources, image=None, fence=None):
@@ -115,17 +126,6 @@ class ComputeEndpoint:
         return self.driver.destroy_instance(host, uuid, fence=fence)
 
     @_remotable
-    def rebuild_instance(self, ctxt, host, uuid, resources=None, image=None, source_host=None,
-                         fence=None):
-        return self.driver.rebuild_instance(host, uuid, resources=resources, image=image,
-                                            source_host=source_host, fence=fence)
-
-    @_remotable
-    def migrate_instance(self, ctxt, host, uuid, source_host, resources=None, fence=None):
-        return self.driver.migrate_instance(host, uuid, source_host, resources=resources,
-                                            fence=fence)
-
-    @_remotable
     def attach_volume(self, ctxt, host, uuid, volume_id, fence=None):
         return self.driver.attach_volume(host, uuid, volume_id, fence=fence)
 
@@ -134,8 +134,22 @@ class ComputeEndpoint:
         return self.driver.detach_volume(host, uuid, volume_id, fence=fence)
 
     @_remotable
-    def fence_instance(self, ctxt, host, uuid):
-        self.driver.fence_instance(host, uuid)
+    def start_move(self, ctxt, host, migration_id, kind, uuid, source_host, resources,
+                   image=None, fence=None):
+        return self.driver.start_move(host, migration_id, kind, uuid, source_host, resources,
+                                      image=image, fence=fence)
+
+    @_remotable
+    def get_move(self, ctxt, host, migration_id):
+        return self.driver.get_move(host, migration_id)
+
+    @_remotable
+    def confirm_move(self, ctxt, host, migration_id, fence=None):
+        return self.driver.confirm_move(host, migration_id, fence=fence)
+
+    @_remotable
+    def revert_move(self, ctxt, host, migration_id, fence=None):
+        return self.driver.revert_move(host, migration_id, fence=fence)
 
     @_remotable
     def list_instances(self, ctxt, host):
@@ -151,7 +165,40 @@ class ComputeEndpoint:
 
     @_remotable
     def set_faults(self, ctxt, host, **faults):
-        return self.driver.set_faults(host, **faults)
+        result = self.driver.set_faults(host, **faults)
+        if faults.get("dead") is False and self.database is not None:
+            result["destroyed_copies"] = destroy_evacuated_copies(self.database, self.driver,
+                                                                  host)
+        return result
+
+    @_remotable
+    def set_server_faults(self, ctxt, host, uuid, fail_move=None, live_migratable=None):
+        # ``host`` only routes the call: a server's faults hold on every host.
+        return self.driver.set_server_faults(uuid, fail_move=fail_move,
+                                             live_migratable=live_migratable)
+
+
+def destroy_evacuated_copies(database, driver: FakeDriver, host: str) -> list[str]:
+    """Destroy ``host``'s copies of the servers rebuilt elsewhere while it was dead."""
+    with database.session() as session:
+        doomed = evacuations.evacuated_copies(session, host)
+    destroyed = driver.destroy_copies(host, doomed) if doomed else []
+    if destroyed:
+        LOG.warning("host %s is back: destroyed %d guests rebuilt elsewhere meanwhile: %s",
+                    host, len(destroyed), ", ".join(destroyed[:10]))
+    return destroyed
+
+
+def destroy_all_evacuated_copies(database, driver: FakeDriver) -> dict[str, list[str]]:
+    """:func:`destroy_evacuated_copies` for every living host the driver serves (agent start)."""
+    alive = set(driver.hosts) - driver.dead_hosts()
+    with database.session() as session:
+        # Asked first which hosts were ever rebuilt off at all: one query,
+        # rather than one per host for a fleet agent serving thousands.
+        sources = set(session.scalars(sa.select(Move.source).where(
+            Move.mode == states.MODE_REBUILD, Move.status == states.DONE).distinct()))
+    return {host: destroy_evacuated_copies(database, driver, host)
+            for host in sorted(alive & sources)}
 
 
 def default_server_name() -> str:
@@ -164,15 +211,18 @@ class ComputeAgent:
     """RPC servers plus the driver behind them; ``stop()`` ends both."""
 
     def __init__(self, conf, driver: FakeDriver, server_names: Iterable[str],
-                 agent_name: str, transport_url: str | None = None):
+                 agent_name: str, transport_url: str | None = None, database=None):
         self.conf = conf
         self.driver = driver
         self.agent_name = agent_name
         self.server_names = list(server_names)
+        self.database = database
         self.transport = messaging.get_transport(conf, transport_url)
-        self.endpoint = ComputeEndpoint(driver, agent_name)
+        self.endpoint = ComputeEndpoint(driver, agent_name, database)
         self.servers: list = []
         self._stopped = False
+        self._stop_beating = threading.Event()
+        self._heart: threading.Thread | None = None
 
     def start(self) -> ComputeAgent:
         # One server for every host (fleet mode) or one per host (per-host mode).
@@ -192,13 +242,41 @@ class ComputeAgent:
         LOG.info("compute agent %s serving %d hosts on %d RPC servers of up to %d "
                  "threads (topic %s)", self.agent_name, len(self.driver.hosts),
                  len(self.servers), pool_size, self.conf.messaging.topic)
+        if self.database is not None:
+            self._heart = threading.Thread(target=self._beat, daemon=True,
+                                           name=f"{self.agent_name}-heartbeat")
+            self._heart.start()
         return self
+
+    def _beat(self) -> None:
+        while True:
+            self.heartbeat()
+            if self._stop_beating.wait(self.conf.compute.heartbeat_interval):
+                return
+
+    def heartbeat(self) -> list[str]:
+        """Report the served hosts that are not dead as alive now; returns them.
+
+        A failure is logged and the next beat tries again: a database that
+        is away for a while must not take the hosts' agent down with it.
+        """
+        try:
+            hosts = sorted(set(self.driver.hosts) - self.driver.dead_hosts())
+            with self.database.session() as session:
+                evacuations.heartbeat(session, hosts)
+            return hosts
+        except Exception:  # noqa: BLE001 - see the docstring
+            LOG.exception("compute agent %s: heartbeat failed", self.agent_name)
+            return []
 
     def stop(self) -> None:
         """Stop every server (in parallel: each stop waits for its poll to end)."""
         if self._stopped:
             return
         self._stopped = True
+        self._stop_beating.set()
+        if self._heart is not None:
+            self._heart.join(HEARTBEAT_STOP_S)
         # Wake calls hanging on dead hosts and sleeping boots first, so the
         # servers' worker threads can finish; close the state file after them.
         self.driver.interrupt()
@@ -262,15 +340,20 @@ def serve(conf, database, hosts: Iterable[str] | None = None, per_host: bool = F
     driver = FakeDriver.from_conf(conf)
     driver.add_hosts(inventories)
     names = list(inventories)
-    # A host that was fenced while this agent was away must not run the
-    # copies that were evacuated off it: destroy them before serving.
-    for host, doomed in driver.cleanup_all_evacuated().items():
-        LOG.warning("host %s: destroyed %d evacuated guests", host, len(doomed))
+    # A host rebuilt elsewhere while it was dead (and this agent away) must
+    # not run those copies: destroy them before serving. Dead hosts keep
+    # theirs until they come back.
+    try:
+        destroy_all_evacuated_copies(database, driver)
+    except Exception:
+        driver.close()
+        raise
     server_name = server_name or default_server_name()
     route = None if per_host else server_name
     write_routes(database, names, route)
     agent = ComputeAgent(conf, driver, names if per_host else [server_name],
-                         agent_name=server_name, transport_url=transport_url)
+                         agent_name=server_name, transport_url=transport_url,
+                         database=database)
     try:
         return agent.start()
     except Exception:

@@ -58,3 +58,24 @@ class BuildFailed(ComputeError):
     """The hypervisor failed to spawn the guest (nothing is left behind)."""
 
     code = "fleetflow.compute.build_failed"
+
+
+class SourceAlive(Conflict):
+    """A rebuild next to a living source would make two running copies of the server."""
+
+    code = "HOST_ALIVE"
+    status = 409
+
+
+class LiveMigrationUnsupported(Conflict):
+    """The server cannot be live-migrated (a cold migration may still move it)."""
+
+    code = "LIVE_MIGRATION_UNSUPPORTED"
+    status = 409
+
+
+class MoveFailed(ComputeError):
+    """A move failed, or cannot be confirmed or reverted in the state it is in."""
+
+    code = "MIGRATION_FAILED"
+    status = 409

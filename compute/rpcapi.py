@@ -7,8 +7,9 @@ running it: the build may have happened. Ask the host (``get_instance``) before
 retrying, or use :meth:`ComputeAPI.ensure_built`, which does exactly that.
 
 Errors raised on the host (StaleFence, CapacityExceeded, BuildFailed, HostDead,
-InstanceNotFound ...) arrive as the same classes (oslo.messaging rebuilds them
-from the allowed remote modules), so ``except CapacityExceeded`` works here.
+InstanceNotFound, SourceAlive, LiveMigrationUnsupported, MoveFailed ...) arrive
+as the same classes (oslo.messaging rebuilds them from the allowed remote
+modules), so ``except CapacityExceeded`` works here.
 """
 
 from __future__ import annotations
@@ -130,23 +131,6 @@ class ComputeAPI:
                          timeout: float | None = None, cast: bool = False) -> dict | None:
         return self._send(host, "destroy_instance", timeout, cast, uuid=uuid, fence=fence)
 
-    def rebuild_instance(self, host: str, uuid: str, resources: Mapping | None = None,
-                         image: str | None = None, source_host: str | None = None,
-                         fence: Mapping | None = None, timeout: float | None = None,
-                         cast: bool = False) -> dict | None:
-        """Re-image on ``host``, or rebuild an evacuated instance from ``source_host``."""
-        return self._send(host, "rebuild_instance", timeout, cast, uuid=uuid,
-                          resources=dict(resources) if resources else None, image=image,
-                          source_host=source_host, fence=fence)
-
-    def migrate_instance(self, host: str, uuid: str, source_host: str,
-                         resources: Mapping | None = None, fence: Mapping | None = None,
-                         timeout: float | None = None, cast: bool = False) -> dict | None:
-        """Move ``uuid`` from ``source_host`` to ``host`` (the destination)."""
-        return self._send(host, "migrate_instance", timeout, cast, uuid=uuid,
-                          source_host=source_host,
-                          resources=dict(resources) if resources else None, fence=fence)
-
     def attach_volume(self, host: str, uuid: str, volume_id: str,
                       fence: Mapping | None = None, timeout: float | None = None,
                       cast: bool = False) -> dict | None:
@@ -159,14 +143,35 @@ class ComputeAPI:
         return self._send(host, "detach_volume", timeout, cast, uuid=uuid,
                           volume_id=volume_id, fence=fence)
 
-    def fence_instance(self, host: str, uuid: str, timeout: float | None = None) -> None:
-        """Mark ``host``'s copy of ``uuid`` for destruction when that host comes back.
+    def start_move(self, host: str, migration_id: str, kind: str, uuid: str,
+                   source_host: str, resources: Mapping, image: str | None = None,
+                   fence: Mapping | None = None, timeout: float | None = None) -> dict:
+        """Start moving ``uuid`` from ``source_host`` to ``host`` (the destination).
 
-        Accepted even while the host is dead (fault-injected); the usual path
-        is ``rebuild_instance(source_host=...)`` on the destination, which
-        records the same mark in the shared state file.
+        ``kind``: ``rebuild`` (``image`` is what it spawns from), ``live`` or
+        ``cold``. Returns the move record at once; poll :meth:`get_move`.
+        Idempotent by ``migration_id``, so after OutcomeUnknown send it again.
         """
-        return self.call(host, "fence_instance", timeout=timeout, uuid=uuid)
+        return self.call(host, "start_move", timeout=timeout, migration_id=migration_id,
+                         kind=kind, uuid=uuid, source_host=source_host,
+                         resources=dict(resources), image=image, fence=fence)
+
+    def get_move(self, host: str, migration_id: str,
+                 timeout: float | None = None) -> dict | None:
+        """The move record on its destination ``host``, or None if it never arrived."""
+        return self.call(host, "get_move", timeout=timeout, migration_id=migration_id)
+
+    def confirm_move(self, host: str, migration_id: str, fence: Mapping | None = None,
+                     timeout: float | None = None) -> dict:
+        """End a completed move for good (idempotent; MoveFailed if it did not complete)."""
+        return self.call(host, "confirm_move", timeout=timeout, migration_id=migration_id,
+                         fence=fence)
+
+    def revert_move(self, host: str, migration_id: str, fence: Mapping | None = None,
+                    timeout: float | None = None) -> dict | None:
+        """Undo a move not confirmed yet (idempotent); None if it never arrived."""
+        return self.call(host, "revert_move", timeout=timeout, migration_id=migration_id,
+                         fence=fence)
 
     def list_instances(self, host: str, timeout: float | None = None) -> list[dict]:
         return self.call(host, "list_instances", timeout=timeout)
@@ -179,8 +184,19 @@ class ComputeAPI:
         return self.call(host, "ping", timeout=timeout)
 
     def set_faults(self, host: str, timeout: float | None = None, **faults) -> dict:
-        """Inject faults: fail_next, fail_fraction, seed, dead, hang_seconds."""
+        """Inject faults: fail_next, fail_fraction, seed, dead, hang_seconds, fail_next_moves.
+
+        ``dead=False`` also destroys the host's copies of servers rebuilt
+        elsewhere meanwhile (``destroyed_copies`` in the answer).
+        """
         return self.call(host, "set_faults", timeout=timeout, **faults)
+
+    def set_server_faults(self, host: str, uuid: str, fail_move: bool | None = None,
+                          live_migratable: bool | None = None,
+                          timeout: float | None = None) -> dict:
+        """Faults of one server's moves (any served ``host`` routes them; they hold on all)."""
+        return self.call(host, "set_server_faults", timeout=timeout, uuid=uuid,
+                         fail_move=fail_move, live_migratable=live_migratable)
 
     # -- safe retries ------------------------------------------------------
 

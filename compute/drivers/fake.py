@@ -7,7 +7,7 @@ host and not like a mock:
   (``fake_store``), so they survive ``kill -9`` of the process that served them;
 - every operation is idempotent: building an existing uuid returns it and does
   not spawn again (``spawn_count`` counts effective spawns), destroying a
-  missing guest is fine, rebuild / migrate / attach / detach converge;
+  missing guest is fine, moves / attach / detach converge;
 - builds never exceed the host's real capacity (a scheduler bug fails loudly),
   take ``boot_seconds`` and run at most ``max_concurrent_builds`` at once per
   host (as Nova's option; builds beyond it wait);
@@ -16,10 +16,17 @@ host and not like a mock:
   then on. A spawn thus counts when its boot starts: a guest destroyed, or a
   process killed, mid-boot still counts one, and a boot outlives the process
   that started it (a later build of the uuid waits for it, never boots it again);
-- faults per host: fail the next N builds, fail a seeded fraction, go dead;
+- moves between hosts (rebuild, live, cold) are persisted records with a
+  duration, started by one call and polled (``fake_moves``), at most one
+  effective move per migration id and destination;
+- faults per host: fail the next N builds, fail a seeded fraction, fail the
+  next N moves, go dead (persisted: every process sharing the file sees it,
+  and none revives a host by starting); per server: fail its moves, refuse
+  live migration;
 - fencing: mutating operations carry ``fence={"key", "token"}`` and an older
-  token than the newest seen for the key is refused with StaleFence; copies of
-  instances evacuated off a fenced host are destroyed when it comes back.
+  token than the newest seen for the key is refused with StaleFence. Which
+  copies a host that comes back must destroy is the database's call
+  (``destroy_copies``), not this file's.
 """
 
 from __future__ import annotations
@@ -30,22 +37,35 @@ import time
 from collections.abc import Iterator, Mapping
 
 from fleetflow.common import config, states
+from fleetflow.compute import moves as mv
+from fleetflow.compute.drivers import fake_faults as faults
+from fleetflow.compute.drivers import fake_moves as moves
 from fleetflow.compute.drivers import fake_store as store
-from fleetflow.compute.drivers.fake_faults import FaultBook
-from fleetflow.compute.exceptions import BuildFailed, HostDead, HostNotServed, InstanceNotFound
+from fleetflow.compute.exceptions import (
+    BuildFailed,
+    HostNotServed,
+    InstanceNotFound,
+    MoveFailed,
+)
 
 
-class FakeDriver:
+class FakeDriver(faults.FaultCalls):
     """The simulated hypervisor of every host a process serves."""
 
     def __init__(self, state_path: str, boot_seconds: float = 0.0,
-                 max_concurrent_builds: int = 10):
+                 max_concurrent_builds: int = 10, migrate_seconds: float = 0.0,
+                 live_migrate_seconds: float = 0.0, max_outgoing_migrations: int = 4,
+                 max_incoming_migrations: int = 4):
         self.state_path = state_path
         self.boot_seconds = boot_seconds
         self.max_concurrent_builds = max_concurrent_builds
+        self.move_rules = moves.MoveRules(
+            live_seconds=live_migrate_seconds, migrate_seconds=migrate_seconds,
+            max_outgoing=max_outgoing_migrations, max_incoming=max_incoming_migrations)
         self.store = store.GuestStore(state_path)
         self._inventories: dict[str, Mapping] = {}
-        self._faults = FaultBook()
+        self._faults = faults.FaultBook()
+        self._revived = threading.Condition()
         self._semaphores: dict[str, threading.BoundedSemaphore] = {}
         self._building: dict[str, int] = {}
         self._peak: dict[str, int] = {}
@@ -55,9 +75,14 @@ class FakeDriver:
 
     @classmethod
     def from_conf(cls, conf) -> FakeDriver:
-        return cls(config.state_path(conf, conf.compute.state_path),
-                   boot_seconds=conf.compute.boot_seconds,
-                   max_concurrent_builds=conf.compute.max_concurrent_builds)
+        compute = conf.compute
+        return cls(config.state_path(conf, compute.state_path),
+                   boot_seconds=compute.boot_seconds,
+                   max_concurrent_builds=compute.max_concurrent_builds,
+                   migrate_seconds=compute.migrate_seconds,
+                   live_migrate_seconds=compute.live_migrate_seconds,
+                   max_outgoing_migrations=compute.max_concurrent_outgoing_migrations,
+                   max_incoming_migrations=compute.max_concurrent_incoming_migrations)
 
     # -- hosts -------------------------------------------------------------
 
@@ -82,28 +107,6 @@ class FakeDriver:
     def usage(self, host: str) -> dict[str, int]:
         with self.store.read() as conn:
             return store.usage(conn, host)
-
-    # -- faults ------------------------------------------------------------
-
-    def set_faults(self, host: str, **faults) -> dict:
-        """Change a host's faults (``fake_faults.FaultBook.change``'s arguments)."""
-        self._inventory(host)
-        public = self._faults.change(host, **faults)
-        if faults.get("dead") is False:
-            # A host coming back first destroys what was evacuated off it.
-            self.cleanup_evacuated(host)
-        return public
-
-    def get_faults(self, host: str) -> dict:
-        return self._faults.of(host).public()
-
-    def _check_alive(self, host: str) -> None:
-        self._inventory(host)
-        if not self._faults.is_reachable(host, self._closed):
-            raise HostDead(f"host {host} is dead", host=host)
-
-    def _take_build_fault(self, host: str) -> str | None:
-        return self._faults.take_build_fault(host)
 
     # -- serialisation and the build slots ---------------------------------
 
@@ -154,30 +157,6 @@ class FakeDriver:
         self._check_alive(host)
         with self._guest_lock(host, uuid):
             return self._spawn(host, uuid, resources, image, fence, "builds")
-
-    def rebuild_instance(self, host: str, uuid: str, resources: Mapping | None = None,
-                         image: str | None = None, source_host: str | None = None,
-                         fence: Mapping | None = None) -> dict:
-        """Re-image ``uuid`` on ``host``, or (with ``source_host``) rebuild it here after an
-        evacuation: the copy on the fenced source is destroyed when that host comes back."""
-        self._check_alive(host)
-        with self._guest_lock(host, uuid):
-            with self.store.write() as conn:
-                store.apply_evacuations(conn, host)
-                store.check_fence(conn, fence)
-                if source_host and source_host != host:
-                    store.record_evacuation(conn, source_host, uuid)
-                guest = store.load_guest(conn, host, uuid)
-                if guest is not None and guest["state"] == states.ACTIVE:
-                    if source_host or image is None or image == guest["image"]:
-                        return guest  # already rebuilt with this image: nothing to do
-                    store.update_guest(conn, host, uuid, image=image)
-                    store.count_spawn(conn, host, uuid, "rebuilds")
-                    return store.load_guest(conn, host, uuid)
-            if resources is None:
-                raise InstanceNotFound(f"{uuid} is not on {host}; rebuilding it here needs "
-                                       "its resources", host=host, uuid=uuid)
-            return self._spawn(host, uuid, resources, image, fence, "rebuilds")
 
     def _spawn(self, host: str, uuid: str, resources: Mapping, image: str | None,
                fence: Mapping | None, ledger: str) -> dict:
@@ -278,41 +257,21 @@ class FakeDriver:
         """Remove ``uuid`` from ``host``; a missing guest is already destroyed."""
         self._check_alive(host)
         with self.store.write() as conn:
-            store.apply_evacuations(conn, host)
             store.check_fence(conn, fence)
             removed = store.delete_guest(conn, host, uuid)
         return {"uuid": uuid, "host": host, "destroyed": bool(removed)}
 
-    def migrate_instance(self, host: str, uuid: str, source_host: str,
-                         resources: Mapping | None = None,
-                         fence: Mapping | None = None) -> dict:
-        """Make ``uuid`` run on ``host`` (the destination) instead of ``source_host``.
+    def destroy_copies(self, host: str, uuids: list[str]) -> list[str]:
+        """Destroy these guests of ``host`` (copies rebuilt elsewhere while it was dead).
 
-        When the source's guest is in this store it moves in the same
-        transaction; otherwise the caller destroys the source copy (destroy is
-        idempotent, so callers may always do so).
+        An incoming copy of a move to ``host`` is not one of them: the server
+        may be moving back here.
         """
         self._check_alive(host)
-        inventory = self._inventory(host)
-        with self._guest_lock(host, uuid), self.store.write() as conn:
-            store.apply_evacuations(conn, host)
-            store.check_fence(conn, fence)
-            guest = store.load_guest(conn, host, uuid)
-            if guest is not None:
-                return guest
-            source = store.load_guest(conn, source_host, uuid)
-            if resources is None:
-                if source is None:
-                    raise InstanceNotFound(f"{uuid} is on neither {source_host} nor {host}",
-                                           host=source_host, uuid=uuid)
-                resources = source["resources"]
-            store.check_capacity(conn, host, inventory, resources)
-            store.insert_guest(conn, host, uuid, states.ACTIVE,
-                               source["image"] if source else None, resources,
-                               volumes=source["volumes"] if source else [],
-                               migrated_from=source_host)
-            store.delete_guest(conn, source_host, uuid)
-            return store.load_guest(conn, host, uuid)
+        if not uuids:
+            return []
+        with self.store.write() as conn:
+            return store.delete_guests(conn, host, list(uuids), keep_state=mv.MIGRATING)
 
     def attach_volume(self, host: str, uuid: str, volume_id: str,
                       fence: Mapping | None = None) -> dict:
@@ -325,7 +284,6 @@ class FakeDriver:
     def _change_volumes(self, host, uuid, volume_id, fence, attach: bool) -> dict:
         self._check_alive(host)
         with self._guest_lock(host, uuid), self.store.write() as conn:
-            store.apply_evacuations(conn, host)
             store.check_fence(conn, fence)
             guest = store.load_guest(conn, host, uuid)
             if guest is None:
@@ -339,60 +297,108 @@ class FakeDriver:
                 store.update_guest(conn, host, uuid, volumes=volumes)
             return store.load_guest(conn, host, uuid)
 
-    def fence_instance(self, host: str, uuid: str) -> None:
-        """Mark ``host``'s copy of ``uuid`` for destruction when the host comes back.
+    # -- moves ---------------------------------------------------------------
 
-        Works while the host is dead: the mark is in the shared state file, and
-        the host applies it before anything else it does.
+    def start_move(self, host: str, migration_id: str, kind: str, uuid: str,
+                   source_host: str, resources: Mapping, image: str | None = None,
+                   fence: Mapping | None = None) -> dict:
+        """Start moving ``uuid`` from ``source_host`` to ``host``; returns the move record.
+
+        Idempotent: a move already recorded under ``migration_id`` for ``host``
+        is returned as it stands now. ``image`` is what a rebuild spawns from.
         """
-        self._inventory(host)
+        self._check_alive(host)
+        inventory = self._inventory(host)
         with self.store.write() as conn:
-            store.record_evacuation(conn, host, uuid)
+            now = time.time()  # once the write lock is ours: the queue's order is this
+            store.check_fence(conn, fence)
+            row = moves.load(conn, migration_id, host)
+            if row is None:
+                moves.admit(conn, self.move_rules, migration_id=migration_id, kind=kind,
+                            uuid=uuid, source=source_host, destination=host,
+                            resources=resources, image=image, inventory=inventory, now=now)
+            elif (row["uuid"], row["kind"]) != (uuid, kind):
+                raise MoveFailed(f"move {migration_id} to {host} is the {row['kind']} move "
+                                 f"of {row['uuid']}", migration_id=migration_id, uuid=uuid)
+            moves.advance(conn, self.move_rules, now)
+            return moves.record_dict(moves.load(conn, migration_id, host))
 
-    def cleanup_evacuated(self, host: str) -> list[str]:
-        """Destroy ``host``'s evacuated copies now (host revived)."""
-        with self.store.write() as conn:
-            return store.apply_evacuations(conn, host)
+    def get_move(self, host: str, migration_id: str) -> dict | None:
+        """The move as it stands now; None if ``host`` never received it."""
+        self._check_alive(host)
+        with self.store.read() as conn:
+            due = moves.anything_due(conn, time.time())
+            row = None if due else moves.load(conn, migration_id, host)
+        if due:  # any poll moves the whole queue on, not only its own move
+            with self.store.write() as conn:
+                moves.advance(conn, self.move_rules, time.time())
+                row = moves.load(conn, migration_id, host)
+        return moves.record_dict(row) if row is not None else None
 
-    def cleanup_all_evacuated(self) -> dict[str, list[str]]:
-        """Destroy the evacuated copies of every served host (agent start)."""
+    def confirm_move(self, host: str, migration_id: str, fence: Mapping | None = None) -> dict:
+        """End a completed move for good (MoveFailed if it did not complete)."""
+        return self._end_move(host, migration_id, fence, confirm=True)
+
+    def revert_move(self, host: str, migration_id: str,
+                    fence: Mapping | None = None) -> dict | None:
+        """Undo a move not confirmed yet; None if ``host`` never received it."""
+        return self._end_move(host, migration_id, fence, confirm=False)
+
+    def _end_move(self, host, migration_id, fence, confirm: bool) -> dict | None:
+        self._check_alive(host)
         with self.store.write() as conn:
-            return store.apply_all_evacuations(conn, set(self._inventories))
+            now = time.time()
+            store.check_fence(conn, fence)
+            moves.advance(conn, self.move_rules, now)
+            row = moves.load(conn, migration_id, host)
+            if row is None:
+                if confirm:
+                    raise MoveFailed(f"host {host} has no move {migration_id} to confirm",
+                                     migration_id=migration_id, host=host)
+                return None
+            if confirm:
+                moves.confirm(conn, row, now)
+            else:
+                moves.revert(conn, self.move_rules, row, now,
+                             source_inventory=self._inventories.get(row["source"]))
+            return moves.record_dict(moves.load(conn, migration_id, host))
+
+    def _host_died(self, conn, host: str) -> None:
+        moves.host_died(conn, self.move_rules, host, time.time())
+
+    def move_count(self, uuid: str) -> int:
+        """Moves of ``uuid`` that completed, on every host (a double move stays visible)."""
+        with self.store.read() as conn:
+            return moves.move_count(conn, uuid)
 
     # -- reads -------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _read(self, host: str) -> Iterator:
-        """A connection to read ``host``'s guests, its pending evacuations applied first."""
+    def get_instance(self, host: str, uuid: str) -> dict | None:
         self._check_alive(host)
         with self.store.read() as conn:
-            pending = store.has_evacuations(conn, host)
-        if pending:
-            self.cleanup_evacuated(host)
-        with self.store.read() as conn:
-            yield conn
-
-    def get_instance(self, host: str, uuid: str) -> dict | None:
-        with self._read(host) as conn:
             return store.load_guest(conn, host, uuid)
 
     def list_instances(self, host: str) -> list[dict]:
-        with self._read(host) as conn:
+        self._check_alive(host)
+        with self.store.read() as conn:
             return store.load_guests(conn, host)
 
     def ping(self, host: str) -> dict:
         self._check_alive(host)
-        return {"host": host, "alive": True, "time": time.time()}
+        # A simulation: a real driver's answer would say False.
+        return {"host": host, "alive": True, "time": time.time(), "simulated": True}
 
-    def spawn_count(self, uuid: str, host: str | None = None) -> int:
-        """Effective builds of ``uuid`` (on ``host``, or on every host), destroyed or not."""
+    def spawn_count(self, uuid: str, host: str | None = None, ledger: str = "builds") -> int:
+        """Effective builds (or ``rebuilds``) of ``uuid`` (on ``host``, or on every host),
+        destroyed or not."""
         with self.store.read() as conn:
-            return store.spawn_count(conn, uuid, host)
+            return store.spawn_count(conn, uuid, host, ledger)
 
     def interrupt(self) -> None:
         """Shutting down: calls hanging on dead hosts fail, sleeping boots end now."""
         self._closed.set()
-        self._faults.release_hanging()
+        with self._revived:
+            self._revived.notify_all()
 
     def close(self) -> None:
         """Interrupt, then close the state file (after the callers are gone)."""

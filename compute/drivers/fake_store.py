@@ -25,8 +25,16 @@ Tables:
   a guest destroyed or a process killed mid-boot still counts one spawn, so
   "at most one spawn per uuid" checks stay valid and become stricter.
 - ``fences``: the highest fencing token seen per key.
-- ``evacuated``: copies a host must destroy when it comes back (it was fenced
-  and its instances rebuilt elsewhere).
+- ``moves``: guests moving between hosts, with a duration, like boots
+  (``fake_moves``).
+- ``host_faults`` / ``server_faults``: the faults every process sharing the file
+  must see (a dead host, moves to fail); ``fake_faults`` reads and writes them.
+
+A guest's ``data`` is a token standing for its disk's contents: set when it is
+built, carried by a live or cold move, new after a rebuild (the data is lost).
+Which copies of a host were evacuated while it was dead is not kept here: the
+fleetflow database decides it, and the agent destroys them
+(``FakeDriver.destroy_copies``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import contextlib
 import json
 import os
 import queue
+import secrets
 import sqlite3
 import threading
 import time
@@ -48,16 +57,29 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS guests (
     host TEXT NOT NULL, uuid TEXT NOT NULL, state TEXT NOT NULL, image TEXT,
     resources TEXT NOT NULL, volumes TEXT NOT NULL, migrated_from TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, ready_at REAL,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, ready_at REAL, data TEXT,
     PRIMARY KEY (host, uuid));
 CREATE INDEX IF NOT EXISTS ix_guests_uuid ON guests (uuid);
 CREATE TABLE IF NOT EXISTS spawns (
     uuid TEXT NOT NULL, host TEXT NOT NULL, builds INTEGER NOT NULL DEFAULT 0,
     rebuilds INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (uuid, host));
 CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, token INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS evacuated (
-    host TEXT NOT NULL, uuid TEXT NOT NULL, recorded_at REAL NOT NULL,
-    PRIMARY KEY (host, uuid));
+CREATE TABLE IF NOT EXISTS moves (
+    migration_id TEXT NOT NULL, uuid TEXT NOT NULL, kind TEXT NOT NULL,
+    source TEXT NOT NULL, destination TEXT NOT NULL, status TEXT NOT NULL,
+    resources TEXT NOT NULL, image TEXT, duration REAL NOT NULL,
+    created_at REAL NOT NULL, started_at REAL, ends_at REAL, completed_at REAL,
+    updated_at REAL NOT NULL, error TEXT, code TEXT,
+    PRIMARY KEY (migration_id, destination));
+CREATE INDEX IF NOT EXISTS ix_moves_status ON moves (status, ends_at);
+CREATE INDEX IF NOT EXISTS ix_moves_queue ON moves (status, created_at);
+CREATE INDEX IF NOT EXISTS ix_moves_uuid ON moves (uuid);
+CREATE TABLE IF NOT EXISTS host_faults (
+    host TEXT PRIMARY KEY, dead INTEGER NOT NULL DEFAULT 0,
+    fail_next_moves INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS server_faults (
+    uuid TEXT PRIMARY KEY, fail_move INTEGER NOT NULL DEFAULT 0,
+    live_migratable INTEGER NOT NULL DEFAULT 1);
 """
 
 GUEST_SELECT = """
@@ -91,6 +113,7 @@ class GuestStore:
         with self.read() as conn:
             conn.executescript(SCHEMA)
             add_ready_at(conn)
+            add_data(conn)
 
     def _open(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN ourselves (IMMEDIATE for
@@ -151,17 +174,30 @@ class GuestStore:
                 conn.close()
 
 
-def add_ready_at(conn) -> None:
-    """Give ``guests`` its ``ready_at`` column when the file predates it."""
+def add_guest_column(conn, name: str, declaration: str) -> None:
+    """Give ``guests`` a column added since the file was created."""
     columns = {row["name"] for row in conn.execute("PRAGMA table_info(guests)")}
-    if "ready_at" in columns:
+    if name in columns:
         return
     try:
-        conn.execute("ALTER TABLE guests ADD COLUMN ready_at REAL")
+        conn.execute(f"ALTER TABLE guests ADD COLUMN {name} {declaration}")
     except sqlite3.OperationalError as exc:
         # Another process opening the same old file added it first.
         if "duplicate column" not in str(exc):
             raise
+
+
+def add_ready_at(conn) -> None:
+    add_guest_column(conn, "ready_at", "REAL")
+
+
+def add_data(conn) -> None:
+    # Guests of an older file keep no token (NULL): their data was never tracked.
+    add_guest_column(conn, "data", "TEXT")
+
+
+def new_data_token() -> str:
+    return secrets.token_hex(8)
 
 
 def guest_state(row, now: float) -> str:
@@ -180,7 +216,7 @@ def guest_dict(row, now: float | None = None) -> dict:
         "image": row["image"], "resources": json.loads(row["resources"]),
         "volumes": json.loads(row["volumes"]), "migrated_from": row["migrated_from"],
         "created_at": row["created_at"], "ready_at": row["ready_at"],
-        "spawn_count": row["builds"],
+        "spawn_count": row["builds"], "data_token": row["data"],
     }
 
 
@@ -204,13 +240,14 @@ def load_guests(conn, host: str) -> list[dict]:
 
 def insert_guest(conn, host: str, uuid: str, state: str, image: str | None,
                  resources: Mapping, volumes: list | None = None,
-                 migrated_from: str | None = None) -> None:
+                 migrated_from: str | None = None, data: str | None = None) -> None:
+    """Insert one guest; with no ``data`` it gets a new token (a fresh disk)."""
     now = time.time()
     conn.execute(
         "INSERT INTO guests (host, uuid, state, image, resources, volumes, migrated_from,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (host, uuid, state, image, json.dumps({rc: int(v) for rc, v in resources.items() if v}),
-         json.dumps(volumes or []), migrated_from, now, now))
+         json.dumps(volumes or []), migrated_from, now, now, data or new_data_token()))
 
 
 # The rows ``unbooted`` is true of. A state filter alone would also match
@@ -227,6 +264,18 @@ def update_guest(conn, host: str, uuid: str, unbooted_only: bool = False, **valu
     where = "host = ? AND uuid = ?" + (UNBOOTED_WHERE if unbooted_only else "")
     return conn.execute(f"UPDATE guests SET {sets} WHERE {where}",
                         [*values.values(), host, uuid]).rowcount
+
+
+def update_guest_in_state(conn, host: str, uuid: str, current: str, new: str) -> bool:
+    """Set a guest's state to ``new`` if it reads ``current`` now.
+
+    Compared with the state it reads as, not the column: a guest whose boot
+    is over reads ACTIVE while its row still says BUILDING.
+    """
+    guest = load_guest(conn, host, uuid)
+    if guest is None or guest["state"] != current:
+        return False
+    return bool(update_guest(conn, host, uuid, state=new))
 
 
 def delete_guest(conn, host: str, uuid: str, unbooted_only: bool = False) -> int:
@@ -257,13 +306,12 @@ def end_boot_now(conn, host: str, uuid: str) -> None:
 
 def guest_before_spawn(conn, host: str, uuid: str, inventory: Mapping, resources: Mapping,
                        fence: Mapping | None) -> dict | None:
-    """Inside a spawn's first write: evacuations applied, fence checked, the guest if any.
+    """Inside a spawn's first write: fence checked, the guest if any.
 
     With no guest yet, the host must have room for it: capacity is taken when
     the request arrives (the row is the claim), so builds waiting for a slot
     cannot overcommit.
     """
-    apply_evacuations(conn, host)
     check_fence(conn, fence)
     guest = load_guest(conn, host, uuid)
     if guest is None:
@@ -295,40 +343,29 @@ def count_spawn(conn, host: str, uuid: str, column: str) -> None:
         "rebuilds = rebuilds + excluded.rebuilds", (uuid, host, builds, rebuilds))
 
 
-def spawn_count(conn, uuid: str, host: str | None = None) -> int:
+def spawn_count(conn, uuid: str, host: str | None = None, ledger: str = "builds") -> int:
+    column = "rebuilds" if ledger == "rebuilds" else "builds"
     if host is None:
-        row = conn.execute("SELECT SUM(builds) FROM spawns WHERE uuid = ?", (uuid,)).fetchone()
+        row = conn.execute(f"SELECT SUM({column}) FROM spawns WHERE uuid = ?",
+                           (uuid,)).fetchone()
     else:
-        row = conn.execute("SELECT SUM(builds) FROM spawns WHERE uuid = ? AND host = ?",
+        row = conn.execute(f"SELECT SUM({column}) FROM spawns WHERE uuid = ? AND host = ?",
                            (uuid, host)).fetchone()
     return int(row[0] or 0)
 
 
-def has_evacuations(conn, host: str) -> bool:
-    return conn.execute("SELECT 1 FROM evacuated WHERE host = ? LIMIT 1",
-                        (host,)).fetchone() is not None
-
-
-def apply_evacuations(conn, host: str) -> list[str]:
-    """Destroy the copies of instances rebuilt elsewhere while ``host`` was fenced."""
-    doomed = [row[0] for row in conn.execute(
-        "SELECT uuid FROM evacuated WHERE host = ? ORDER BY uuid", (host,))]
-    if doomed:
-        conn.execute("DELETE FROM guests WHERE host = ? AND uuid IN "
-                     "(SELECT uuid FROM evacuated WHERE host = ?)", (host, host))
-        conn.execute("DELETE FROM evacuated WHERE host = ?", (host,))
-    return doomed
-
-
-def apply_all_evacuations(conn, hosts: set[str]) -> dict[str, list[str]]:
-    """:func:`apply_evacuations` for many hosts in one transaction (agent start)."""
-    pending = {row[0] for row in conn.execute("SELECT DISTINCT host FROM evacuated")}
-    return {host: apply_evacuations(conn, host) for host in sorted(pending & hosts)}
-
-
-def record_evacuation(conn, host: str, uuid: str) -> None:
-    conn.execute("INSERT OR IGNORE INTO evacuated (host, uuid, recorded_at) VALUES (?, ?, ?)",
-                 (host, uuid, time.time()))
+def delete_guests(conn, host: str, uuids: list[str], keep_state: str | None = None,
+                  chunk: int = 500) -> list[str]:
+    """Delete these guests of ``host`` (but those in ``keep_state``); returns the deleted."""
+    gone = []
+    for start in range(0, len(uuids), chunk):
+        part = list(uuids[start:start + chunk])
+        marks = ", ".join("?" * len(part))
+        where = f"WHERE host = ? AND uuid IN ({marks}) AND state IS NOT ?"
+        args = [host, *part, keep_state]
+        gone += [row[0] for row in conn.execute(f"SELECT uuid FROM guests {where}", args)]
+        conn.execute(f"DELETE FROM guests {where}", args)
+    return sorted(gone)
 
 
 def capacity(inventory: Mapping) -> dict[str, float]:

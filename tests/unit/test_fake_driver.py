@@ -247,45 +247,79 @@ def test_attach_detach_are_idempotent(driver):
         driver.attach_volume("h1", "missing", "v1")
 
 
-def test_migrate_moves_the_guest_once(driver):
-    driver.build_instance("h1", "m1", SMALL, image="cirros")
-    driver.attach_volume("h1", "m1", "v1")
-    moved = driver.migrate_instance("h2", "m1", source_host="h1")
-    again = driver.migrate_instance("h2", "m1", source_host="h1")
-    assert moved["host"] == again["host"] == "h2"
-    assert moved["volumes"] == ["v1"] and moved["migrated_from"] == "h1"
-    assert driver.get_instance("h1", "m1") is None
-    assert driver.usage("h2")["VCPU"] == 1 and driver.usage("h1") == {}
-    assert driver.spawn_count("m1") == 1
+def test_every_guest_gets_its_own_data_token(driver):
+    first = driver.build_instance("h1", "d1", SMALL)
+    second = driver.build_instance("h1", "d2", SMALL)
+    assert first["data_token"] and second["data_token"]
+    assert first["data_token"] != second["data_token"]
+    # A repeated build is the same guest, with the same data.
+    assert driver.build_instance("h1", "d1", SMALL)["data_token"] == first["data_token"]
+    assert driver.get_instance("h1", "d1")["data_token"] == first["data_token"]
 
 
-def test_rebuild_reimages_once_and_evacuation_fences_the_source(driver):
-    driver.build_instance("h1", "e1", SMALL, image="cirros")
-    assert driver.rebuild_instance("h1", "e1", image="ubuntu")["image"] == "ubuntu"
-    assert driver.rebuild_instance("h1", "e1", image="ubuntu")["image"] == "ubuntu"
-    # h1 dies; e1 is rebuilt on h2 from h1.
-    driver.set_faults("h1", dead=True)
-    rebuilt = driver.rebuild_instance("h2", "e1", resources=SMALL, image="ubuntu",
-                                      source_host="h1")
-    assert driver.rebuild_instance("h2", "e1", resources=SMALL, image="ubuntu",
-                                   source_host="h1") == rebuilt
-    assert rebuilt["host"] == "h2" and rebuilt["state"] == "ACTIVE"
-    # h1 comes back: the evacuated copy is gone, not running twice.
-    driver.set_faults("h1", dead=False)
-    assert driver.list_instances("h1") == []
-    assert driver.spawn_count("e1") == 1
-
-
-def test_fence_instance_applies_when_the_host_comes_back(make_driver):
+def test_the_dead_state_is_in_the_file_for_every_process(make_driver):
     first = make_driver()
-    first.build_instance("h1", "stale-copy", SMALL)
-    first.build_instance("h1", "keeper", SMALL)
-    first.fence_instance("h1", "stale-copy")
-    first.close()
-    # Another process (same state file) serving h1 after a restart.
+    first.build_instance("h1", "u1", SMALL)
+    first.set_faults("h1", dead=True, fail_next=3)
+    # Another process sharing the file, and a restarted one, see h1 dead:
+    # starting does not revive a host. In-memory faults do not carry over.
     second = make_driver()
-    assert second.cleanup_all_evacuated() == {"h1": ["stale-copy"]}
-    assert [g["uuid"] for g in second.list_instances("h1")] == ["keeper"]
+    with pytest.raises(HostDead):
+        second.ping("h1")
+    assert second.get_faults("h1")["dead"] is True
+    assert second.get_faults("h1")["fail_next"] == 0
+    assert second.dead_hosts() == {"h1"}
+    first.close()
+    third = make_driver()
+    with pytest.raises(HostDead):
+        third.list_instances("h1")
+    # Revived by one process: alive for all of them.
+    second.set_faults("h1", dead=False)
+    assert [g["uuid"] for g in third.list_instances("h1")] == ["u1"]
+    assert third.dead_hosts() == set()
+
+
+def test_a_call_hanging_on_a_host_another_process_revives_goes_through(make_driver):
+    hanging, reviver = make_driver(), make_driver()
+    reviver.set_faults("h1", dead=True)
+    hanging.set_faults("h1", hang_seconds=30)
+    caller, outcome = in_thread(hanging.ping, "h1")
+    caller.join(0.3)
+    assert caller.is_alive()
+    reviver.set_faults("h1", dead=False)
+    caller.join(10)
+    assert not caller.is_alive() and outcome["result"]["alive"] is True
+
+
+def test_ping_says_the_host_is_simulated(driver):
+    answer = driver.ping("h1")
+    assert answer["host"] == "h1" and answer["alive"] is True
+    assert answer["simulated"] is True
+
+
+def test_destroy_copies_destroys_those_guests_of_that_host_only(driver):
+    for uuid in ("stale-1", "stale-2", "keeper"):
+        driver.build_instance("h1", uuid, SMALL)
+    driver.build_instance("h2", "stale-1", SMALL)  # the copy that lives on
+    assert driver.destroy_copies("h1", ["stale-1", "stale-2", "never-here"]) == [
+        "stale-1", "stale-2"]
+    assert [g["uuid"] for g in driver.list_instances("h1")] == ["keeper"]
+    assert [g["uuid"] for g in driver.list_instances("h2")] == ["stale-1"]
+    assert driver.destroy_copies("h1", ["stale-1"]) == []
+    assert driver.destroy_copies("h1", []) == []
+    driver.set_faults("h1", dead=True)
+    with pytest.raises(HostDead):
+        driver.destroy_copies("h1", ["keeper"])
+    driver.set_faults("h1", dead=False)
+    assert [g["uuid"] for g in driver.list_instances("h1")] == ["keeper"]
+
+
+def test_destroy_copies_keeps_an_incoming_copy(driver):
+    driver.build_instance("h2", "back", SMALL)
+    with driver.store.write() as conn:  # the server moving back to h1 right now
+        store.insert_guest(conn, "h1", "back", "MIGRATING", None, SMALL)
+    assert driver.destroy_copies("h1", ["back"]) == []
+    assert driver.get_instance("h1", "back")["state"] == "MIGRATING"
 
 
 def test_a_boot_interrupted_by_a_crash_is_finished_once(make_driver):
@@ -541,17 +575,20 @@ def test_shutting_down_ends_a_sleeping_boot_now(make_driver):
     assert driver.spawn_count("long") == 1
 
 
-def test_rebuild_migrate_destroy_a_guest_active_by_its_ready_at(make_driver):
+@pytest.mark.parametrize("kind", ["live", "cold"])
+def test_moving_and_destroying_a_guest_active_by_its_ready_at(make_driver, kind):
     driver = make_driver(boot_seconds=0.05)
-    driver.build_instance("h1", "r1", SMALL, image="cirros")
+    built = driver.build_instance("h1", "r1", SMALL, image="cirros")
     assert raw_row(driver, "h1", "r1")["state"] == "BUILDING"
-    rebuilt = driver.rebuild_instance("h1", "r1", image="ubuntu")
-    assert rebuilt["state"] == "ACTIVE" and rebuilt["image"] == "ubuntu"
-    moved = driver.migrate_instance("h2", "r1", source_host="h1")
-    assert moved["state"] == "ACTIVE" and driver.get_instance("h1", "r1") is None
+    move = driver.start_move("h2", "m-r1", kind, "r1", "h1", SMALL)
+    assert move["status"] == "completed"
+    moved = driver.get_instance("h2", "r1")
+    assert moved["state"] == "ACTIVE" and moved["data_token"] == built["data_token"]
+    driver.confirm_move("h2", "m-r1")
+    assert driver.get_instance("h1", "r1") is None
     assert driver.build_instance("h2", "r1", SMALL)["spawn_count"] == 0  # moved, not built
     assert driver.destroy_instance("h2", "r1")["destroyed"] is True
-    assert driver.spawn_count("r1") == 1
+    assert driver.spawn_count("r1") == 1 and driver.move_count("r1") == 1
 
 
 def test_an_old_state_file_gains_ready_at(state_path):
@@ -564,12 +601,19 @@ def test_an_old_state_file_gains_ready_at(state_path):
             "INSERT INTO guests VALUES (?, ?, ?, NULL, '{\"VCPU\": 1}', '[]', NULL, 0, 0)",
             [("h1", "old-active", "ACTIVE"), ("h1", "old-building", "BUILDING")])
     driver = FakeDriver(state_path, boot_seconds=0.05)
-    driver.add_hosts({"h1": INVENTORY})
+    driver.add_hosts({"h1": INVENTORY, "h2": INVENTORY})
     try:
         states = {g["uuid"]: g["state"] for g in driver.list_instances("h1")}
         assert states == {"old-active": "ACTIVE", "old-building": "BUILDING"}
         assert driver.build_instance("h1", "old-building", {"VCPU": 1})["state"] == "ACTIVE"
         assert driver.spawn_count("old-building") == 1
+        # The data column came too: old guests have no token, new ones do,
+        # and an old guest still moves (its unknown data with it).
+        assert driver.get_instance("h1", "old-active")["data_token"] is None
+        assert driver.build_instance("h1", "new", {"VCPU": 1})["data_token"]
+        driver.start_move("h2", "m-old", "live", "old-active", "h1", {"VCPU": 1})
+        moved = driver.get_instance("h2", "old-active")
+        assert moved["state"] == "ACTIVE" and moved["data_token"] is None
     finally:
         driver.close()
 
@@ -591,5 +635,6 @@ def test_two_processes_upgrading_one_old_file_at_once(state_path):
 
     with contextlib.closing(sqlite3.connect(state_path)) as conn:
         store.add_ready_at(StaleSchema(conn))
+        store.add_data(StaleSchema(conn))
         columns = [row[1] for row in conn.execute("PRAGMA table_info(guests)")]
-    assert columns.count("ready_at") == 1
+    assert columns.count("ready_at") == 1 and columns.count("data") == 1
