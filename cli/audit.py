@@ -101,7 +101,8 @@ def audit_direct(conf, strict: bool, hosts, rpc_timeout: float) -> tuple[dict, s
            else f"database directly; hosts over {conf.messaging.transport_url.split('@')[-1]}")
     try:
         report = audit(database, placement, compute, hosts=list(hosts) or None,
-                       strict=strict, rpc_timeout=rpc_timeout)
+                       strict=strict, rpc_timeout=rpc_timeout,
+                       service_down_time=conf.compute.service_down_time)
     finally:
         if simulated:
             compute.close()

@@ -33,13 +33,12 @@ import oslo_messaging
 import sqlalchemy as sa
 from oslo_messaging.rpc import server as rpc_server
 
-from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError, InvalidInput
 from fleetflow.compute import messaging
 from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.rpc_pool import PrestartedPool
 from fleetflow.persistence import evacuations
-from fleetflow.persistence.models import Host, Move
+from fleetflow.persistence.models import Host
 
 LOG = logging.getLogger(__name__)
 
@@ -179,13 +178,14 @@ class ComputeEndpoint:
 
 
 def destroy_evacuated_copies(database, driver: FakeDriver, host: str) -> list[str]:
-    """Destroy ``host``'s copies of the servers rebuilt elsewhere while it was dead."""
+    """Destroy ``host``'s copies of the servers rebuilt elsewhere, or deleted, while
+    it was dead (the database says which: it is the record, not the host)."""
     with database.session() as session:
-        doomed = evacuations.evacuated_copies(session, host)
+        doomed = evacuations.stale_copies(session, host)
     destroyed = driver.destroy_copies(host, doomed) if doomed else []
     if destroyed:
-        LOG.warning("host %s is back: destroyed %d guests rebuilt elsewhere meanwhile: %s",
-                    host, len(destroyed), ", ".join(destroyed[:10]))
+        LOG.warning("host %s is back: destroyed %d guests rebuilt elsewhere or deleted "
+                    "meanwhile: %s", host, len(destroyed), ", ".join(destroyed[:10]))
     return destroyed
 
 
@@ -193,10 +193,9 @@ def destroy_all_evacuated_copies(database, driver: FakeDriver) -> dict[str, list
     """:func:`destroy_evacuated_copies` for every living host the driver serves (agent start)."""
     alive = set(driver.hosts) - driver.dead_hosts()
     with database.session() as session:
-        # Asked first which hosts were ever rebuilt off at all: one query,
-        # rather than one per host for a fleet agent serving thousands.
-        sources = set(session.scalars(sa.select(Move.source).where(
-            Move.mode == states.MODE_REBUILD, Move.status == states.DONE).distinct()))
+        # Asked first which hosts may have anything to destroy at all: one
+        # query, rather than one per host for a fleet agent serving thousands.
+        sources = evacuations.hosts_with_stale_copies(session)
     return {host: destroy_evacuated_copies(database, driver, host)
             for host in sorted(alive & sources)}
 

@@ -40,7 +40,10 @@ KINDS = {
     "stray_attachment": "a guest has a volume attached that is not its in-use volume",
     "missing_attachment": "an in-use volume is not attached to its instance's guest",
     "unknown_host": "an instance row names a host that is not in the fleet",
-    "unreachable_host": "a host did not answer: its guests are unknown",
+    "unreachable_host": "a host that is not down did not answer: its guests are unknown",
+    "evacuated_copy": "a host still runs a copy of a server rebuilt elsewhere off it",
+    "stale_migration": "a migration consumer holds resources and no move is in flight",
+    "stranded_instance": "an instance on a down host that no evacuation is moving",
     "unsettled_instance": "strict audit: an instance is still in a transitional state",
     "unsettled_volume": "strict audit: a volume is still being created",
 }
@@ -96,7 +99,8 @@ class AuditReport:
 
 
 def audit(database, placement_client, compute_api, hosts=None, *, strict: bool = False,
-          workers: int = 16, rpc_timeout: float | None = None) -> AuditReport:
+          workers: int = 16, rpc_timeout: float | None = None,
+          service_down_time: float = 60) -> AuditReport:
     """Compare placement, rows, hosts and groups; return every mismatch.
 
     ``hosts``: host names to ask over RPC (default: every host of the fleet);
@@ -104,7 +108,7 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
     the whole cloud. ``compute_api`` None skips the hosts altogether.
     ``strict``: flows have settled, so transitional states are mismatches too.
     """
-    rows = sources.read_rows(database)
+    rows = sources.read_rows(database, service_down_time)
     view = sources.read_placement(placement_client, database)
     asked = list(rows.hosts) if hosts is None else list(hosts)
     guests = (sources.ask_hosts(compute_api, asked, workers=workers, timeout=rpc_timeout)
@@ -131,15 +135,18 @@ class _Checker:
         self.host_of_provider = {uuid: name for name, uuid in rows.hosts.items()}
         # Providers that are compute hosts: by trait, or by a host row of that uuid.
         self.compute = set(view.compute_providers) | set(self.host_of_provider)
-        self.moving = any(i.task_state == states.TASK_MIGRATING
-                          for i in rows.instances.values())
 
     def add(self, kind, subject, detail, host=None) -> None:
         self.found.append(Mismatch(kind, subject, detail, host))
 
     def skip(self, instance) -> bool:
-        """In flight and not strict: half-made state is expected, leave it alone."""
-        return not self.strict and instance.status in IN_FLIGHT
+        """In flight and not strict: half-made state is expected, leave it alone.
+
+        A server between its move's claim and confirm is in flight too: its
+        allocation, its copies and its membership are the move's to settle.
+        """
+        return not self.strict and (instance.status in IN_FLIGHT
+                                    or instance.id in self.rows.moving)
 
     def run(self) -> None:
         self.check_allocations()
@@ -147,8 +154,12 @@ class _Checker:
         self.check_volumes()
         self.check_guests()
         self.check_memberships()
+        self.check_stranded()
         for host, reason in sorted(self.guests.unreachable.items()):
-            self.add("unreachable_host", host, reason, host)
+            # A down host is expected to be silent; what it held is judged by
+            # its instances (stranded or evacuated), not by its silence.
+            if host not in self.rows.down_hosts:
+                self.add("unreachable_host", host, reason, host)
 
     # -- placement -------------------------------------------------------------
     def check_allocations(self) -> None:
@@ -160,12 +171,12 @@ class _Checker:
             elif volume is not None:
                 self._volume_allocation(volume, amounts)
             elif self.view.consumer_types.get(consumer) == MIGRATION_TYPE:
-                # No migration rows exist: a move is explained by an instance
-                # being moved right now, and a settled cloud has no moves left.
-                if self.strict or not self.moving:
-                    self.add("leaked_allocation", consumer,
+                # A migration consumer is explained by its move only while the
+                # move is between its claim and its confirm.
+                if consumer not in self.rows.migrations:
+                    self.add("stale_migration", consumer,
                              f"migration consumer holds {_fmt(amounts)} and no move is "
-                             "running")
+                             "in flight")
             else:
                 self.add("leaked_allocation", consumer,
                          f"no instance, volume or migration has this uuid; it holds "
@@ -180,8 +191,7 @@ class _Checker:
                      instance.host)
             return
         on_hosts = sorted(rp for rp in amounts if rp in self.compute)
-        moving = instance.task_state == states.TASK_MIGRATING and not self.strict
-        if len(on_hosts) > 1 and not moving:
+        if len(on_hosts) > 1:
             self.add("double_allocation", instance.id,
                      "holds resources on " + ", ".join(self._name(rp) for rp in on_hosts),
                      instance.host)
@@ -212,7 +222,7 @@ class _Checker:
                              f"status {instance.status}, task {instance.task_state}",
                              instance.host)
                 continue
-            if instance.status != states.ACTIVE or not instance.host:
+            if instance.status != states.ACTIVE or not instance.host or self.skip(instance):
                 continue
             provider = self.rows.hosts.get(instance.host)
             if provider is None:
@@ -253,7 +263,7 @@ class _Checker:
                 self._guest(host, guest, attached.get(guest["uuid"], set()))
         for instance in self.rows.instances.values():
             if (instance.status == states.ACTIVE and instance.host in self.guests.by_host
-                    and (instance.host, instance.id) not in seen):
+                    and (instance.host, instance.id) not in seen and not self.skip(instance)):
                 self.add("missing_guest", instance.id,
                          f"ACTIVE on {instance.host}, which does not run it", instance.host)
 
@@ -270,8 +280,14 @@ class _Checker:
             self.add("orphan_guest", uuid, f"guest of a {instance.status} instance", host)
             return
         if instance.host != host:
-            self.add("orphan_guest", uuid,
-                     f"instance is placed on {instance.host or 'no host'}, not here", host)
+            if (host, uuid) in self.rows.evacuated:
+                self.add("evacuated_copy", uuid,
+                         f"rebuilt on {instance.host} after this host was evacuated, and "
+                         "still here", host)
+            else:
+                self.add("orphan_guest", uuid,
+                         f"instance is placed on {instance.host or 'no host'}, not here",
+                         host)
             return
         if instance.status != states.ACTIVE:
             return
@@ -297,6 +313,14 @@ class _Checker:
                 self.add("stale_membership", subject,
                          f"member says host {member.host}, instance runs on {instance.host}",
                          member.host)
+
+    def check_stranded(self) -> None:
+        for instance in self.rows.instances.values():
+            if (instance.host in self.rows.down_hosts and instance.status not in GONE
+                    and instance.id not in self.rows.held):
+                self.add("stranded_instance", instance.id,
+                         f"{instance.status} on {instance.host}, which is down, and no "
+                         "evacuation is moving it", instance.host)
 
     def _name(self, provider: str) -> str:
         return self.host_of_provider.get(provider, provider)

@@ -15,8 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import sqlalchemy as sa
 
+from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
-from fleetflow.persistence.models import GroupMember, Host, Instance, StorageBackend, Volume
+from fleetflow.persistence import evacuations as evac_rows
+from fleetflow.persistence.models import (
+    Evacuation,
+    GroupMember,
+    Host,
+    Instance,
+    Move,
+    StorageBackend,
+    Volume,
+)
 from fleetflow.persistence.placement.fleet import COMPUTE_TRAIT
 from fleetflow.persistence.placement.models import Allocation, Consumer, ProviderTrait
 
@@ -34,6 +44,13 @@ class Rows:
     instances: dict[str, sa.Row]  # id -> (id, status, host, task_state)
     volumes: dict[str, sa.Row]  # id -> (id, status, backend, instance_id)
     members: list[sa.Row]  # (group_id, instance_id, host)
+    # Evacuations: moves in flight by instance, the migration consumers they
+    # explain, instances an active evacuation holds, rebuilt-away copies.
+    moving: dict[str, sa.Row] = dataclasses.field(default_factory=dict)
+    migrations: set[str] = dataclasses.field(default_factory=set)
+    held: set[str] = dataclasses.field(default_factory=set)
+    evacuated: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # (host, id)
+    down_hosts: set[str] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass
@@ -53,10 +70,13 @@ class Guests:
     unreachable: dict[str, str]  # host name -> reason
 
 
-def read_rows(database) -> Rows:
+def read_rows(database, service_down_time: float = 60) -> Rows:
     """One SELECT per table, only the columns compared."""
     with database.session() as session:
-        hosts = dict(session.execute(sa.select(Host.name, Host.uuid)).all())
+        host_rows = list(session.scalars(sa.select(Host)))
+        hosts = {h.name: h.uuid for h in host_rows}
+        down = {h.name for h in host_rows
+                if evac_rows.effective_host_state(h, service_down_time) == states.HOST_DOWN}
         backends = dict(session.execute(sa.select(StorageBackend.name,
                                                   StorageBackend.uuid)).all())
         instances = {row.id: row for row in session.execute(sa.select(
@@ -65,7 +85,20 @@ def read_rows(database) -> Rows:
             Volume.id, Volume.status, Volume.backend, Volume.instance_id))}
         members = list(session.execute(sa.select(
             GroupMember.group_id, GroupMember.instance_id, GroupMember.host)))
-    return Rows(hosts, backends, instances, volumes, members)
+        moves = list(session.execute(sa.select(
+            Move.instance_id, Move.status, Move.source, Move.destination, Move.mode,
+            Move.migration_id, Evacuation.status.label("evacuation_status"))
+            .join(Evacuation, Evacuation.id == Move.evacuation_id)))
+    active = states.EVACUATION_ACTIVE
+    return Rows(
+        hosts, backends, instances, volumes, members,
+        moving={m.instance_id: m for m in moves if m.status == states.MOVING},
+        migrations={m.migration_id for m in moves if m.status == states.MOVING},
+        held={m.instance_id for m in moves if m.evacuation_status in active
+              and m.status in (states.PENDING, states.MOVING, states.FAILED)},
+        evacuated={(m.source, m.instance_id) for m in moves
+                   if m.status == states.DONE and m.mode == states.MODE_REBUILD},
+        down_hosts=down)
 
 
 def read_placement(placement_client, database=None) -> PlacementView:

@@ -18,10 +18,19 @@ from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.flows import keys
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
+from fleetflow.persistence.models import (
+    Evacuation,
+    Flavor,
+    Image,
+    Instance,
+    Move,
+    Reservation,
+)
 
 PROVISION = "provision"
 TEARDOWN = "teardown"
+# The engine's on_error value that stops a failed flow for an operator.
+ON_ERROR_PAUSE = "pause"
 
 # submit(flow_name, flow_kwargs, store, tenant_id, on_error) -> flow id
 Submitter = Callable[..., str]
@@ -161,9 +170,11 @@ class Operations:
                                "delete it once it has settled")
             reservation.status = states.DELETING
             instance_ids = rows.instance_ids(session, reservation_id)
+        # NOTE: pause, not revert: a deletion is finished by resuming it once
+        # its cause is dealt with; a reverted teardown could never be resumed.
         self.submit(TEARDOWN, {"instance_ids": instance_ids, "reservation_id": reservation_id},
                     store={keys.TENANT_ID: reservation.tenant_id},
-                    tenant_id=reservation.tenant_id, flow_id=None)
+                    tenant_id=reservation.tenant_id, flow_id=None, on_error=ON_ERROR_PAUSE)
         return reservation
 
     def delete_server(self, tenant_id: str | None, instance_id: str) -> Instance:
@@ -176,10 +187,25 @@ class Operations:
             if instance.status not in (states.ACTIVE, states.ERROR):
                 raise Conflict(f"server {instance_id} is {instance.status}; "
                                "delete it once it has settled")
-            instance.status = states.DELETING
-            instance.task_state = states.TASK_DELETING
+            moving = session.execute(sa.select(Move.evacuation_id).join(
+                Evacuation, Evacuation.id == Move.evacuation_id).where(
+                Move.instance_id == instance_id,
+                Move.status.in_((states.PENDING, states.MOVING)),
+                Evacuation.status.in_(tuple(states.EVACUATION_ACTIVE)))).first()
+            # NOTE: a conditional UPDATE, not a read then a write: a move's
+            # claim sets task_state the same way, so of the two one wins.
+            taken = session.execute(sa.update(Instance).where(
+                Instance.id == instance_id, Instance.status.in_((states.ACTIVE, states.ERROR)),
+                sa.or_(Instance.task_state.is_(None), Instance.task_state.not_in(
+                    (states.TASK_MIGRATING, states.TASK_REBUILDING))))
+                .values(status=states.DELETING, task_state=states.TASK_DELETING)).rowcount
+            if moving is not None or not taken:
+                raise Conflict(f"server {instance_id} is being moved"
+                               f"{' by evacuation ' + moving[0] if moving else ''}; delete it "
+                               "once the move has ended", instance_id=instance_id)
+            instance.status, instance.task_state = states.DELETING, states.TASK_DELETING
         self.submit(TEARDOWN, {"instance_ids": [instance_id],
                                "reservation_id": instance.reservation_id},
                     store={keys.TENANT_ID: instance.tenant_id},
-                    tenant_id=instance.tenant_id, flow_id=None)
+                    tenant_id=instance.tenant_id, flow_id=None, on_error=ON_ERROR_PAUSE)
         return instance

@@ -50,6 +50,7 @@ def get() -> Runtime:
 def install_from_conf(conf, database=None) -> Runtime:
     """Build and install the clients ``conf`` describes (conductor processes, serve)."""
     # Importing the flow packages registers their factories by name.
+    import fleetflow.flows.evacuate  # noqa: F401
     import fleetflow.flows.provision  # noqa: F401
     from fleetflow.compute.rpcapi import ComputeAPI
     from fleetflow.persistence.db import get_database

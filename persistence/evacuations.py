@@ -33,9 +33,12 @@ def new_evacuation_id() -> str:
     return EVACUATION_PREFIX + uuidlib.uuid4().hex[:12]
 
 
-def migration_id_for(evacuation_id: str, instance_id: str) -> str:
-    """The deterministic id of one server's move: its placement migration consumer too."""
-    return str(uuidlib.uuid5(MIGRATION_NAMESPACE, f"{evacuation_id}/{instance_id}"))
+def migration_id_for(evacuation_id: str, instance_id: str, attempt: int = 0) -> str:
+    """The deterministic id of one try at moving a server: its placement migration
+    consumer and the destination's key for the move. Each try (a new host, or
+    the same host in a later run) has its own, so a try that failed and was
+    undone never stands in the way of the next."""
+    return str(uuidlib.uuid5(MIGRATION_NAMESPACE, f"{evacuation_id}/{instance_id}/{attempt}"))
 
 
 def get(session: orm.Session, evacuation_id: str, lock: bool = False) -> Evacuation:
@@ -169,6 +172,23 @@ def evacuated_copies(session: orm.Session, host: str) -> list[str]:
         sa.select(Move.instance_id).join(Instance, Instance.id == Move.instance_id)
         .where(Move.source == host, Move.mode == states.MODE_REBUILD,
                Move.status == states.DONE, Instance.host != host).distinct()))
+
+
+def stale_copies(session: orm.Session, host: str) -> list[str]:
+    """Every guest ``host`` must destroy when it comes back: servers rebuilt
+    elsewhere (:func:`evacuated_copies`) and servers deleted while it was dead."""
+    deleted = session.scalars(sa.select(Instance.id).where(
+        Instance.host == host, Instance.status == states.DELETED))
+    return sorted(set(evacuated_copies(session, host)) | set(deleted))
+
+
+def hosts_with_stale_copies(session: orm.Session) -> set[str]:
+    """Hosts :func:`stale_copies` may name something for (one query each way)."""
+    rebuilt_off = session.scalars(sa.select(Move.source).where(
+        Move.mode == states.MODE_REBUILD, Move.status == states.DONE).distinct())
+    deleted_on = session.scalars(sa.select(Instance.host).where(
+        Instance.status == states.DELETED, Instance.host.is_not(None)).distinct())
+    return set(rebuilt_off) | set(deleted_on)
 
 
 def moves_in_flight(session: orm.Session) -> list[Move]:

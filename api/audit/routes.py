@@ -39,5 +39,6 @@ class Audit(MethodView):
         state = current_state()
         report = audit(state.database, _placement_client(state),
                        state.service("compute_rpcapi"), hosts=args.get("host"),
-                       strict=args["strict"])
+                       strict=args["strict"],
+                       service_down_time=state.conf.compute.service_down_time)
         return {"audit": report.to_dict()}

@@ -42,14 +42,17 @@ def _host_states(session, names) -> dict[str, HostState]:
     return result
 
 
-def join_group(session, group_id: str, instance_uuid: str, host: str) -> None:
+def join_group(session, group_id: str, instance_uuid: str, host: str,
+               also_exclude=()) -> None:
     """Check the group rule for ``host`` against the current members, then join.
 
     Must run in a transaction that holds the group lock (``groups.lock``).
     Raises ClaimRace when another member took the place meanwhile.
+    ``also_exclude``: members whose recorded host is about to change (an
+    evacuation's servers not moved yet), left out of the check.
     """
     group = groups.lock(session, group_id)
-    spec = GroupSpec.from_row(group, exclude_instances=[instance_uuid])
+    spec = GroupSpec.from_row(group, exclude_instances=[instance_uuid, *also_exclude])
     known = _host_states(session, [*spec.member_hosts, host])
     candidate = known.get(host) or HostState(name=host)
     rule = GroupRule(spec, CloudSnapshot(known.values() if host in known

@@ -7,16 +7,21 @@ operator resumes it once the cause (a dead host, say) is dealt with.
 
 from __future__ import annotations
 
+import logging
+
 import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
+from fleetflow.compute.exceptions import HostDead
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.volume import detach_and_delete, volume_id_for
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance, Reservation, Volume
+
+LOG = logging.getLogger(__name__)
 
 
 class DeleteInstance(FleetTask):
@@ -39,7 +44,14 @@ class DeleteInstance(FleetTask):
             if has_volume:
                 detach_and_delete(rt, host, instance_id, volume_id_for(instance_id), fence)
             if host:
-                rt.compute.ensure_destroyed(host, instance_id, fence=fence)
+                try:
+                    rt.compute.ensure_destroyed(host, instance_id, fence=fence)
+                except HostDead:
+                    # The row says DELETED below, and a host that comes back
+                    # destroys the guests the database says are deleted: the
+                    # deletion need not wait for a dead host.
+                    LOG.info("%s: host %s is dead; its copy goes when it returns",
+                             instance_id, host)
             rt.placement.release(instance_id, fence=fence)
         except FleetflowError as exc:
             with rt.database.session() as session:

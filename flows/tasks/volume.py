@@ -104,13 +104,13 @@ class AttachVolume(FleetTask):
 def detach_and_delete(rt, host: str | None, instance_uuid: str, volume_id: str,
                       fence=None) -> None:
     """Undo a data volume whatever state it reached (each step is idempotent)."""
-    from fleetflow.compute.exceptions import InstanceNotFound
+    from fleetflow.compute.exceptions import HostDead, InstanceNotFound
 
     if host:
         try:
             rt.compute.detach_volume(host, instance_uuid, volume_id, fence=fence)
-        except InstanceNotFound:
-            pass
+        except (InstanceNotFound, HostDead):
+            pass  # nothing attached any more, or a dead host's guest that goes with it
     rt.placement.release(volume_id, fence=fence)
     with rt.database.session() as session:
         volume = session.get(Volume, volume_id)

@@ -226,6 +226,7 @@ class SmallCloud:
     def audit(self, strict: bool = True, **kwargs):
         from fleetflow.engine.audit import audit
 
+        kwargs.setdefault("service_down_time", self.conf.compute.service_down_time)
         return audit(self.database, self.placement, self.compute, strict=strict, **kwargs)
 
 

@@ -137,17 +137,75 @@ def test_an_instance_holding_two_hosts_is_a_double_allocation(small_cloud):
     assert H1 in found.detail and H2 in found.detail
 
 
-def test_a_migration_consumer_is_leaked_once_no_move_runs(small_cloud):
+def _move_row(cloud, uuid, source, destination, status, mode=states.MODE_LIVE,
+              migration_id=None, evacuation_status=states.RUNNING):
+    """An evacuation holding one move of ``uuid``, as the evacuate flow writes them."""
+    from fleetflow.persistence.models import Evacuation, Move
+
+    evacuation_id = "e-" + ids.new_uuid()[:12]
+    with cloud.database.session() as session:
+        session.add(Evacuation(id=evacuation_id, hosts=[source], mode=mode,
+                               status=evacuation_status, on_error="pause", max_parallel=8,
+                               fallback="none", runs=[]))
+        session.flush()
+        session.add(Move(evacuation_id=evacuation_id, instance_id=uuid, index=0,
+                         tenant_id="t1", source=source, destination=destination, mode=mode,
+                         status=status, migration_id=migration_id or ids.new_uuid(),
+                         attempts=1, hosts_tried=[destination], volumes_lost=[]))
+    return evacuation_id
+
+
+def test_a_migration_consumer_is_explained_only_by_its_move_in_flight(small_cloud):
     uuid = small_cloud.boot(H1)
     migration = ids.new_uuid()
     small_cloud.placement.move(uuid, migration, {small_cloud.host_uuid(H2): SMALL}, "t1", "t1")
-    small_cloud.compute.migrate_instance(H2, uuid, H1)
-    _set_instance(small_cloud, uuid, host=H2, task_state=states.TASK_MIGRATING)
-    # During the move (not strict) the migration consumer is expected ...
+    small_cloud.compute.build_instance(H2, uuid, SMALL)  # the destination's copy
+    _set_instance(small_cloud, uuid, task_state=states.TASK_MIGRATING)
+    _move_row(small_cloud, uuid, H1, H2, states.MOVING, migration_id=migration)
+    # During the move the migration consumer and both copies are the move's.
     assert small_cloud.audit(strict=False).clean
-    # ... once the move is over it must have been dropped.
-    _set_instance(small_cloud, uuid, task_state=None)
-    _only(small_cloud.audit(), "leaked_allocation", migration)
+    # A migration consumer no move explains is reported as such.
+    with small_cloud.database.session() as session:
+        from fleetflow.persistence.models import Move
+
+        session.execute(sa.update(Move).values(status=states.DONE))
+    small_cloud.compute.destroy_instance(H1, uuid)
+    _set_instance(small_cloud, uuid, host=H2, task_state=None)
+    _only(small_cloud.audit(), "stale_migration", migration)
+
+
+def test_an_evacuated_copy_on_a_returning_host_is_reported(small_cloud):
+    uuid = small_cloud.boot(H1)
+    migration = ids.new_uuid()
+    small_cloud.placement.move(uuid, migration, {small_cloud.host_uuid(H2): SMALL}, "t1", "t1")
+    small_cloud.placement.confirm_move(migration)
+    small_cloud.compute.build_instance(H2, uuid, SMALL)
+    _set_instance(small_cloud, uuid, host=H2)
+    _move_row(small_cloud, uuid, H1, H2, states.DONE, mode=states.MODE_REBUILD,
+              evacuation_status=states.DONE)
+    _only(small_cloud.audit(), "evacuated_copy", uuid)
+
+
+def test_instances_on_a_down_host_are_stranded_unless_an_evacuation_holds_them(small_cloud):
+    from fleetflow.persistence.models import Host
+
+    uuid = small_cloud.boot(H1)
+    small_cloud.compute.set_faults(H1, dead=True)
+    with small_cloud.database.session() as session:
+        session.execute(sa.update(Host).where(Host.name == H1).values(state="down"))
+    # Silent because it is down: not "unreachable"; what it holds is stranded.
+    _only(small_cloud.audit(), "stranded_instance", uuid)
+    _move_row(small_cloud, uuid, H1, None, states.PENDING, mode=states.MODE_REBUILD)
+    assert small_cloud.audit(strict=False).clean
+
+
+def test_a_down_host_with_nothing_on_it_is_clean(small_cloud):
+    from fleetflow.persistence.models import Host
+
+    small_cloud.compute.set_faults(H2, dead=True)
+    with small_cloud.database.session() as session:
+        session.execute(sa.update(Host).where(Host.name == H2).values(state="down"))
+    assert small_cloud.audit().clean
 
 
 def test_members_of_gone_or_moved_instances_are_stale(small_cloud):

@@ -14,7 +14,8 @@ import pytest
 import taskflow.engines
 from taskflow import exceptions as tf_exc
 
-import fleetflow.flows.provision  # noqa: F401  (registers the flows)
+import fleetflow.flows.evacuate  # noqa: F401  (registers the flows)
+import fleetflow.flows.provision  # noqa: F401
 from fleetflow.common import ids, states
 from fleetflow.compute import agent as compute_agent
 from fleetflow.compute import messaging
@@ -88,13 +89,40 @@ class Cloud:
         return engine.storage.get_flow_state()
 
 
+# Two racks of four hosts with their own disks and a rack-wide backend each:
+# room to evacuate a host or two onto the others.
+EVACUATION_FLEET = {
+    "profiles": {"std": {"inventory": {
+        "VCPU": {"total": 8, "allocation_ratio": 1.0},
+        "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
+        "DISK_GB": {"total": 200, "allocation_ratio": 1.0}},
+        "local_storage": {"capacity_gb": 500, "volume_types": ["local"]}}},
+    "rack_storage": {"capacity_gb": 1000, "volume_types": ["ssd"]},
+    "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
+        {"name": "r1", "hosts": 4, "profile": "std"},
+        {"name": "r2", "hosts": 4, "profile": "std", "capabilities": {"gpu": "true"}},
+    ]}]}],
+    "flavors": SMALL_FLEET["flavors"],
+    "images": SMALL_FLEET["images"],
+}
+
+
 @pytest.fixture
 def cloud(make_conf):
-    conf = make_conf(messaging={"rpc_timeout": 5})
+    yield from _cloud(make_conf, SMALL_FLEET)
+
+
+@pytest.fixture
+def evac_cloud(make_conf):
+    yield from _cloud(make_conf, EVACUATION_FLEET)
+
+
+def _cloud(make_conf, fleet_doc):
+    conf = make_conf(messaging={"rpc_timeout": 5}, compute={"move_poll_interval": 0.01})
     database = Database.from_conf(conf)
     database.upgrade()
     with database.session() as session:
-        fleet.load(session, fleet.expand(SMALL_FLEET))
+        fleet.load(session, fleet.expand(fleet_doc))
     agent = compute_agent.serve_fleet(conf, database)
     rt = runtime.install(runtime.Runtime(conf, database, placement_from_conf(conf, database),
                                          ComputeAPI(conf, database)))

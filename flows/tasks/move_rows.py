@@ -1,0 +1,97 @@
+"""What the move tasks read and write besides their side effects: faults, volumes,
+the co-moving members of a group, whether the evacuation is stopping."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.persistence import reservations as reservation_rows
+from fleetflow.persistence.models import (
+    Evacuation,
+    GroupMember,
+    Host,
+    Move,
+    StorageBackend,
+    Volume,
+)
+
+# Codes the API shows per server: stable, upper case (the issue's words).
+NO_VALID_HOST = "NO_VALID_HOST"
+MIGRATION_FAILED = "MIGRATION_FAILED"
+GROUP_POLICY = "GROUP_POLICY"
+VOLUME_UNREACHABLE = "VOLUME_UNREACHABLE"
+HOST_ALIVE = "HOST_ALIVE"
+
+
+def fault_code(exc: Exception) -> str:
+    """A stable code for ``exc``: its own when it has one of ours, else by its kind."""
+    from fleetflow.compute.exceptions import ComputeError
+    from fleetflow.flows.tasks.claim import ClaimRace
+    from fleetflow.persistence.placement.errors import PlacementConflict
+
+    code = getattr(exc, "code", None)
+    if isinstance(code, str) and code.isupper() and "." not in code:
+        if isinstance(exc, ClaimRace) and "group" in str(exc):
+            return GROUP_POLICY
+        return NO_VALID_HOST if code == "CLAIM_CONFLICT" else code
+    if isinstance(exc, PlacementConflict):
+        return NO_VALID_HOST
+    if isinstance(exc, ComputeError):
+        return MIGRATION_FAILED
+    return MIGRATION_FAILED
+
+
+def fault_of(exc: Exception, step: str, host: str | None) -> dict:
+    return reservation_rows.fault(fault_code(exc), getattr(exc, "message", None) or str(exc),
+                                  step=step, host=host)
+
+
+def stopping(database, evacuation_id: str) -> str | None:
+    """``pause`` or ``revert`` once a server ran out of hosts under that on_error."""
+    with database.session() as session:
+        return session.execute(sa.select(Evacuation.stopping).where(
+            Evacuation.id == evacuation_id)).scalar()
+
+
+def unlanded_members(session, evacuation_id: str, group_id: str) -> list[str]:
+    """Members of ``group_id`` this evacuation moves that have not joined a destination.
+
+    Their group rows still name the host they are leaving; judging a
+    destination against that host would refuse an affinity group moving
+    together, so the claim leaves them out. A member that claimed a
+    destination counts there (its claim moved its row, under the group lock).
+    """
+    return list(session.scalars(
+        sa.select(Move.instance_id).join(GroupMember, GroupMember.instance_id == Move.instance_id)
+        .where(Move.evacuation_id == evacuation_id, GroupMember.group_id == group_id,
+               Move.status != states.DONE, GroupMember.host == Move.source)))
+
+
+def reaches(backend: StorageBackend, host: Host) -> bool:
+    if backend.scope == "host":
+        return backend.host_name == host.name
+    return (backend.region, backend.zone, backend.rack) == (host.region, host.zone, host.rack)
+
+
+def attached_volumes(session, uuid: str) -> list[tuple[Volume, StorageBackend | None]]:
+    return list(session.execute(
+        sa.select(Volume, StorageBackend).outerjoin(
+            StorageBackend, StorageBackend.name == Volume.backend)
+        .where(Volume.instance_id == uuid, Volume.status == states.VOLUME_IN_USE)
+        .order_by(Volume.id)).all())
+
+
+def volumes_for(session, uuid: str, destination: str) -> tuple[list[str], list[str]]:
+    """(volumes the destination reaches, volumes lost with a source's own disk).
+
+    A volume on another host's local disk cannot follow its server: lost.
+    """
+    host = session.execute(sa.select(Host).where(Host.name == destination)).scalar_one()
+    reachable, lost = [], []
+    for volume, backend in attached_volumes(session, uuid):
+        if backend is not None and reaches(backend, host):
+            reachable.append(volume.id)
+        elif backend is not None and backend.scope == "host":
+            lost.append(volume.id)
+    return reachable, lost
