@@ -42,6 +42,7 @@ API_VERSION = "2.0"
 # Modules that define ``blp``, registered in this order. One line per resource.
 BLUEPRINTS = [
     "fleetflow.api.hosts.routes",
+    "fleetflow.api.evacuations.routes",
     "fleetflow.api.flavors.routes",
     "fleetflow.api.images.routes",
     "fleetflow.api.reservations.routes",

@@ -137,6 +137,47 @@ class Client:
             change["reason"] = reason
         return self.put(f"/v2/admin/hosts/{_segment(name)}", {"host": change})["host"]
 
+    def simulate_host(self, name: str, dead: bool) -> dict:
+        """Kill (``dead=True``) or revive a simulated host; ``{"host", "faults"}``."""
+        return self.post(f"/v2/admin/hosts/{_segment(name)}/simulate",
+                         {"simulate": {"dead": bool(dead)}})
+
+    # -- evacuations (admin) -------------------------------------------------
+
+    def evacuate(self, evacuation: dict, *, dry_run: bool = False) -> dict:
+        """POST an evacuation body (``{"hosts": [...], "mode": "live", ...}``).
+
+        Returns the accepted ``evacuation`` (id, status, links), or with
+        ``dry_run`` where each server would go (fits, instances).
+        """
+        return self.request("POST", "/v2/admin/evacuations", json={"evacuation": evacuation},
+                            params={"dry_run": "true"} if dry_run else None)["evacuation"]
+
+    def evacuate_host(self, name: str, fields: dict, *, dry_run: bool = False) -> dict:
+        """Evacuate one host: ``fields`` as for :meth:`evacuate`, without hosts."""
+        return self.request("POST", f"/v2/admin/hosts/{_segment(name)}/evacuate",
+                            json={"evacuate": fields},
+                            params={"dry_run": "true"} if dry_run else None)["evacuation"]
+
+    def list_evacuations(self, *, status=None, host=None, limit=None) -> list[dict]:
+        return list(self.iterate("/v2/admin/evacuations", "evacuations", status=status,
+                                 host=host, limit=limit))
+
+    def get_evacuation(self, evacuation_id: str) -> dict:
+        return self.get(f"/v2/admin/evacuations/{_segment(evacuation_id)}")["evacuation"]
+
+    def resume_evacuation(self, evacuation_id: str) -> dict:
+        return self.post(f"/v2/admin/evacuations/{_segment(evacuation_id)}/resume",
+                         {})["evacuation"]
+
+    def skip_evacuation(self, evacuation_id: str, instance_ids: Sequence[str]) -> dict:
+        return self.post(f"/v2/admin/evacuations/{_segment(evacuation_id)}/skip",
+                         {"skip": {"instances": list(instance_ids)}})["evacuation"]
+
+    def revert_evacuation(self, evacuation_id: str) -> dict:
+        return self.post(f"/v2/admin/evacuations/{_segment(evacuation_id)}/revert",
+                         {})["evacuation"]
+
     # -- catalog -----------------------------------------------------------
 
     def list_flavors(self, tenant_id: str | None = None) -> list[dict]:

@@ -10,9 +10,11 @@ from fleetflow.cli import audit as audit_cmd
 from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
+from fleetflow.cli import evacuations as evacuations_cmd
 from fleetflow.cli import fleet as fleet_cmd
 from fleetflow.cli import flows as flows_cmd
 from fleetflow.cli import groups as groups_cmd
+from fleetflow.cli import hosts as hosts_cmd
 from fleetflow.cli import remote
 from fleetflow.cli import reservations as reservations_cmd
 from fleetflow.cli import serve as serve_cmd
@@ -45,6 +47,9 @@ cli.add_command(groups_cmd.groups)
 cli.add_command(serve_cmd.serve)
 cli.add_command(audit_cmd.audit_cmd)
 cli.add_command(flows_cmd.flows)
+cli.add_command(hosts_cmd.hosts)
+cli.add_command(evacuations_cmd.evacuate)
+cli.add_command(evacuations_cmd.evacuations)
 
 
 def main() -> None:

@@ -56,6 +56,8 @@ class Cloud:
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
         from fleetflow.engine.conductor import ConductorPool
+        from fleetflow.engine.evacuations import EvacuationOps
+        from fleetflow.engine.hosts import HostOps
         from fleetflow.engine.jobboard import make_jobboard
         from fleetflow.engine.operations import Operations
         from fleetflow.engine.submit import Submitter
@@ -78,6 +80,7 @@ class Cloud:
         if conf.conductor.workers:
             self.pool = ConductorPool(conf, persistence=persistence)
             self.pool.start()
+        hosts = HostOps(conf, self.database, getattr(rt.placement, "store", None), rt.compute)
         app = create_app(conf, self.database, services={
             "operations": Operations(conf, self.database, submit),
             "job_submitter": submit,
@@ -85,6 +88,9 @@ class Cloud:
             "compute_rpcapi": rt.compute,
             "jobboard": board,
             "logbook_backend": persistence,
+            "evacuations": EvacuationOps(conf, self.database, submit, compute=rt.compute,
+                                         on_host_state=hosts.sync_placement),
+            "hosts": hosts,
         })
         if auth.noauth_exposed(conf):
             click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "

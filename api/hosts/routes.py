@@ -1,29 +1,36 @@
-"""Admin routes of compute hosts: list, show, change state."""
+"""Admin routes of compute hosts: list, show, change state, evacuate, simulate.
+
+The state shown (and filtered on) is the effective one: an ``up`` host whose
+agent stopped reporting reads ``down``. The logic lives in the ``hosts``
+service (:class:`fleetflow.engine.hosts.HostOps`); evacuating one host is the
+evacuation routes' POST with that single host.
+"""
 
 from __future__ import annotations
 
-import logging
-
 import sqlalchemy as sa
 from flask.views import MethodView
-from flask_smorest import abort
 
 from fleetflow.api import auth, common, policy
+from fleetflow.api.evacuations import routes as evacuation_routes
+from fleetflow.api.evacuations import schemas as evacuation_schemas
 from fleetflow.api.hosts import schemas
 from fleetflow.api.state import current_state
-from fleetflow.persistence.models import Host
-
-LOG = logging.getLogger(__name__)
+from fleetflow.engine import hosts as host_ops
+from fleetflow.persistence.models import Host, utcnow
 
 blp = common.Blueprint("hosts", __name__, url_prefix="/v2/admin/hosts",
                        description="Compute hosts of the fleet (administrators only).")
 
 
-def _get_host(session, name: str) -> Host:
-    host = session.scalars(sa.select(Host).where(Host.name == name)).first()
-    if host is None:
-        abort(404, message=f"Host {name} does not exist.")
-    return host
+def _ops() -> host_ops.HostOps:
+    state = current_state()
+    if "hosts" in state.services:
+        return state.service("hosts")
+    # NOTE: an app built without the service (tests of the host list) still
+    # gets the same logic, with whatever placement and compute it was given.
+    return host_ops.HostOps(state.conf, state.database, state.services.get("placement_store"),
+                            state.services.get("compute_rpcapi"))
 
 
 @blp.route("")
@@ -32,17 +39,23 @@ class Hosts(MethodView):
     @blp.arguments(schemas.HostQueryArgsSchema, location="query")
     @blp.response(200, schemas.HostListSchema)
     def get(self, args):
-        """List hosts with topology, inventory, capabilities, traits and state.
+        """List hosts with topology, inventory, capabilities, traits, state and instances.
 
-        Filters combine (AND); sorted by name, paginated with limit/marker.
+        Filters combine (AND); ``state`` is the effective state. Sorted by
+        name, paginated with limit/marker.
         """
+        state = current_state()
+        down_time = state.conf.compute.service_down_time
+        now = utcnow()
         stmt = sa.select(Host)
-        for column in ("state", "region", "zone", "rack"):
+        if args.get("state") is not None:
+            stmt = stmt.where(host_ops.effective_state_clause(args["state"], down_time, now))
+        for column in ("region", "zone", "rack"):
             if args.get(column) is not None:
                 stmt = stmt.where(getattr(Host, column) == args[column])
-        with current_state().database.session() as session:
+        with state.database.session() as session:
             hosts, links = common.paginate(session, stmt, Host.name, args)
-            return {"hosts": hosts, "links": links}
+            return {"hosts": host_ops.views(session, hosts, down_time, now), "links": links}
 
 
 @blp.route("/<name>")
@@ -51,8 +64,7 @@ class HostItem(MethodView):
     @blp.response(200, schemas.HostResponseSchema)
     def get(self, name):
         """Show one host."""
-        with current_state().database.session() as session:
-            return {"host": _get_host(session, name)}
+        return {"host": _ops().show(name)}
 
     @policy.authorize("hosts:update")
     @blp.arguments(schemas.HostUpdateSchema)
@@ -60,19 +72,43 @@ class HostItem(MethodView):
     def put(self, body, name):
         """Set a host's state (up, down, maintenance, disabled) and the reason.
 
-        The scheduler only places on hosts that are ``up``.
+        The scheduler only places on hosts that are ``up``; a host that is not
+        carries the COMPUTE_STATUS_DISABLED trait on its resource provider.
+        ``down`` is immediate (an operator's forced down). A host held by an
+        evacuation cannot be set ``up`` (409 EVACUATION_IN_PROGRESS).
         """
         change = body["host"]
-        with current_state().database.session() as session:
-            host = _get_host(session, name)
-            previous = host.state
-            host.state = change["state"]
-            host.state_reason = change.get("reason")
-            session.flush()
-            # NOTE: once the placement store exists, a host that is not up
-            # should also be marked on its resource provider (the
-            # COMPUTE_STATUS_DISABLED trait, as Nova does) so that allocation
-            # candidates skip it. Not done yet: scheduling reads Host.state.
-            LOG.info("Host %s state %s -> %s by %s (%s)", name, previous, host.state,
-                     auth.current_context().user_id, change.get("reason"))
-            return {"host": host}
+        host = _ops().set_state(name, change["state"], change.get("reason"),
+                                user_id=auth.current_context().user_id)
+        return {"host": host}
+
+
+@blp.route("/<name>/evacuate")
+class HostEvacuate(MethodView):
+    @policy.authorize("hosts:evacuate")
+    @blp.arguments(evacuation_schemas.EvacuationCreateArgsSchema, location="query")
+    @blp.arguments(evacuation_schemas.HostEvacuateSchema)
+    @blp.response(202, evacuation_schemas.EvacuationSummaryResponseSchema,
+                  description="Accepted: the Location header is the evacuation's status "
+                              "URL (GET /v2/admin/evacuations/{id}).")
+    @blp.alt_response(200, schema=evacuation_schemas.EvacuationDryRunResponseSchema,
+                      description="With dry_run=true: where each server would go now.")
+    def post(self, args, body, name):
+        """Evacuate one host: the same as POST /v2/admin/evacuations with this host."""
+        return evacuation_routes.accept({**body["evacuate"], "hosts": [name]}, args["dry_run"])
+
+
+@blp.route("/<name>/simulate")
+class HostSimulate(MethodView):
+    @policy.authorize("hosts:simulate")
+    @blp.arguments(schemas.HostSimulateSchema)
+    @blp.response(200, schemas.HostSimulateResponseSchema)
+    def post(self, body, name):
+        """Kill (``dead: true``) or revive a simulated host.
+
+        404 NOT_SIMULATED for a host that runs a real hypervisor. The host's
+        state is left to the operator and its heartbeat.
+        """
+        host = _ops().simulate(name, body["simulate"]["dead"])
+        faults = host.pop("faults", None)
+        return {"host": host, "faults": faults}

@@ -8,6 +8,9 @@ from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 
 STATE_FIELD_HELP = "Operator-set state: " + " | ".join(states.HOST_STATES) + "."
+EFFECTIVE_STATE_HELP = (" | ".join(states.HOST_STATES) + ": the operator's state, except that "
+                        "an up host whose agent has been silent for [compute] "
+                        "service_down_time reads down.")
 
 
 class TopologySchema(ma.Schema):
@@ -21,8 +24,8 @@ class HostSchema(ma.Schema):
 
     uuid = ma.fields.String(required=True, metadata={"description": "Also its provider uuid."})
     name = ma.fields.String(required=True)
-    state = ma.fields.String(required=True, metadata={"description": STATE_FIELD_HELP})
-    reason = ma.fields.String(attribute="state_reason", allow_none=True,
+    state = ma.fields.String(required=True, metadata={"description": EFFECTIVE_STATE_HELP})
+    reason = ma.fields.String(allow_none=True,
                               metadata={"description": "Why the host is in its state."})
     topology = ma.fields.Nested(TopologySchema, required=True)
     # NOTE: the JSON columns are dumped as they are (no per-key fields):
@@ -34,6 +37,13 @@ class HostSchema(ma.Schema):
     traits = ma.fields.List(ma.fields.String())
     compute_agent = ma.fields.String(allow_none=True,
                                      metadata={"description": "RPC server serving the host."})
+    instances = ma.fields.Integer(metadata={"description": "Instances living on the host "
+                                                           "(neither deleted nor reverted)."})
+    evacuation_id = ma.fields.String(allow_none=True,
+                                     metadata={"description": "The evacuation holding the "
+                                                              "host."})
+    heartbeat_at = ma.fields.DateTime(allow_none=True,
+                                      metadata={"description": "Last report of its agent."})
     created_at = ma.fields.DateTime()
     updated_at = ma.fields.DateTime()
 
@@ -47,10 +57,17 @@ class HostListSchema(ma.Schema):
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
 
 
+class HostSimulateResponseSchema(ma.Schema):
+    host = ma.fields.Nested(HostSchema, required=True)
+    faults = ma.fields.Dict(metadata={"description": "The host's injected faults now "
+                                                     "(dead, fail_next ...)."})
+
+
 class HostQueryArgsSchema(PaginationArgsSchema):
     """Filters of the host list (sorted by name; the marker is a host name)."""
 
-    state = ma.fields.String(validate=ma.validate.OneOf(states.HOST_STATES))
+    state = ma.fields.String(validate=ma.validate.OneOf(states.HOST_STATES),
+                             metadata={"description": "The effective state (see Host)."})
     region = ma.fields.String()
     zone = ma.fields.String()
     rack = ma.fields.String()
@@ -66,3 +83,15 @@ class HostUpdateSchema(ma.Schema):
     """Body of PUT /v2/admin/hosts/{name}: ``{"host": {"state": ..., "reason": ...}}``."""
 
     host = ma.fields.Nested(HostStateSchema, required=True)
+
+
+class HostSimulateFieldsSchema(ma.Schema):
+    dead = ma.fields.Boolean(required=True,
+                             metadata={"description": "true: the host stops answering; "
+                                                      "false: it comes back."})
+
+
+class HostSimulateSchema(ma.Schema):
+    """Body of POST /v2/admin/hosts/{name}/simulate: ``{"simulate": {"dead": true}}``."""
+
+    simulate = ma.fields.Nested(HostSimulateFieldsSchema, required=True)

@@ -1,0 +1,100 @@
+"""``fleetflow hosts list|show|set-state|simulate`` (administrators).
+
+::
+
+    fleetflow --project admin --roles admin hosts list --state down
+    fleetflow --project admin --roles admin hosts set-state z1-r1-h01 maintenance \\
+        --reason "disk swap"
+    fleetflow --project admin --roles admin hosts simulate z1-r1-h01 --dead
+"""
+
+from __future__ import annotations
+
+import click
+
+from fleetflow.cli import remote
+
+# The API's host states (the CLI does not import server code).
+HOST_STATES = ("up", "down", "maintenance", "disabled")
+
+
+def _print_host(host: dict) -> None:
+    remote.fields(f"host {host['name']}", [
+        ("uuid", host.get("uuid")), ("state", host["state"]), ("reason", host.get("reason")),
+        ("instances", host.get("instances")), ("evacuation_id", host.get("evacuation_id")),
+        ("heartbeat_at", host.get("heartbeat_at")), ("topology", host.get("topology")),
+        ("traits", host.get("traits")), ("capabilities", host.get("capabilities")),
+        ("compute_agent", host.get("compute_agent")), ("updated_at", host.get("updated_at"))])
+
+
+@click.group("hosts")
+def hosts() -> None:
+    """List compute hosts, change their state, simulate failures (administrators)."""
+
+
+@hosts.command("list")
+@click.option("--state", type=click.Choice(HOST_STATES),
+              help="Only hosts in this (effective) state.")
+@click.option("--region", help="Only hosts of this region.")
+@click.option("--zone", help="Only hosts of this zone.")
+@click.option("--rack", help="Only hosts of this rack.")
+@remote.json_option
+@remote.api_errors
+def list_(state, region, zone, rack, as_json):
+    """List hosts with their effective state and instance count."""
+    found = remote.client().list_hosts(state=state, region=region, zone=zone, rack=rack)
+    if as_json:
+        remote.print_json(found)
+        return
+    remote.table("hosts", ["name", "state", "instances", "evacuation", "region", "zone",
+                           "rack", "reason"],
+                 [[h["name"], h["state"], h.get("instances"), h.get("evacuation_id"),
+                   h["topology"]["region"], h["topology"]["zone"], h["topology"]["rack"],
+                   h.get("reason")] for h in found])
+
+
+@hosts.command("show")
+@click.argument("name")
+@remote.json_option
+@remote.api_errors
+def show(name, as_json):
+    """Show one host."""
+    host = remote.client().get_host(name)
+    if as_json:
+        remote.print_json(host)
+    else:
+        _print_host(host)
+
+
+@hosts.command("set-state")
+@click.argument("name")
+@click.argument("state", type=click.Choice(HOST_STATES))
+@click.option("--reason", help="Why (shown with the host).")
+@remote.json_option
+@remote.api_errors
+def set_state(name, state, reason, as_json):
+    """Set a host up, down (at once: a forced down), maintenance or disabled."""
+    host = remote.client().update_host(name, state, reason=reason)
+    if as_json:
+        remote.print_json(host)
+    else:
+        click.echo(f"host {host['name']} {host['state']}")
+
+
+@hosts.command("simulate")
+@click.argument("name")
+@click.option("--dead/--alive", "dead", default=None,
+              help="Make the simulated host stop answering, or bring it back.")
+@remote.json_option
+@remote.api_errors
+def simulate(name, dead, as_json):
+    """Kill or revive a simulated host (its agent must be simulated)."""
+    if dead is None:
+        raise click.UsageError("give --dead or --alive")
+    answer = remote.client().simulate_host(name, dead)
+    if as_json:
+        remote.print_json(answer)
+    else:
+        host = answer["host"]
+        click.echo(f"host {host['name']} {'dead' if dead else 'alive'} "
+                   f"(state {host['state']})")
