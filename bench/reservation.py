@@ -47,9 +47,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(workdir: str, hosts: int, env_extra: dict) -> tuple[subprocess.Popen, str]:
+def start_server(workdir: str, hosts: int, env_extra: dict,
+                 hosts_per_rack: int = 16) -> tuple[subprocess.Popen, str]:
     fleet = os.path.join(workdir, "fleet.yaml")
-    subprocess.run(["fleetflow", "fleet", "generate", "--hosts", str(hosts), "-o", fleet],
+    subprocess.run(["fleetflow", "fleet", "generate", "--hosts", str(hosts),
+                    "--hosts-per-rack", str(hosts_per_rack), "-o", fleet],
                    check=True, capture_output=True)
     port = free_port()
     env = dict(os.environ, FLEETFLOW_API_PORT=str(port), FLEETFLOW_FLEET_FILE=fleet,
