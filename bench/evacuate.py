@@ -95,7 +95,6 @@ def listed(url: str, evacuation_id: str) -> dict:
 
 def run_case(mode, servers, hosts, sources, per_rack, env, max_parallel, poll) -> dict:
     with tempfile.TemporaryDirectory(prefix="ff-bench-evac-") as workdir:
-        env = dict(env, FLEETFLOW_API_MAX_RESERVATION_COUNT="100000")
         proc, url = start_server(workdir, hosts, env, hosts_per_rack=per_rack)
         try:
             names = host_names(url)

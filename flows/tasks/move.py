@@ -75,6 +75,7 @@ class ClaimMove(FleetTask):
             return None
         rt = runtime.get()
         uuid = instance_uuids[index]
+        refusal = None
         with rt.database.session() as session:
             move = evac_rows.move(session, evacuation_id, uuid)
             if move.status == states.DONE:
@@ -86,27 +87,27 @@ class ClaimMove(FleetTask):
                                                 states.TASK_REBUILDING))))
                 .values(task_state=TASK_STATE.get(move.mode, states.TASK_MIGRATING))).rowcount
             instance = session.get(Instance, uuid)
-            refusal = None if busy else MoveNotPossible(
-                f"server {uuid} is {instance.status if instance else 'gone'}"
-                f"{' (' + instance.task_state + ')' if instance and instance.task_state else ''}"
-                ": it cannot be moved", instance_id=uuid)
+            if busy:
+                # The same try again after a crash counts once.
+                rerun = (move.status, move.step, move.destination) == (
+                    states.MOVING, "claim", host)
+                attempt = move.attempts + (0 if rerun else 1)
+                migration_id = evac_rows.migration_id_for(evacuation_id, uuid, attempt)
+                evac_rows.update_move(session, evacuation_id, uuid, status=states.MOVING,
+                                      step="claim", destination=host, attempts=attempt,
+                                      migration_id=migration_id,
+                                      hosts_tried=list(move.hosts_tried or [])
+                                      + ([] if rerun else [host]))
+                resources = session.get(Flavor, instance.flavor_id).resources
+                group_id, tenant = instance.group_id, instance.tenant_id
+            else:
+                doing = f" ({instance.task_state})" if instance and instance.task_state else ""
+                refusal = MoveNotPossible(
+                    f"server {uuid} is {instance.status if instance else 'gone'}{doing}: it "
+                    "cannot be moved", instance_id=uuid)
         if refusal is not None:
             _fail_step(evacuation_id, uuid, "claim", host, refusal)
             raise refusal
-        with rt.database.session() as session:
-            move = evac_rows.move(session, evacuation_id, uuid)
-            instance = session.get(Instance, uuid)
-            # The same try again after a crash counts once.
-            rerun = (move.status, move.step, move.destination) == (states.MOVING, "claim", host)
-            attempt = move.attempts + (0 if rerun else 1)
-            migration_id = evac_rows.migration_id_for(evacuation_id, uuid, attempt)
-            evac_rows.update_move(session, evacuation_id, uuid, status=states.MOVING,
-                                  step="claim", destination=host, attempts=attempt,
-                                  migration_id=migration_id,
-                                  hosts_tried=list(move.hosts_tried or [])
-                                  + ([] if rerun else [host]))
-            resources = session.get(Flavor, instance.flavor_id).resources
-            group_id, tenant = instance.group_id, instance.tenant_id
         try:
             if group_id:
                 with rt.database.session() as session:
@@ -269,8 +270,9 @@ class ReattachVolumes(FleetTask):
         with rt.database.session() as session:
             if _finished(session, evacuation_id, uuid):
                 return []
-            evac_rows.update_move(session, evacuation_id, uuid, step="attach")
             reachable, _lost = move_rows.volumes_for(session, uuid, host)
+            if reachable:
+                evac_rows.update_move(session, evacuation_id, uuid, step="attach")
         try:
             for volume_id in reachable:
                 rt.compute.attach_volume(host, uuid, volume_id, fence=fence)
@@ -312,7 +314,8 @@ class ConfirmMove(FleetTask):
             move = evac_rows.move(session, evacuation_id, uuid)
             if move.status == states.DONE:
                 return {"host": move.destination}
-            evac_rows.update_move(session, evacuation_id, uuid, step="confirm")
+            # NOTE: no "confirm" step written: confirming takes two quick calls,
+            # and the move turns DONE in the transaction that ends it.
             migration_id, source = move.migration_id, move.source
         try:
             rt.compute.confirm_move(host, migration_id, fence=fence)

@@ -87,9 +87,12 @@ def volumes_for(session, uuid: str, destination: str) -> tuple[list[str], list[s
 
     A volume on another host's local disk cannot follow its server: lost.
     """
+    attached = attached_volumes(session, uuid)
+    if not attached:
+        return [], []
     host = session.execute(sa.select(Host).where(Host.name == destination)).scalar_one()
     reachable, lost = [], []
-    for volume, backend in attached_volumes(session, uuid):
+    for volume, backend in attached:
         if backend is not None and reaches(backend, host):
             reachable.append(volume.id)
         elif backend is not None and backend.scope == "host":

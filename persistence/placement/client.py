@@ -138,6 +138,21 @@ class PlacementClient(abc.ABC):
             self.write(writes, fence)
         self._retrying(attempt)
 
+    def _read_then_write(self, consumers: list[str], decide, fence: dict | None = None):
+        """Read ``consumers``, let ``decide({consumer: ConsumerAllocations})`` answer
+        ``(writes, result)``, write the writes (if any) and return ``result``.
+
+        Re-run from the read when a generation race is lost. Here the read and
+        the write are separate calls, as Placement's protocol has them; the
+        local store does both in one transaction (LocalPlacement).
+        """
+        def attempt(_n):
+            writes, result = decide({c: self.get_allocations(c) for c in consumers})
+            if writes:
+                self.write(writes, fence)
+            return result
+        return self._retrying(attempt)
+
     def release(self, consumer: str, providers=None, fence: dict | None = None) -> bool:
         """Drop the consumer's allocations (only on ``providers`` when given).
 
@@ -147,16 +162,15 @@ class PlacementClient(abc.ABC):
         """
         drop = set(providers) if providers is not None else None
 
-        def attempt(_n):
-            known = self.get_allocations(consumer)
-            keep = {rp: r for rp, r in known.allocations.items()
+        def decide(known):
+            held = known[consumer]
+            keep = {rp: r for rp, r in held.allocations.items()
                     if drop is not None and rp not in drop}
-            if keep == known.allocations:
-                return False
-            self.write([ConsumerWrite(consumer, keep, known.project_id, known.user_id,
-                                      known.generation, known.consumer_type)], fence)
-            return True
-        return self._retrying(attempt)
+            if keep == held.allocations:
+                return [], False
+            return [ConsumerWrite(consumer, keep, held.project_id, held.user_id,
+                                  held.generation, held.consumer_type)], True
+        return self._read_then_write([consumer], decide, fence)
 
     def move(self, instance: str, migration: str, destination: Amounts, project_id: str,
              user_id: str, fence: dict | None = None) -> Amounts:
@@ -168,20 +182,17 @@ class PlacementClient(abc.ABC):
         not hand the destination to a new migration consumer: it would count
         twice). Returns the source allocations the migration consumer holds.
         """
-        def attempt(_n):
-            inst = self.get_allocations(instance)
-            mig = self.get_allocations(migration)
-            source = mig.allocations or inst.allocations
+        def decide(known):
+            inst, mig = known[instance], known[migration]
             if inst.allocations == destination:
-                return mig.allocations
-            self.write([
+                return [], mig.allocations
+            source = mig.allocations or inst.allocations
+            return [
                 ConsumerWrite(migration, source, project_id, user_id, mig.generation,
                               "MIGRATION"),
                 ConsumerWrite(instance, destination, project_id, user_id, inst.generation),
-            ], fence)
-            return source
-        return self._retrying(attempt)
-
+            ], source
+        return self._read_then_write([instance, migration], decide, fence)
 
     def revert_move(self, instance: str, migration: str, fence: dict | None = None) -> bool:
         """Give the instance back what the migration consumer holds, in one write.
@@ -189,20 +200,18 @@ class PlacementClient(abc.ABC):
         False, writing nothing, when the migration consumer holds nothing: the
         move never claimed, was reverted already, or was confirmed.
         """
-        def attempt(_n):
-            mig = self.get_allocations(migration)
+        def decide(known):
+            inst, mig = known[instance], known[migration]
             if not mig.allocations:
-                return False
-            inst = self.get_allocations(instance)
-            self.write([
+                return [], False
+            return [
                 ConsumerWrite(instance, mig.allocations, mig.project_id or inst.project_id,
                               mig.user_id or inst.user_id, inst.generation,
                               inst.consumer_type),
                 ConsumerWrite(migration, {}, mig.project_id, mig.user_id, mig.generation,
                               "MIGRATION"),
-            ], fence)
-            return True
-        return self._retrying(attempt)
+            ], True
+        return self._read_then_write([instance, migration], decide, fence)
 
     def confirm_move(self, migration: str, fence: dict | None = None) -> bool:
         """Drop the source allocations the migration consumer held (the move is done)."""
@@ -221,6 +230,14 @@ class LocalPlacement(PlacementClient):
 
     def write(self, writes, fence=None) -> None:
         self.store.set_allocations(writes, fence)
+
+    def _read_then_write(self, consumers, decide, fence=None):
+        # One transaction for the read and the write: a move or a release is
+        # one write lock instead of two reads and a write (on PostgreSQL the
+        # write's generation check still catches a concurrent writer).
+        def attempt(_n):
+            return self.store.read_then_write(consumers, decide, fence)
+        return self._retrying(attempt)
 
     def usages(self, provider=None, project_id=None, user_id=None) -> dict[str, int]:
         if provider is not None:

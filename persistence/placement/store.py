@@ -132,6 +132,20 @@ class PlacementStore:
         self.set_allocations([ConsumerWrite(consumer_uuid, allocations, project_id, user_id,
                                             generation, consumer_type)], fence)
 
+    def read_then_write(self, consumers: list[str], decide, fence: dict | None = None):
+        """In one transaction: read ``consumers``' allocations, let ``decide`` answer
+        ``(writes, result)``, write them; returns ``result`` (PlacementClient's moves)."""
+        from fleetflow.persistence.placement.client import ConsumerAllocations
+
+        def write(session):
+            known = {c: ConsumerAllocations.from_placement(allocs.get_allocations(session, c))
+                     for c in consumers}
+            writes, result = decide(known)
+            if writes:
+                allocs.replace_allocations(session, writes, fence)
+            return result
+        return self._write(write)
+
     def set_allocations(self, writes: list[ConsumerWrite], fence: dict | None = None) -> None:
         """Replace several consumers' allocations in one transaction (POST /allocations)."""
         self._write(allocs.replace_allocations, writes, fence)
