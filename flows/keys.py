@@ -41,12 +41,17 @@ INSTANCE_UUID = "instance_uuid"
 HOST = "host"
 #: Alternate hosts of one instance, tried in order by its retry controller.
 ALTERNATES = "alternates"
+#: The migration id of one server's current try at a move (scoped per server).
+MIGRATION = "migration"
 #: The placement allocation written for one instance (scoped per instance).
 ALLOCATION = "allocation"
 #: What the host reported after a boot (scoped per instance).
 SERVER = "server"
 #: Output of an evacuation's scheduling: per server its destination candidates.
 MOVE_PLACEMENTS = "move_placements"
+#: Indexes of the servers whose primary destination the evacuation's fast
+#: path claimed in one write (their own claim task then has nothing to do).
+PRIMARY_MOVES_CLAIMED = "primary_moves_claimed"
 VOLUME_IDS = "volume_ids"
 ATTACHMENTS = "attachments"
 

@@ -3,6 +3,7 @@
     evacuation-lifecycle      marks the evacuation FAILED on revert
     prepare-hosts             RUNNING; rebuild: every host still silent
     schedule                  every server placed in one pass (candidates each)
+    claim-primaries           every groupless server's first destination, one write
     moves (unordered)
       lane-00 (linear)        ``lanes`` lanes: at most that many moves at once
         srv-0000 (retry srv-0000-retry: candidates, reschedules, then "no host")
@@ -32,6 +33,7 @@ from fleetflow.flows.tasks.evacuation import (
     ScheduleMoves,
 )
 from fleetflow.flows.tasks.move import ClaimMove, ConfirmMove, MoveServer, ReattachVolumes
+from fleetflow.flows.tasks.move_fastpath import ClaimPrimaryMoves
 from fleetflow.flows.tasks.move_retry import MoveHostRetry
 
 MAX_RESCHEDULES = 2
@@ -47,12 +49,15 @@ def server_chain(index: int, count: int) -> linear_flow.Flow:
     host_key = keys.scoped(prefix, keys.HOST)
     chain = linear_flow.Flow(prefix, retry=MoveHostRetry(
         f"{prefix}-retry", index=index, provides=host_key, max_reschedules=MAX_RESCHEDULES))
+    migration_key = keys.scoped(prefix, keys.MIGRATION)
     bind = {"host": host_key}
+    moved = {"host": host_key, "migration": migration_key}
     inject = {"index": index}
-    chain.add(ClaimMove(f"{prefix}-claim", rebind=bind, inject=inject),
-              MoveServer(f"{prefix}-move", rebind=bind, inject=inject),
+    chain.add(ClaimMove(f"{prefix}-claim", rebind=bind, inject=inject,
+                        provides=migration_key),
+              MoveServer(f"{prefix}-move", rebind=moved, inject=inject),
               ReattachVolumes(f"{prefix}-attach", rebind=bind, inject=inject),
-              ConfirmMove(f"{prefix}-confirm", rebind=bind, inject=inject))
+              ConfirmMove(f"{prefix}-confirm", rebind=moved, inject=inject))
     return chain
 
 
@@ -62,7 +67,8 @@ def evacuate_flow(evacuation_id: str, count: int, lanes: int = 8,
     """Move ``count`` servers of one evacuation, at most ``lanes`` at once."""
     flow = linear_flow.Flow(f"evacuate-{evacuation_id}-{run}")
     flow.add(MarkEvacuationFailedOnRevert("evacuation-lifecycle"),
-             PrepareHosts("prepare-hosts"), ScheduleMoves("schedule"))
+             PrepareHosts("prepare-hosts"), ScheduleMoves("schedule"),
+             ClaimPrimaryMoves("claim-primaries"))
     if count:
         lanes = max(1, min(int(lanes), count))
         moves = unordered_flow.Flow("moves")

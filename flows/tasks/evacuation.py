@@ -90,7 +90,9 @@ class ScheduleMoves(FleetTask):
     """Place every server of this run in one pass from one view of the cloud.
 
     Provides ``{"hosts": {index: [destination, alternates...]}, "unplaced":
-    {index: [code, explanation]}}`` (indexes as strings: the store is JSON).
+    {index: [code, explanation]}, "servers": {index: {source, mode, resources,
+    image, volumes}}, "fallback_cold": bool}`` (indexes as strings: the store
+    is JSON): what the move tasks need, so that they read no rows.
     A server that fits nowhere is not an error here: its retry records it.
 
     Revert: nothing to undo: scheduling claims nothing.
@@ -103,13 +105,20 @@ class ScheduleMoves(FleetTask):
         usage = rt.placement.usages_by_provider()
         with rt.database.session() as session:
             evacuation = evac_rows.get(session, evacuation_id)
+            # A new run starts from what the row says now (an operator's
+            # resume cleared ``stopping`` in another process, perhaps just now).
+            move_rows.stopped(rt.database, evacuation_id, evacuation.stopping)
             plan = move_schedule.plan(session, evacuation, list(instance_uuids), usage,
                                       rt.conf)
+            fallback = (evacuation.mode == states.MODE_DRAIN
+                        and evacuation.fallback == states.FALLBACK_COLD)
         positions = {uuid: str(i) for i, uuid in enumerate(instance_uuids)}
         LOG.info("evacuation %s: %d servers placed, %d not", evacuation_id,
                  len(plan.candidates), len(plan.unplaced))
         return {"hosts": {positions[u]: c for u, c in plan.candidates.items()},
-                "unplaced": {positions[u]: list(w) for u, w in plan.unplaced.items()}}
+                "unplaced": {positions[u]: list(w) for u, w in plan.unplaced.items()},
+                "servers": {positions[u]: info for u, info in plan.servers.items()},
+                "fallback_cold": fallback}
 
 
 def settle(session, evacuation: Evacuation) -> str:

@@ -20,7 +20,7 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, FleetflowError
 from fleetflow.compute.exceptions import InstanceNotFound, OutcomeUnknown
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import move_rows
+from fleetflow.flows.tasks import move_rows, move_writes
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.claim import ClaimRace, join_group
 from fleetflow.persistence import evacuations as evac_rows
@@ -70,16 +70,22 @@ class ClaimMove(FleetTask):
     """
 
     def execute(self, evacuation_id: str, instance_uuids: list, index: int,
-                host: str | None, tenant_id=None, fence=None) -> dict | None:
+                host: str | None, move_placements: dict, primary_moves_claimed: dict,
+                fence=None) -> str | None:
+        """Returns the try's migration id (what the next steps of the chain key on)."""
         if host is None:
             return None
+        if (str(index) in primary_moves_claimed
+                and host == move_placements["hosts"][str(index)][0]):
+            # Claimed, with its try recorded, by claim-primaries.
+            return primary_moves_claimed[str(index)]
         rt = runtime.get()
         uuid = instance_uuids[index]
         refusal = None
         with rt.database.session() as session:
             move = evac_rows.move(session, evacuation_id, uuid)
             if move.status == states.DONE:
-                return {"host": move.destination}
+                return move.migration_id
             busy = session.execute(sa.update(Instance).where(
                 Instance.id == uuid, Instance.status.in_((states.ACTIVE, states.ERROR)),
                 sa.or_(Instance.task_state.is_(None),
@@ -122,7 +128,7 @@ class ClaimMove(FleetTask):
         except (ClaimRace, PlacementConflict) as exc:
             _fail_step(evacuation_id, uuid, "claim", host, exc)
             raise
-        return {"host": host, "migration_id": migration_id}
+        return migration_id
 
     def revert(self, result, evacuation_id: str, instance_uuids: list, index: int,
                host: str | None, fence=None, **kwargs) -> None:
@@ -159,24 +165,19 @@ class MoveServer(FleetTask):
     """
 
     def execute(self, evacuation_id: str, instance_uuids: list, index: int,
-                host: str | None, fence=None) -> dict | None:
+                host: str | None, migration: str | None, move_placements: dict,
+                fence=None) -> dict | None:
         if host is None:
             return None
         rt = runtime.get()
         uuid = instance_uuids[index]
-        with rt.database.session() as session:
-            move = evac_rows.move(session, evacuation_id, uuid)
-            if move.status == states.DONE:
-                return {"host": move.destination}
-            evacuation = evac_rows.get(session, evacuation_id)
-            instance = session.get(Instance, uuid)
-            spec = {"kind": move.mode, "uuid": uuid, "source_host": move.source,
-                    "resources": session.get(Flavor, instance.flavor_id).resources,
-                    "image": instance.image_id}
-            fallback = (evacuation.mode == states.MODE_DRAIN
-                        and evacuation.fallback == states.FALLBACK_COLD)
-            evac_rows.update_move(session, evacuation_id, uuid, step="move")
-            migration_id = move.migration_id
+        # What the server is, from the schedule (the store): no rows to read.
+        server = move_placements["servers"][str(index)]
+        spec = {"kind": server["mode"], "uuid": uuid, "source_host": server["source"],
+                "resources": server["resources"], "image": server["image"]}
+        fallback = bool(move_placements.get("fallback_cold"))
+        migration_id = migration
+        move_writes.write_move(rt.database, evacuation_id, uuid, {"step": "move"})
         try:
             record = self._start(rt, host, migration_id, spec, fence, fallback,
                                  evacuation_id)
@@ -262,9 +263,11 @@ class ReattachVolumes(FleetTask):
     """
 
     def execute(self, evacuation_id: str, instance_uuids: list, index: int,
-                host: str | None, fence=None) -> list | None:
+                host: str | None, move_placements: dict, fence=None) -> list | None:
         if host is None:
             return None
+        if not move_placements["servers"][str(index)]["volumes"]:
+            return []
         rt = runtime.get()
         uuid = instance_uuids[index]
         with rt.database.session() as session:
@@ -301,38 +304,38 @@ class ConfirmMove(FleetTask):
     """End the move: the destination confirms, the migration consumer's source
     allocation goes, and the instance row moves (one transaction, move DONE).
 
+    The two writes go with other moves' ending at the same time (group
+    commit: move_writes), each committed before this task returns.
+
     Revert: nothing; a confirmed move is finished and stays.
     """
 
     def execute(self, evacuation_id: str, instance_uuids: list, index: int,
-                host: str | None, fence=None) -> dict | None:
+                host: str | None, migration: str | None, move_placements: dict,
+                fence=None) -> dict | None:
         if host is None:
             return None
         rt = runtime.get()
         uuid = instance_uuids[index]
-        with rt.database.session() as session:
-            move = evac_rows.move(session, evacuation_id, uuid)
-            if move.status == states.DONE:
-                return {"host": move.destination}
-            # NOTE: no "confirm" step written: confirming takes two quick calls,
-            # and the move turns DONE in the transaction that ends it.
-            migration_id, source = move.migration_id, move.source
+        server = move_placements["servers"][str(index)]
         try:
-            rt.compute.confirm_move(host, migration_id, fence=fence)
-            rt.placement.confirm_move(migration_id, fence=fence)
+            rt.compute.confirm_move(host, migration, fence=fence)
+            move_writes.release_migration(rt.placement, migration, fence=fence)
         except FleetflowError as exc:
             _fail_step(evacuation_id, uuid, "confirm", host, exc)
             raise
-        with rt.database.session() as session:
-            _reachable, lost = move_rows.volumes_for(session, uuid, host)
-            for volume in session.scalars(sa.select(Volume).where(Volume.id.in_(lost))):
-                # Its data was on the dead source's own disk.
-                volume.status, volume.instance_id = states.VOLUME_ERROR, None
-            session.execute(sa.update(Instance).where(Instance.id == uuid)
-                            .values(host=host, task_state=None))
-            evac_rows.update_move(session, evacuation_id, uuid, status=states.DONE,
-                                  step=None, fault=None, destination=host,
-                                  volumes_lost=lost)
-        LOG.info("evacuation %s: %s moved %s -> %s", evacuation_id, uuid, source, host)
+        lost = []
+        if server["volumes"]:
+            with rt.database.session() as session:
+                _reachable, lost = move_rows.volumes_for(session, uuid, host)
+                for volume in session.scalars(sa.select(Volume).where(Volume.id.in_(lost))):
+                    # Its data was on the dead source's own disk.
+                    volume.status, volume.instance_id = states.VOLUME_ERROR, None
+        move_writes.write_move(
+            rt.database, evacuation_id, uuid,
+            {"status": states.DONE, "step": None, "fault": None, "destination": host,
+             "volumes_lost": lost},
+            {"host": host, "task_state": None})
+        LOG.info("evacuation %s: %s moved %s -> %s", evacuation_id, uuid, server["source"],
+                 host)
         return {"host": host, "volumes_lost": lost}
-

@@ -28,7 +28,7 @@ from fleetflow.flows.tasks.base import FleetRetry
 from fleetflow.flows.tasks.move import MoveNotPossible
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as reservation_rows
-from fleetflow.persistence.models import Evacuation
+from fleetflow.persistence.models import Evacuation, Instance
 
 LOG = logging.getLogger(__name__)
 
@@ -47,13 +47,13 @@ class MoveHostRetry(FleetRetry):
         self.max_reschedules = max_reschedules
 
     def execute(self, history, move_placements: dict, evacuation_id: str,
-                instance_uuids: list) -> str | None:
+                instance_uuids: list, fence=None) -> str | None:
         rt = runtime.get()
         uuid = instance_uuids[self.index]
         tried = [h for h in history.provided_iter() if h is not NO_HOST]
         stopping = move_rows.stopping(rt.database, evacuation_id)
         if stopping:
-            self._leave(evacuation_id, uuid, stopping)
+            self._leave(evacuation_id, uuid, stopping, fence)
             return NO_HOST
         if history.caused_by(MoveNotPossible):
             self._give_up(evacuation_id, uuid, None)
@@ -94,11 +94,25 @@ class MoveHostRetry(FleetRetry):
             return candidates[0], None
         return None, plan.unplaced.get(uuid)
 
-    def _leave(self, evacuation_id: str, uuid: str, stopping: str) -> None:
-        """The evacuation stops: this server is not started (or its try was undone)."""
+    def _leave(self, evacuation_id: str, uuid: str, stopping: str, fence) -> None:
+        """The evacuation stops: this server is not started (or its try was undone).
+
+        A server the fast path claimed for, but whose chain never ran, still
+        holds that claim: it is given back here.
+        """
+        rt = runtime.get()
         status = states.REVERTED if stopping == states.ON_ERROR_REVERT else states.PENDING
-        with runtime.get().database.session() as session:
+        with rt.database.session() as session:
+            move = evac_rows.move(session, evacuation_id, uuid)
+            claimed = move.status == states.MOVING
+            migration_id = move.migration_id
+        if claimed:
+            rt.placement.revert_move(uuid, migration_id, fence=fence)
+        with rt.database.session() as session:
             evac_rows.update_move(session, evacuation_id, uuid, status=status, step=None)
+            if claimed:
+                session.execute(sa.update(Instance).where(Instance.id == uuid)
+                                .values(task_state=None))
 
     def _give_up(self, evacuation_id: str, uuid: str, fault: dict | None) -> None:
         """Record the server FAILED and apply the evacuation's on_error, in one transaction."""
@@ -111,12 +125,15 @@ class MoveHostRetry(FleetRetry):
             evac_rows.update_move(session, evacuation_id, uuid, status=states.FAILED,
                                   step=None, fault=fault)
             evacuation = evac_rows.get(session, evacuation_id, lock=True)
-            if evacuation.stopping is None and evacuation.on_error != states.ON_ERROR_CONTINUE:
-                values = {"stopping": evacuation.on_error}
+            stopping = evacuation.stopping
+            if stopping is None and evacuation.on_error != states.ON_ERROR_CONTINUE:
+                stopping = evacuation.on_error
+                values = {"stopping": stopping}
                 if evacuation.on_error == states.ON_ERROR_REVERT:
                     values["status"] = states.REVERTING
                 session.execute(sa.update(Evacuation).where(Evacuation.id == evacuation_id)
                                 .values(**values))
+        move_rows.stopped(runtime.get().database, evacuation_id, stopping)
         LOG.warning("evacuation %s: %s cannot be moved: %s", evacuation_id, uuid,
                     fault["message"])
 

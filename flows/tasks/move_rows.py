@@ -3,6 +3,8 @@ the co-moving members of a group, whether the evacuation is stopping."""
 
 from __future__ import annotations
 
+import time
+
 import sqlalchemy as sa
 
 from fleetflow.common import states
@@ -47,11 +49,33 @@ def fault_of(exc: Exception, step: str, host: str | None) -> dict:
                                   step=step, host=host)
 
 
+# How long a read of an evacuation's ``stopping`` serves the moves that ask:
+# every server's retry asks before its move starts, a thousand reads for a
+# thousand servers, while the answer changes once at most (and in this process:
+# the retry that sets it also sets it here).
+STOPPING_TTL = 0.1
+_stopping_seen: dict[tuple[int, str], tuple[str | None, float]] = {}
+
+
 def stopping(database, evacuation_id: str) -> str | None:
     """``pause`` or ``revert`` once a server ran out of hosts under that on_error."""
+    key = (id(database), evacuation_id)
+    seen = _stopping_seen.get(key)
+    now = time.monotonic()
+    if seen is not None and now - seen[1] < STOPPING_TTL:
+        return seen[0]
     with database.session() as session:
-        return session.execute(sa.select(Evacuation.stopping).where(
+        value = session.execute(sa.select(Evacuation.stopping).where(
             Evacuation.id == evacuation_id)).scalar()
+    if len(_stopping_seen) > 1024:
+        _stopping_seen.clear()
+    _stopping_seen[key] = (value, now)
+    return value
+
+
+def stopped(database, evacuation_id: str, value: str | None) -> None:
+    """This process just wrote ``stopping``: its own moves see it at once."""
+    _stopping_seen[(id(database), evacuation_id)] = (value, time.monotonic())
 
 
 def unlanded_members(session, evacuation_id: str, group_id: str) -> list[str]:

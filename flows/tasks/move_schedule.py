@@ -35,6 +35,8 @@ class MovePlan:
 
     candidates: dict[str, list[str]]
     unplaced: dict[str, tuple[str, str]]
+    #: What each server is: source, mode, resources, image, whether it has volumes.
+    servers: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 def _snapshot(session, usage: dict, service_down_time: float):
@@ -94,11 +96,18 @@ class _Builder:
                 Host.region == region, Host.zone == zone, Host.rack == rack)))
         return self.rack_hosts[key]
 
-    def server(self, instance: Instance) -> ServerToMove | tuple[str, str]:
+    def info(self, instance: Instance, has_volumes: bool) -> dict:
+        mode = self.evacuation.mode
+        return {"source": instance.host,
+                "mode": states.MODE_LIVE if mode == states.MODE_DRAIN else mode,
+                "resources": self._flavor(instance.flavor_id).resources,
+                "image": instance.image_id, "volumes": has_volumes}
+
+    def server(self, instance: Instance, attached: list) -> ServerToMove | tuple[str, str]:
         """The server to place, or (code, message) when it cannot move at all."""
         flavor = self._flavor(instance.flavor_id)
         needed = []
-        for volume, backend in move_rows.attached_volumes(self.session, instance.id):
+        for volume, backend in attached:
             if backend is None:
                 continue
             if backend.scope == "host":
@@ -122,13 +131,15 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
     builder = _Builder(session, evacuation)
     instances = {i.id: i for i in session.scalars(
         sa.select(Instance).where(Instance.id.in_(uuids)))}
-    servers, unplaced = [], {}
+    servers, unplaced, infos = [], {}, {}
     for uuid in uuids:
         instance = instances.get(uuid)
         if instance is None or instance.status in (states.DELETING, states.DELETED):
             unplaced[uuid] = ("MOVE_NOT_POSSIBLE", f"server {uuid} is being deleted")
             continue
-        server = builder.server(instance)
+        attached = move_rows.attached_volumes(session, uuid)
+        infos[uuid] = builder.info(instance, bool(attached))
+        server = builder.server(instance, attached)
         if isinstance(server, tuple):
             unplaced[uuid] = server
         else:
@@ -145,4 +156,4 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
         by_group = why.startswith("group") or "-> 0 (group" in why
         code = move_rows.GROUP_POLICY if by_group else move_rows.NO_VALID_HOST
         unplaced[key] = (code, why)
-    return MovePlan(dict(result.candidates), unplaced)
+    return MovePlan(dict(result.candidates), unplaced, infos)

@@ -263,27 +263,51 @@ def usages_by_provider(session: orm.Session, rps=None) -> dict[str, dict[str, in
     return totals
 
 
-def get_allocations(session: orm.Session, consumer_uuid: str) -> dict:
-    """A consumer's allocations in Placement's shape (1.38, the API trims it)."""
-    rows = session.connection().execute(
-        sa.select(A.c.resource_provider_uuid, A.c.resource_class, A.c.used,
-                  RP.c.generation, C.c.generation.label("consumer_generation"),
-                  C.c.project_id, C.c.user_id, C.c.consumer_type)
-        .select_from(A.join(RP, RP.c.uuid == A.c.resource_provider_uuid)
-                     .join(C, C.c.uuid == A.c.consumer_uuid))
-        .where(A.c.consumer_uuid == consumer_uuid)).all()
-    if not rows:
-        # An unknown (or emptied) consumer: no generation, so writers send null.
-        return {"allocations": {}}
-    result: dict = {}
+_CONSUMER_ROWS = (
+    sa.select(A.c.consumer_uuid, A.c.resource_provider_uuid, A.c.resource_class, A.c.used,
+              RP.c.generation, C.c.generation.label("consumer_generation"),
+              C.c.project_id, C.c.user_id, C.c.consumer_type)
+    .select_from(A.join(RP, RP.c.uuid == A.c.resource_provider_uuid)
+                 .join(C, C.c.uuid == A.c.consumer_uuid)))
+
+# Consumers per statement in get_many (SQLite's variable limit is far above).
+_MANY_CHUNK = 500
+
+
+def _bodies(rows) -> dict[str, dict]:
+    bodies: dict[str, dict] = {}
     for row in rows:
-        entry = result.setdefault(row.resource_provider_uuid,
-                                  {"resources": {}, "generation": row.generation})
+        body = bodies.get(row.consumer_uuid)
+        if body is None:
+            body = bodies[row.consumer_uuid] = {
+                "allocations": {}, "consumer_generation": row.consumer_generation,
+                "project_id": row.project_id, "user_id": row.user_id,
+                "consumer_type": row.consumer_type}
+        entry = body["allocations"].setdefault(row.resource_provider_uuid,
+                                               {"resources": {}, "generation": row.generation})
         entry["resources"][row.resource_class] = row.used
-    first = rows[0]
-    return {"allocations": result, "consumer_generation": first.consumer_generation,
-            "project_id": first.project_id, "user_id": first.user_id,
-            "consumer_type": first.consumer_type}
+    return bodies
+
+
+def get_allocations(session: orm.Session, consumer_uuid: str) -> dict:
+    """A consumer's allocations in Placement's shape (1.38, the API trims it).
+
+    An unknown (or emptied) consumer has no generation, so writers send null.
+    """
+    rows = session.connection().execute(
+        _CONSUMER_ROWS.where(A.c.consumer_uuid == consumer_uuid)).all()
+    return _bodies(rows).get(consumer_uuid) or {"allocations": {}}
+
+
+def get_many(session: orm.Session, consumer_uuids) -> dict[str, dict]:
+    """:func:`get_allocations` of many consumers, a few statements for all of them."""
+    uuids = sorted(set(consumer_uuids))
+    bodies: dict[str, dict] = {}
+    for start in range(0, len(uuids), _MANY_CHUNK):
+        chunk = uuids[start:start + _MANY_CHUNK]
+        bodies.update(_bodies(session.connection().execute(
+            _CONSUMER_ROWS.where(A.c.consumer_uuid.in_(chunk))).all()))
+    return {u: bodies.get(u) or {"allocations": {}} for u in uuids}
 
 
 def provider_allocations(session: orm.Session, rp_uuid: str) -> dict:

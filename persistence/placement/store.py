@@ -138,8 +138,8 @@ class PlacementStore:
         from fleetflow.persistence.placement.client import ConsumerAllocations
 
         def write(session):
-            known = {c: ConsumerAllocations.from_placement(allocs.get_allocations(session, c))
-                     for c in consumers}
+            known = {c: ConsumerAllocations.from_placement(body)
+                     for c, body in allocs.get_many(session, consumers).items()}
             writes, result = decide(known)
             if writes:
                 allocs.replace_allocations(session, writes, fence)

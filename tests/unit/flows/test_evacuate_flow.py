@@ -103,9 +103,11 @@ def test_contract_every_requirement_is_provided_or_in_the_store(evac_cloud):
     job = evac_cloud.posted[-1]
     flow = evacuate_flow(**job["kwargs"])
     names = [node.name for node, _ in flow.iter_nodes()]
-    assert names == ["evacuation-lifecycle", "prepare-hosts", "schedule", "moves", "finish"]
-    provided = set(job["store"]) | {"fence", "move_placements", "srv-0000.host",
-                                    "srv-0001.host"}
+    assert names == ["evacuation-lifecycle", "prepare-hosts", "schedule", "claim-primaries",
+                     "moves", "finish"]
+    provided = set(job["store"]) | {"fence", "move_placements", "primary_moves_claimed",
+                                    "srv-0000.host", "srv-0001.host", "srv-0000.migration",
+                                    "srv-0001.migration"}
     assert flow.requires <= provided | {"index"}
     # One lane: the two servers' chains run one after the other.
     moves = next(n for n, _ in flow.iter_nodes() if n.name == "moves")
