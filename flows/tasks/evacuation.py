@@ -53,9 +53,15 @@ class MarkEvacuationFailedOnRevert(FleetTask):
         fault = None
         if flow_failures:
             failure = next(iter(flow_failures.values()))
+            # NOTE: a failure reloaded after a takeover has lost its exception
+            # object (only type names and text remain): its code then comes
+            # from the fault an earlier run of this revert wrote, kept below.
             code = getattr(failure.exception, "code", None) or "EVACUATION_FAILED"
             fault = reservation_rows.fault(code, failure.exception_str)
         with runtime.get().database.session() as session:
+            written = evac_rows.get(session, evacuation_id).fault
+            if written and written.get("code") != "EVACUATION_FAILED":
+                fault = written
             session.execute(sa.update(Move).where(
                 Move.evacuation_id == evacuation_id, Move.status == states.MOVING)
                 .values(status=states.REVERTED, step=None))

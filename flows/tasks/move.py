@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, FleetflowError
-from fleetflow.compute.exceptions import InstanceNotFound, OutcomeUnknown
+from fleetflow.compute.exceptions import HostDead, InstanceNotFound, OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks import move_rows, move_writes
 from fleetflow.flows.tasks.base import FleetTask
@@ -226,7 +226,17 @@ class MoveServer(FleetTask):
             if _finished(session, evacuation_id, uuid):
                 return
             migration_id = evac_rows.move(session, evacuation_id, uuid).migration_id
-        rt.compute.revert_move(host, migration_id, fence=fence)
+        try:
+            rt.compute.revert_move(host, migration_id, fence=fence)
+        except (HostDead, OutcomeUnknown) as exc:
+            # A destination that died failed its moves as it died, leaving
+            # nothing there; one that cannot be reached now will not get the
+            # move confirmed. Raising would strand the whole evacuation
+            # (a revert that fails stops the flow): record it and go on.
+            LOG.warning("%s: could not undo its move on %s: %s", uuid, host, exc)
+            with rt.database.session() as session:
+                evac_rows.update_move(session, evacuation_id, uuid,
+                                      fault=move_rows.fault_of(exc, "move", host))
 
 
 def _ask(rt, host: str, migration_id: str) -> dict | None:

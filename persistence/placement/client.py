@@ -138,7 +138,7 @@ class PlacementClient(abc.ABC):
             self.write(writes, fence)
         self._retrying(attempt)
 
-    def _read_then_write(self, consumers: list[str], decide, fence: dict | None = None):
+    def read_then_write(self, consumers: list[str], decide, fence: dict | None = None):
         """Read ``consumers``, let ``decide({consumer: ConsumerAllocations})`` answer
         ``(writes, result)``, write the writes (if any) and return ``result``.
 
@@ -170,7 +170,7 @@ class PlacementClient(abc.ABC):
                 return [], False
             return [ConsumerWrite(consumer, keep, held.project_id, held.user_id,
                                   held.generation, held.consumer_type)], True
-        return self._read_then_write([consumer], decide, fence)
+        return self.read_then_write([consumer], decide, fence)
 
     def move(self, instance: str, migration: str, destination: Amounts, project_id: str,
              user_id: str, fence: dict | None = None) -> Amounts:
@@ -192,7 +192,7 @@ class PlacementClient(abc.ABC):
                               "MIGRATION"),
                 ConsumerWrite(instance, destination, project_id, user_id, inst.generation),
             ], source
-        return self._read_then_write([instance, migration], decide, fence)
+        return self.read_then_write([instance, migration], decide, fence)
 
     def revert_move(self, instance: str, migration: str, fence: dict | None = None) -> bool:
         """Give the instance back what the migration consumer holds, in one write.
@@ -211,7 +211,7 @@ class PlacementClient(abc.ABC):
                 ConsumerWrite(migration, {}, mig.project_id, mig.user_id, mig.generation,
                               "MIGRATION"),
             ], True
-        return self._read_then_write([instance, migration], decide, fence)
+        return self.read_then_write([instance, migration], decide, fence)
 
     def confirm_move(self, migration: str, fence: dict | None = None) -> bool:
         """Drop the source allocations the migration consumer held (the move is done)."""
@@ -231,7 +231,7 @@ class LocalPlacement(PlacementClient):
     def write(self, writes, fence=None) -> None:
         self.store.set_allocations(writes, fence)
 
-    def _read_then_write(self, consumers, decide, fence=None):
+    def read_then_write(self, consumers, decide, fence=None):
         # One transaction for the read and the write: a move or a release is
         # one write lock instead of two reads and a write (on PostgreSQL the
         # write's generation check still catches a concurrent writer).

@@ -393,3 +393,35 @@ def test_deleting_a_server_of_a_dead_host_finishes_and_the_host_cleans_up_on_ret
     assert allocations(evac_cloud, uuid) == {}
     evac_cloud.runtime.compute.set_faults(SOURCE, dead=False)
     assert guest(evac_cloud, SOURCE, uuid) is None
+
+
+def test_a_destination_dying_mid_move_sends_the_server_to_an_alternate(evac_cloud):
+    import threading
+    import time
+
+    from fleetflow.compute.drivers.fake_moves import MoveRules
+
+    evac_cloud.driver.move_rules = MoveRules(live_seconds=1.0)
+    uuid = boot(evac_cloud)
+    request = EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE)
+    planned = ops(evac_cloud).dry_run(request)["instances"][0]["destination"]
+    view = ops(evac_cloud).evacuate(request)
+    outcome = []
+    runner = threading.Thread(target=lambda: outcome.append(
+        evac_cloud.run(evac_cloud.posted[-1])))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while ops(evac_cloud).show(view["id"])["instances"][0]["step"] != "move":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    evac_cloud.runtime.compute.set_faults(planned, dead=True)  # mid-move
+    runner.join(60)
+    assert outcome == [tf_states.SUCCESS]
+    done = ops(evac_cloud).show(view["id"])
+    assert done["status"] == states.DONE
+    landed = assert_moved_once(evac_cloud, done, uuid, SOURCE)
+    assert landed != planned and done["instances"][0]["hosts_tried"][0] == planned
+    assert guest(evac_cloud, SOURCE, uuid) is None
+    evac_cloud.runtime.compute.set_faults(planned, dead=False)
+    assert guest(evac_cloud, planned, uuid) is None
+    assert_clean(evac_cloud)
