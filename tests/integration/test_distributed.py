@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
+import sys
 import time
-import uuid
 
 import pytest
 import requests
-import yaml
 
-ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
-TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
+from distributed_cloud import board as _board  # noqa: E402
+from distributed_cloud import owner as _owner  # noqa: E402
 
 FLEET = {
     "profiles": {"small": {"inventory": {
@@ -36,92 +36,16 @@ FLEET = {
 }
 
 
-class Processes:
-    def __init__(self, workdir, env):
-        self.workdir, self.env, self.procs = workdir, env, {}
-
-    def run(self, *args) -> None:
-        subprocess.run(["fleetflow", *args], env=self.env, cwd=self.workdir, check=True,
-                       capture_output=True, timeout=300)
-
-    def start(self, name: str, *args) -> subprocess.Popen:
-        log = open(os.path.join(self.workdir, f"{name}.log"), "w")  # noqa: SIM115
-        proc = subprocess.Popen(["fleetflow", *args], env=self.env, cwd=self.workdir,
-                                stdout=log, stderr=subprocess.STDOUT)
-        self.procs[name] = proc
-        return proc
-
-    def log(self, name: str) -> str:
-        with open(os.path.join(self.workdir, f"{name}.log")) as f:
-            return f.read()[-3000:]
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
 @pytest.fixture
 def distributed(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api):
-    fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(yaml.safe_dump(FLEET))
-    port = free_port
-    suffix = uuid.uuid4().hex[:8]
-    env = dict(os.environ,
-               FLEETFLOW_STATE_DIR=str(tmp_path),
-               FLEETFLOW_DATABASE_CONNECTION=pg_url,
-               FLEETFLOW_JOBBOARD_BACKEND="redis",
-               FLEETFLOW_JOBBOARD_REDIS_URL=redis_url,
-               FLEETFLOW_JOBBOARD_BOARD_NAME=f"dist-{suffix}",
-               FLEETFLOW_JOBBOARD_CLAIM_EXPIRY="3",
-               FLEETFLOW_JOBBOARD_KEEPALIVE_INTERVAL="0.5",
-               FLEETFLOW_MESSAGING_TRANSPORT_URL=rabbit_url,
-               FLEETFLOW_MESSAGING_TOPIC=f"fleetflow-compute-{suffix}",
-               FLEETFLOW_MESSAGING_RPC_TIMEOUT="20",
-               FLEETFLOW_COMPUTE_SIMULATE="false",
-               FLEETFLOW_COMPUTE_BOOT_SECONDS="1.0",
-               FLEETFLOW_COMPUTE_STATE_PATH=str(tmp_path / "hosts.db"),
-               FLEETFLOW_CONDUCTOR_WORKERS="0",
-               # Few engine threads and a slow boot: the flow lasts long enough
-               # (about 50 / 4 x 1 s) for the test to kill its conductor mid-way.
-               FLEETFLOW_CONDUCTOR_ENGINE_WORKERS="4",
-               FLEETFLOW_API_PORT=str(port),
-               FLEETFLOW_FLEET_FILE=str(fleet_file))
-    env.pop("FLEETFLOW_CRASH_AT", None)
-    procs = Processes(str(tmp_path), env)
-    procs.run("db", "upgrade")
-    procs.run("fleet", "load", str(fleet_file))
-    procs.start("agent", "compute-agent", "--all")
-    procs.start("c1", "conductor", "--name", "c1")
-    procs.start("c2", "conductor", "--name", "c2")
-    procs.start("api", "serve")
-    url = f"http://127.0.0.1:{port}"
-    wait_for_api(url, alive=lambda: procs.procs["api"].poll() is None,
-                 on_timeout=lambda: procs.log("api"))
-    procs.url = url
+    procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
+                        wait_for_api,
+                        FLEETFLOW_COMPUTE_BOOT_SECONDS="1.0",
+                        # Few engine threads and a slow boot: the flow lasts long enough
+                        # (about 50 / 4 x 1 s) for the test to kill its conductor mid-way.
+                        FLEETFLOW_CONDUCTOR_ENGINE_WORKERS="4")
     yield procs
     procs.stop_all()
-
-
-def _board(env):
-    from fleetflow.common import config
-    from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
-
-    conf = config.load(args=[], environ=env)
-    return make_jobboard(conf, get_backend(conf))
-
-
-def _owner(board, flow_id: str) -> str | None:
-    for job in board.iterjobs(only_unclaimed=False, ensure_fresh=True):
-        if job.name == flow_id:
-            return board.find_owner(job)
-    return None
 
 
 def test_fifty_instances_survive_the_death_of_their_conductor(distributed):
