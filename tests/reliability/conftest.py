@@ -68,3 +68,32 @@ def provision_cloud_factory(tmp_path):
 def provision_harness():
     """The provision_cloud module (CrashCase, run_crash_cases, pools)."""
     return load_provision_cloud_module()
+
+
+def load_evacuation_cloud_module():
+    """evacuation_cloud, imported with this directory on sys.path (it builds on provision_cloud)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    return importlib.import_module("evacuation_cloud")
+
+
+@pytest.fixture
+def evacuation_harness():
+    """The evacuation_cloud module (EvacuationCase, run_evacuation_cases, flow_atoms)."""
+    return load_evacuation_cloud_module()
+
+
+@pytest.fixture
+def evacuation_cloud_factory(tmp_path):
+    """``make(sources=, targets=, **kwargs)``: an EvacuationCloud (closed after the test)."""
+    module = load_evacuation_cloud_module()
+    made = []
+
+    def make(**kwargs):
+        cloud = module.EvacuationCloud(tmp_path / f"evacuation{len(made)}", **kwargs)
+        made.append(cloud)
+        return cloud
+
+    yield make
+    for cloud in made:
+        cloud.close()
