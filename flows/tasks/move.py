@@ -52,6 +52,16 @@ def _finished(session, evacuation_id: str, uuid: str) -> bool:
     return evac_rows.move(session, evacuation_id, uuid).status == states.DONE
 
 
+def _to_undo(evacuation_id: str, uuid: str) -> tuple | None:
+    """(source, migration id, group id) of a move a revert must undo; None once DONE:
+    a finished move is never undone."""
+    with runtime.get().database.session() as session:
+        move = evac_rows.move(session, evacuation_id, uuid)
+        if move.status == states.DONE:
+            return None
+        return move.source, move.migration_id, session.get(Instance, uuid).group_id
+
+
 def _fail_step(evacuation_id: str, uuid: str, step: str, host: str | None,
                exc: Exception) -> None:
     """Write the failure on the move row (the API and the retry read it), then raise."""
@@ -136,12 +146,10 @@ class ClaimMove(FleetTask):
             return
         rt = runtime.get()
         uuid = instance_uuids[index]
-        with rt.database.session() as session:
-            if _finished(session, evacuation_id, uuid):
-                return
-            move = evac_rows.move(session, evacuation_id, uuid)
-            source, migration_id = move.source, move.migration_id
-            group_id = session.get(Instance, uuid).group_id
+        undo = _to_undo(evacuation_id, uuid)
+        if undo is None:
+            return
+        source, migration_id, group_id = undo
         # Whatever the result says: a crash may have come after the write.
         rt.placement.revert_move(uuid, migration_id, fence=fence)
         with rt.database.session() as session:
@@ -222,10 +230,10 @@ class MoveServer(FleetTask):
             return
         rt = runtime.get()
         uuid = instance_uuids[index]
-        with rt.database.session() as session:
-            if _finished(session, evacuation_id, uuid):
-                return
-            migration_id = evac_rows.move(session, evacuation_id, uuid).migration_id
+        undo = _to_undo(evacuation_id, uuid)
+        if undo is None:
+            return
+        _source, migration_id, _group_id = undo
         try:
             rt.compute.revert_move(host, migration_id, fence=fence)
         except (HostDead, OutcomeUnknown) as exc:

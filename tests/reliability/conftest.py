@@ -11,11 +11,17 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load_takeover_module():
-    """takeover_flow, imported under the same name the conductor subprocesses use."""
+def _load(name: str):
+    """A harness module of this directory, imported under the same name the conductor
+    subprocesses use (this directory on sys.path: the harnesses import each other)."""
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
-    return importlib.import_module("takeover_flow")
+    return importlib.import_module(name)
+
+
+def load_takeover_module():
+    """takeover_flow: the flow, its events, the TakeoverCloud harness."""
+    return _load("takeover_flow")
 
 
 @pytest.fixture
@@ -33,10 +39,8 @@ def sql_cloud(takeover, tmp_path):
 
 
 def load_provision_cloud_module():
-    """provision_cloud, imported with this directory on sys.path (it needs forkserver)."""
-    if HERE not in sys.path:
-        sys.path.insert(0, HERE)
-    return importlib.import_module("provision_cloud")
+    """provision_cloud (it needs forkserver)."""
+    return _load("provision_cloud")
 
 
 @pytest.fixture
@@ -71,10 +75,8 @@ def provision_harness():
 
 
 def load_evacuation_cloud_module():
-    """evacuation_cloud, imported with this directory on sys.path (it builds on provision_cloud)."""
-    if HERE not in sys.path:
-        sys.path.insert(0, HERE)
-    return importlib.import_module("evacuation_cloud")
+    """evacuation_cloud (it builds on provision_cloud)."""
+    return _load("evacuation_cloud")
 
 
 @pytest.fixture
