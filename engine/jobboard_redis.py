@@ -41,6 +41,17 @@ class ExpiringRedisJobBoard(impl_redis.RedisJobBoard):
     def claim(self, job, who, expiry=None):
         return super().claim(job, who, expiry=self._claim_expiry if expiry is None else expiry)
 
+    def find_owner(self, job):
+        """The owner of ``job``'s claim; None when nobody holds it.
+
+        TaskFlow 6.5 decodes the missing owner key of an unclaimed job (or
+        one whose claim just lapsed) and raises TypeError instead.
+        """
+        owner_key = self.join(job.key + self.OWNED_POSTFIX)
+        with impl_redis._translate_failures():
+            raw_owner = self._client.get(owner_key)
+        return None if raw_owner is None else self._decode_owner(raw_owner)
+
     def extend_claim(self, job, who: str, expiry: float | None = None) -> bool:
         """Extend ``who``'s claim on ``job``; False when someone else holds it or it is gone.
 

@@ -52,3 +52,14 @@ def test_claims_use_the_configured_expiry(redis_board):
     job = redis_board.post("flow-2")
     redis_board.claim(job, "alice")
     assert 0 < job.expires_in() <= 2.0
+
+
+def test_an_unclaimed_job_has_no_owner(redis_board):
+    board = redis_board
+    job = board.post("flow-2", details={"flow_uuid": "flow-2"})
+    # Stock TaskFlow raises TypeError here (it decodes the missing owner key).
+    assert board.find_owner(job) is None
+    board.claim(job, "carol")
+    assert board.find_owner(job) == "carol"
+    board.abandon(job, "carol")
+    assert board.find_owner(job) is None
