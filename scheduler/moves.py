@@ -145,7 +145,7 @@ def place_moves(servers: Sequence[ServerToMove], snapshot: CloudSnapshot, *,
     primaries: dict[str, int] = {}
     unplaced: dict[str, str] = {}
     failed: list[ServerToMove] = []
-    measure = _measure(hosts, destinations, classes)
+    measure = size_measure(hosts, destinations, classes)
     for item in _items(servers, rule_of, measure):
         if isinstance(item, ServerToMove):
             rule = _limiting(rule_of.get(item.key))
@@ -232,7 +232,7 @@ def _destinations(hosts: Sequence[HostState], servers: Sequence[ServerToMove],
     return survivors, steps
 
 
-def _canonical(value: Any) -> str:
+def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -250,7 +250,7 @@ def _eligibilities(servers: Sequence[ServerToMove], hosts: Sequence[HostState],
         group_caps = (group.capabilities if group is not None
                       and HOST_CAPABILITIES in group.policies else {})
         backends = frozenset(frozenset(b) for b in server.backends_needed)
-        signature = (_canonical(server.capabilities), _canonical(group_caps), backends)
+        signature = (canonical(server.capabilities), canonical(group_caps), backends)
         eligibility = by_requirements.get(signature)
         if eligibility is None:
             eligibility = by_requirements[signature] = _eligibility(
@@ -312,7 +312,7 @@ def _group_id(server: ServerToMove) -> Any:
     return server.group.id if server.group.id is not None else ("spec", id(server.group))
 
 
-def _measure(hosts: Sequence[HostState], destinations: Sequence[int], classes: Sequence[str]):
+def size_measure(hosts: Sequence[HostState], destinations: Sequence[int], classes: Sequence[str]):
     """Size of resources as their largest share of the destinations' total capacity."""
     totals = {rc: sum(hosts[p].capacity.get(rc, 0) for p in destinations) for rc in classes}
 
@@ -339,13 +339,13 @@ def _items(servers: Sequence[ServerToMove], rule_of: Mapping[str, GroupRule], me
             items.append((measure(server.resources), server.key, server))
     for group_id, members in units.items():
         members.sort(key=lambda s: (-measure(s.resources), s.key))
-        total = _sum(m.resources for m in members)
+        total = sum_resources(m.resources for m in members)
         items.append((measure(total), min(m.key for m in members), (group_id, members)))
     items.sort(key=lambda item: (-item[0], item[1]))
     return [item for _, _, item in items]
 
 
-def _sum(resources: Iterable[Mapping[str, int]]) -> dict[str, int]:
+def sum_resources(resources: Iterable[Mapping[str, int]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for one in resources:
         for rc, amount in one.items():
