@@ -86,14 +86,18 @@ def read_rows(database, service_down_time: float = 60) -> Rows:
         members = list(session.execute(sa.select(
             GroupMember.group_id, GroupMember.instance_id, GroupMember.host)))
         moves = list(session.execute(sa.select(
-            Move.instance_id, Move.status, Move.source, Move.destination, Move.mode,
-            Move.migration_id, Evacuation.status.label("evacuation_status"))
+            Move.instance_id, Move.status, Move.step, Move.source, Move.destination,
+            Move.mode, Move.migration_id, Evacuation.status.label("evacuation_status"))
             .join(Evacuation, Evacuation.id == Move.evacuation_id)))
     active = states.EVACUATION_ACTIVE
+    # In flight: between the claim (the fast path's included, whose move still
+    # waits for its lane) and the confirm.
+    in_flight = [m for m in moves if m.status == states.MOVING
+                 or (m.status == states.PENDING and m.step == "claimed")]
     return Rows(
         hosts, backends, instances, volumes, members,
-        moving={m.instance_id: m for m in moves if m.status == states.MOVING},
-        migrations={m.migration_id for m in moves if m.status == states.MOVING},
+        moving={m.instance_id: m for m in in_flight},
+        migrations={m.migration_id for m in in_flight},
         held={m.instance_id for m in moves if m.evacuation_status in active
               and m.status in (states.PENDING, states.MOVING, states.FAILED)},
         evacuated={(m.source, m.instance_id) for m in moves

@@ -65,6 +65,10 @@ class MarkEvacuationFailedOnRevert(FleetTask):
             session.execute(sa.update(Move).where(
                 Move.evacuation_id == evacuation_id, Move.status == states.MOVING)
                 .values(status=states.REVERTED, step=None))
+            # The fast path's claims were given back by its own revert.
+            session.execute(sa.update(Move).where(
+                Move.evacuation_id == evacuation_id, Move.step == "claimed")
+                .values(step=None))
             evac_rows.set_status(session, evacuation_id, states.FAILED, fault=fault,
                                  stopping=None)
             evac_rows.release_hosts(session, evacuation_id)

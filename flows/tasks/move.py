@@ -185,7 +185,8 @@ class MoveServer(FleetTask):
                 "resources": server["resources"], "image": server["image"]}
         fallback = bool(move_placements.get("fallback_cold"))
         migration_id = migration
-        move_writes.write_move(rt.database, evacuation_id, uuid, {"step": "move"})
+        move_writes.write_move(rt.database, evacuation_id, uuid,
+                               {"status": states.MOVING, "step": "move"})
         try:
             record = self._start(rt, host, migration_id, spec, fence, fallback,
                                  evacuation_id)

@@ -35,9 +35,14 @@ LOG = logging.getLogger(__name__)
 MOVABLE = (states.ACTIVE, states.ERROR)
 
 
+#: The step of a move whose destination the fast path claimed, not started yet:
+#: the move stays PENDING (waiting for its lane) until its move task starts it.
+CLAIMED = "claimed"
+
+
 def _attempt(move: Move, host: str) -> tuple[int, bool]:
     """(this try's number, whether it is the same try again after a crash)."""
-    rerun = (move.status, move.step, move.destination) == (states.MOVING, "claim", host)
+    rerun = (move.step, move.destination) == (CLAIMED, host)
     return move.attempts + (0 if rerun else 1), rerun
 
 
@@ -126,7 +131,7 @@ class ClaimPrimaryMoves(FleetTask):
             session.connection().execute(
                 table.update().where(table.c.evacuation_id == evacuation_id,
                                      table.c.instance_id == sa.bindparam("b_uuid"))
-                .values(status=states.MOVING, step="claim",
+                .values(status=states.PENDING, step=CLAIMED,
                         destination=sa.bindparam("b_host"),
                         attempts=sa.bindparam("b_attempt"),
                         migration_id=sa.bindparam("b_migration"),

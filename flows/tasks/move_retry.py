@@ -26,6 +26,7 @@ from fleetflow.flows import runtime
 from fleetflow.flows.tasks import move_rows, move_schedule
 from fleetflow.flows.tasks.base import FleetRetry
 from fleetflow.flows.tasks.move import MoveNotPossible
+from fleetflow.flows.tasks.move_fastpath import CLAIMED
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as reservation_rows
 from fleetflow.persistence.models import Evacuation, Instance
@@ -104,7 +105,7 @@ class MoveHostRetry(FleetRetry):
         status = states.REVERTED if stopping == states.ON_ERROR_REVERT else states.PENDING
         with rt.database.session() as session:
             move = evac_rows.move(session, evacuation_id, uuid)
-            claimed = move.status == states.MOVING
+            claimed = move.status == states.MOVING or move.step == CLAIMED
             migration_id = move.migration_id
         if claimed:
             rt.placement.revert_move(uuid, migration_id, fence=fence)
