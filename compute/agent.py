@@ -38,7 +38,7 @@ from fleetflow.compute import messaging
 from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.rpc_pool import PrestartedPool
 from fleetflow.persistence import evacuations
-from fleetflow.persistence.models import Host
+from fleetflow.persistence.models import Host, StorageBackend
 
 LOG = logging.getLogger(__name__)
 
@@ -176,6 +176,34 @@ class ComputeEndpoint:
         return self.driver.set_server_faults(uuid, fail_move=fail_move,
                                              live_migratable=live_migratable)
 
+    # A backend has no agent of its own: storage calls come through a host
+    # that reaches it, and the driver refuses them from one that does not.
+
+    @_remotable
+    def create_volume(self, ctxt, host, backend, volume_id, size_gb, volume_type=None,
+                      fence=None):
+        return self.driver.create_volume(backend, volume_id, size_gb, volume_type=volume_type,
+                                         fence=fence, host=host)
+
+    @_remotable
+    def delete_volume(self, ctxt, host, backend, volume_id, fence=None):
+        return self.driver.delete_volume(backend, volume_id, fence=fence, host=host)
+
+    @_remotable
+    def get_volume(self, ctxt, host, backend, volume_id):
+        return self.driver.get_volume(backend, volume_id, host=host)
+
+    @_remotable
+    def list_volumes(self, ctxt, host, backend, include_deleted=False):
+        return self.driver.list_volumes(backend, include_deleted=include_deleted, host=host)
+
+    @_remotable
+    def set_backend_faults(self, ctxt, host, backend, fail_next_creates=None):
+        # ``host`` only routes the call, as for server faults: the faults are
+        # the backend's, kept in the state file.
+        return self.driver.set_backend_faults(backend, fail_next_creates=fail_next_creates,
+                                              host=host)
+
 
 def destroy_evacuated_copies(database, driver: FakeDriver, host: str) -> list[str]:
     """Destroy ``host``'s copies of the servers rebuilt elsewhere, or deleted, while
@@ -308,6 +336,25 @@ def load_inventories(database, hosts: Iterable[str] | None = None) -> dict[str, 
     return {h: inventories[h] for h in wanted}
 
 
+def load_storage(database, hosts: Iterable[str]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(topology of ``hosts``, the storage backends they reach) from the database."""
+    hosts = set(hosts)
+    with database.session() as session:
+        placed = session.execute(sa.select(Host.name, Host.region, Host.zone, Host.rack)).all()
+        backends = session.scalars(sa.select(StorageBackend)).all()
+        topology = {name: {"region": region, "zone": zone, "rack": rack}
+                    for name, region, zone, rack in placed if name in hosts}
+        racks = {(t["region"], t["zone"], t["rack"]) for t in topology.values()}
+        reached = {
+            b.name: {"scope": b.scope, "host_name": b.host_name, "region": b.region,
+                     "zone": b.zone, "rack": b.rack, "capacity_gb": b.capacity_gb,
+                     "volume_types": list(b.volume_types or [])}
+            for b in backends
+            if (b.host_name in hosts if b.scope == "host"
+                else (b.region, b.zone, b.rack) in racks)}
+    return topology, reached
+
+
 def write_routes(database, hosts: list[str], server_name: str | None) -> None:
     """Point ``hosts.compute_agent`` of ``hosts`` at ``server_name`` (None: own name)."""
     with database.session() as session:
@@ -339,10 +386,14 @@ def serve(conf, database, hosts: Iterable[str] | None = None, per_host: bool = F
     driver = FakeDriver.from_conf(conf)
     driver.add_hosts(inventories)
     names = list(inventories)
-    # A host rebuilt elsewhere while it was dead (and this agent away) must
-    # not run those copies: destroy them before serving. Dead hosts keep
-    # theirs until they come back.
     try:
+        # Only the backends these hosts reach: storage calls come through them.
+        topology, backends = load_storage(database, names)
+        driver.add_host_topology(topology)
+        driver.add_backends(backends)
+        # A host rebuilt elsewhere while it was dead (and this agent away) must
+        # not run those copies: destroy them before serving. Dead hosts keep
+        # theirs until they come back.
         destroy_all_evacuated_copies(database, driver)
     except Exception:
         driver.close()

@@ -8,7 +8,7 @@ are the allowed remote modules), with ``details`` restored from the exception's
 
 from __future__ import annotations
 
-from fleetflow.common.exceptions import Conflict, FleetflowError, NotFound
+from fleetflow.common.exceptions import Conflict, FleetflowError, InvalidInput, NotFound
 
 
 class ComputeError(FleetflowError):
@@ -79,3 +79,45 @@ class MoveFailed(ComputeError):
 
     code = "MIGRATION_FAILED"
     status = 409
+
+
+class BackendNotFound(NotFound):
+    """No storage backend of this name is served here."""
+
+    code = "fleetflow.compute.backend_not_found"
+
+
+class BackendUnreachable(Conflict):
+    """The host cannot reach the storage backend (another host's disk, another rack)."""
+
+    code = "fleetflow.compute.backend_unreachable"
+
+
+class VolumeNotFound(NotFound):
+    """The volume was deleted (or lives on another backend)."""
+
+    code = "fleetflow.compute.volume_not_found"
+
+
+class VolumeInUse(Conflict):
+    """The volume is attached to an instance: it cannot be deleted or attached elsewhere."""
+
+    code = "fleetflow.compute.volume_in_use"
+
+
+class VolumeMismatch(Conflict):
+    """A volume of this id exists with another backend, size or type."""
+
+    code = "fleetflow.compute.volume_mismatch"
+
+
+class VolumeTypeUnsupported(InvalidInput):
+    """The storage backend offers no volumes of this type."""
+
+    code = "fleetflow.compute.volume_type_unsupported"
+
+
+class VolumeCreateFailed(ComputeError):
+    """The storage backend failed to create the volume (nothing is left behind)."""
+
+    code = "fleetflow.compute.volume_create_failed"

@@ -7,7 +7,8 @@ running it: the build may have happened. Ask the host (``get_instance``) before
 retrying, or use :meth:`ComputeAPI.ensure_built`, which does exactly that.
 
 Errors raised on the host (StaleFence, CapacityExceeded, BuildFailed, HostDead,
-InstanceNotFound, SourceAlive, LiveMigrationUnsupported, MoveFailed ...) arrive
+InstanceNotFound, SourceAlive, LiveMigrationUnsupported, MoveFailed, VolumeInUse,
+BackendUnreachable ...) arrive
 as the same classes (oslo.messaging rebuilds them from the allowed remote
 modules), so ``except CapacityExceeded`` works here.
 """
@@ -197,6 +198,54 @@ class ComputeAPI:
         """Faults of one server's moves (any served ``host`` routes them; they hold on all)."""
         return self.call(host, "set_server_faults", timeout=timeout, uuid=uuid,
                          fail_move=fail_move, live_migratable=live_migratable)
+
+    # -- block storage -------------------------------------------------------
+    #
+    # A storage backend has no agent: its calls go to the agent of a host that
+    # reaches it, named first like every call's host. For a host-local backend
+    # that is its ``host_name``; for a rack backend, any living host of its
+    # rack (another one if that host is dead). A host that does not reach the
+    # backend is refused with BackendUnreachable.
+
+    def create_volume(self, host: str, backend: str, volume_id: str, size_gb: int,
+                      volume_type: str | None = None, fence: Mapping | None = None,
+                      timeout: float | None = None) -> dict:
+        """Create ``volume_id`` on ``backend`` through ``host``; returns the volume.
+
+        Idempotent by ``volume_id`` (at most one effective create), so after
+        OutcomeUnknown send it again. Refusals: CapacityExceeded,
+        VolumeTypeUnsupported, VolumeMismatch (the id exists elsewhere or with
+        another size), BackendNotFound, VolumeCreateFailed (injected).
+        """
+        return self.call(host, "create_volume", timeout=timeout, backend=backend,
+                         volume_id=volume_id, size_gb=int(size_gb),
+                         volume_type=volume_type, fence=fence)
+
+    def delete_volume(self, host: str, backend: str, volume_id: str,
+                      fence: Mapping | None = None, timeout: float | None = None) -> dict:
+        """Delete ``volume_id`` from ``backend`` through ``host`` (idempotent;
+        ``deleted`` says whether this call did it). VolumeInUse if it is attached."""
+        return self.call(host, "delete_volume", timeout=timeout, backend=backend,
+                         volume_id=volume_id, fence=fence)
+
+    def get_volume(self, host: str, backend: str, volume_id: str,
+                   timeout: float | None = None) -> dict | None:
+        """The volume (a deleted one included), or None if ``backend`` never had it."""
+        return self.call(host, "get_volume", timeout=timeout, backend=backend,
+                         volume_id=volume_id)
+
+    def list_volumes(self, host: str, backend: str, include_deleted: bool = False,
+                     timeout: float | None = None) -> list[dict]:
+        return self.call(host, "list_volumes", timeout=timeout, backend=backend,
+                         include_deleted=include_deleted)
+
+    def set_backend_faults(self, host: str, backend: str,
+                           fail_next_creates: int | None = None,
+                           timeout: float | None = None) -> dict:
+        """Fail ``backend``'s next N creates, whoever sends them (any served ``host``
+        routes this call, reaching the backend or not)."""
+        return self.call(host, "set_backend_faults", timeout=timeout, backend=backend,
+                         fail_next_creates=fail_next_creates)
 
     # -- safe retries ------------------------------------------------------
 

@@ -23,6 +23,8 @@ host and not like a mock:
   next N moves, go dead (persisted: every process sharing the file sees it,
   and none revives a host by starting); per server: fail its moves, refuse
   live migration;
+- block storage volumes on host-local or rack-shared backends, attached only
+  where reachable and to one instance at a time (``fake_storage``);
 - fencing: mutating operations carry ``fence={"key", "token"}`` and an older
   token than the newest seen for the key is refused with StaleFence. Which
   copies a host that comes back must destroy is the database's call
@@ -40,6 +42,7 @@ from fleetflow.common import config, states
 from fleetflow.compute import moves as mv
 from fleetflow.compute.drivers import fake_faults as faults
 from fleetflow.compute.drivers import fake_moves as moves
+from fleetflow.compute.drivers import fake_storage as storage
 from fleetflow.compute.drivers import fake_store as store
 from fleetflow.compute.exceptions import (
     BuildFailed,
@@ -49,7 +52,7 @@ from fleetflow.compute.exceptions import (
 )
 
 
-class FakeDriver(faults.FaultCalls):
+class FakeDriver(faults.FaultCalls, storage.StorageCalls):
     """The simulated hypervisor of every host a process serves."""
 
     def __init__(self, state_path: str, boot_seconds: float = 0.0,
@@ -65,6 +68,7 @@ class FakeDriver(faults.FaultCalls):
         self.store = store.GuestStore(state_path)
         self._inventories: dict[str, Mapping] = {}
         self._faults = faults.FaultBook()
+        self._storage = storage.StorageBook()
         self._revived = threading.Condition()
         self._semaphores: dict[str, threading.BoundedSemaphore] = {}
         self._building: dict[str, int] = {}
@@ -259,6 +263,7 @@ class FakeDriver(faults.FaultCalls):
         with self.store.write() as conn:
             store.check_fence(conn, fence)
             removed = store.delete_guest(conn, host, uuid)
+            self._release_volumes(conn, [uuid])
         return {"uuid": uuid, "host": host, "destroyed": bool(removed)}
 
     def destroy_copies(self, host: str, uuids: list[str]) -> list[str]:
@@ -271,7 +276,9 @@ class FakeDriver(faults.FaultCalls):
         if not uuids:
             return []
         with self.store.write() as conn:
-            return store.delete_guests(conn, host, list(uuids), keep_state=mv.MIGRATING)
+            gone = store.delete_guests(conn, host, list(uuids), keep_state=mv.MIGRATING)
+            self._release_volumes(conn, gone)
+            return gone
 
     def attach_volume(self, host: str, uuid: str, volume_id: str,
                       fence: Mapping | None = None) -> dict:
@@ -289,12 +296,17 @@ class FakeDriver(faults.FaultCalls):
             if guest is None:
                 if attach:
                     raise InstanceNotFound(f"{uuid} is not on {host}", host=host, uuid=uuid)
+                self._release_volumes(conn, [uuid])
                 return {"uuid": uuid, "host": host, "volumes": []}
+            if attach:
+                self._claim_volume(conn, host, uuid, volume_id)
             volumes = [v for v in guest["volumes"] if v != volume_id]
             if attach:
                 volumes.append(volume_id)
             if volumes != guest["volumes"]:
                 store.update_guest(conn, host, uuid, volumes=volumes)
+            if not attach:
+                self._release_volumes(conn, [uuid])
             return store.load_guest(conn, host, uuid)
 
     # -- moves ---------------------------------------------------------------

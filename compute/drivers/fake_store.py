@@ -29,6 +29,10 @@ Tables:
   (``fake_moves``).
 - ``host_faults`` / ``server_faults``: the faults every process sharing the file
   must see (a dead host, moves to fail); ``fake_faults`` reads and writes them.
+- ``volumes``: block storage volumes on the storage backends, kept after a
+  delete (status ``deleted``); ``volume_creates``: effective creates per volume
+  id, the volumes' spawn ledger; ``backend_faults``: creates to fail, seen by
+  every process. ``fake_storage`` reads and writes them.
 
 A guest's ``data`` is a token standing for its disk's contents: set when it is
 built, carried by a live or cold move, new after a rebuild (the data is lost).
@@ -80,6 +84,16 @@ CREATE TABLE IF NOT EXISTS host_faults (
 CREATE TABLE IF NOT EXISTS server_faults (
     uuid TEXT PRIMARY KEY, fail_move INTEGER NOT NULL DEFAULT 0,
     live_migratable INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS volumes (
+    volume_id TEXT PRIMARY KEY, backend TEXT NOT NULL, size_gb INTEGER NOT NULL,
+    volume_type TEXT, status TEXT NOT NULL, attached_to TEXT, attached_host TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS ix_volumes_backend ON volumes (backend, status);
+CREATE INDEX IF NOT EXISTS ix_volumes_attached_to ON volumes (attached_to);
+CREATE TABLE IF NOT EXISTS volume_creates (
+    volume_id TEXT PRIMARY KEY, creates INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS backend_faults (
+    backend TEXT PRIMARY KEY, fail_next_creates INTEGER NOT NULL DEFAULT 0);
 """
 
 GUEST_SELECT = """
