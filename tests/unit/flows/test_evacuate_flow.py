@@ -401,7 +401,8 @@ def test_a_destination_dying_mid_move_sends_the_server_to_an_alternate(evac_clou
 
     from fleetflow.compute.drivers.fake_moves import MoveRules
 
-    evac_cloud.driver.move_rules = MoveRules(live_seconds=1.0)
+    # Long enough that the kill below lands while the move runs, even on a busy machine.
+    evac_cloud.driver.move_rules = MoveRules(live_seconds=2.0)
     uuid = boot(evac_cloud)
     request = EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE)
     planned = ops(evac_cloud).dry_run(request)["instances"][0]["destination"]
