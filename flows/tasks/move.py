@@ -52,14 +52,18 @@ def _finished(session, evacuation_id: str, uuid: str) -> bool:
     return evac_rows.move(session, evacuation_id, uuid).status == states.DONE
 
 
-def _to_undo(evacuation_id: str, uuid: str) -> tuple | None:
-    """(source, migration id, group id) of a move a revert must undo; None once DONE:
-    a finished move is never undone."""
+def _to_undo(evacuation_id: str, instance_uuids: list, index: int,
+             host: str | None) -> tuple | None:
+    """(uuid, source, migration id, group id) of the move a revert must undo; None
+    when the chain had no host, or the move is DONE: a finished move is never undone."""
+    if host is None:
+        return None
+    uuid = instance_uuids[index]
     with runtime.get().database.session() as session:
         move = evac_rows.move(session, evacuation_id, uuid)
         if move.status == states.DONE:
             return None
-        return move.source, move.migration_id, session.get(Instance, uuid).group_id
+        return uuid, move.source, move.migration_id, session.get(Instance, uuid).group_id
 
 
 def _fail_step(evacuation_id: str, uuid: str, step: str, host: str | None,
@@ -142,14 +146,11 @@ class ClaimMove(FleetTask):
 
     def revert(self, result, evacuation_id: str, instance_uuids: list, index: int,
                host: str | None, fence=None, **kwargs) -> None:
-        if host is None:
-            return
-        rt = runtime.get()
-        uuid = instance_uuids[index]
-        undo = _to_undo(evacuation_id, uuid)
+        undo = _to_undo(evacuation_id, instance_uuids, index, host)
         if undo is None:
             return
-        source, migration_id, group_id = undo
+        rt = runtime.get()
+        uuid, source, migration_id, group_id = undo
         # Whatever the result says: a crash may have come after the write.
         rt.placement.revert_move(uuid, migration_id, fence=fence)
         with rt.database.session() as session:
@@ -227,14 +228,11 @@ class MoveServer(FleetTask):
 
     def revert(self, result, evacuation_id: str, instance_uuids: list, index: int,
                host: str | None, fence=None, **kwargs) -> None:
-        if host is None:
-            return
-        rt = runtime.get()
-        uuid = instance_uuids[index]
-        undo = _to_undo(evacuation_id, uuid)
+        undo = _to_undo(evacuation_id, instance_uuids, index, host)
         if undo is None:
             return
-        _source, migration_id, _group_id = undo
+        rt = runtime.get()
+        uuid, _source, migration_id, _group_id = undo
         try:
             rt.compute.revert_move(host, migration_id, fence=fence)
         except (HostDead, OutcomeUnknown) as exc:

@@ -42,3 +42,23 @@ def url(tmp_path, migrated_file):
     path = tmp_path / "logbooks.db"
     shutil.copyfile(migrated_file, path)
     return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def fake_drivers(tmp_path):
+    """``make(setup, **driver_kwargs)``: a FakeDriver on this test's state file,
+    ``setup(driver)`` run on it (hosts, topology, backends); all closed afterwards.
+    Several drivers made in one test share the file, as processes do."""
+    from fleetflow.compute.drivers.fake import FakeDriver
+
+    made = []
+
+    def make(setup, **kwargs):
+        driver = FakeDriver(str(tmp_path / "hosts.db"), **kwargs)
+        setup(driver)
+        made.append(driver)
+        return driver
+
+    yield make
+    for driver in made:
+        driver.close()

@@ -32,18 +32,9 @@ def state_path(tmp_path):
 
 
 @pytest.fixture
-def make_driver(state_path):
-    drivers = []
-
-    def _make(**kwargs):
-        driver = FakeDriver(state_path, **kwargs)
-        driver.add_hosts({"h1": INVENTORY, "h2": INVENTORY})
-        drivers.append(driver)
-        return driver
-
-    yield _make
-    for driver in drivers:
-        driver.close()
+def make_driver(fake_drivers):
+    return lambda **kwargs: fake_drivers(
+        lambda d: d.add_hosts({"h1": INVENTORY, "h2": INVENTORY}), **kwargs)
 
 
 @pytest.fixture

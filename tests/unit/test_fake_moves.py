@@ -7,7 +7,6 @@ import time
 import pytest
 
 from fleetflow.common.exceptions import StaleFence
-from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.exceptions import (
     CapacityExceeded,
     HostDead,
@@ -26,18 +25,9 @@ LONG = 3600.0
 
 
 @pytest.fixture
-def make_driver(tmp_path):
-    drivers = []
-
-    def _make(**kwargs):
-        driver = FakeDriver(str(tmp_path / "hosts.db"), **kwargs)
-        driver.add_hosts({name: INVENTORY for name in HOSTS})
-        drivers.append(driver)
-        return driver
-
-    yield _make
-    for driver in drivers:
-        driver.close()
+def make_driver(fake_drivers):
+    return lambda **kwargs: fake_drivers(
+        lambda d: d.add_hosts({name: INVENTORY for name in HOSTS}), **kwargs)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import uuid as uuidlib
 import pytest
 
 from fleetflow.common.exceptions import InvalidInput, NotFound, StaleFence
-from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.exceptions import (
     BackendNotFound,
     BackendUnreachable,
@@ -39,21 +38,15 @@ BACKENDS = {
 }
 
 
+def _storage_fleet(driver) -> None:
+    driver.add_hosts({name: INVENTORY for name in TOPOLOGY})
+    driver.add_host_topology(TOPOLOGY)
+    driver.add_backends(BACKENDS)
+
+
 @pytest.fixture
-def make_driver(tmp_path):
-    drivers = []
-
-    def _make(**kwargs):
-        driver = FakeDriver(str(tmp_path / "hosts.db"), **kwargs)
-        driver.add_hosts({name: INVENTORY for name in TOPOLOGY})
-        driver.add_host_topology(TOPOLOGY)
-        driver.add_backends(BACKENDS)
-        drivers.append(driver)
-        return driver
-
-    yield _make
-    for driver in drivers:
-        driver.close()
+def make_driver(fake_drivers):
+    return lambda **kwargs: fake_drivers(_storage_fleet, **kwargs)
 
 
 @pytest.fixture
