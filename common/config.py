@@ -164,6 +164,9 @@ QUOTA_OPTS = [
     cfg.IntOpt("vcpus", default=40000, min=-1, help="VCPUs per tenant (-1: no limit)."),
     cfg.IntOpt("ram_mb", default=80 * 1024 * 1024, min=-1,
                help="RAM in MB per tenant (-1: no limit)."),
+    cfg.IntOpt("volumes", default=1000, min=-1, help="Volumes per tenant (-1: no limit)."),
+    cfg.IntOpt("gigabytes", default=100000, min=-1,
+               help="Volume gigabytes per tenant (-1: no limit)."),
 ]
 
 OPTS: dict[str | None, list[cfg.Opt]] = {

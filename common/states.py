@@ -42,6 +42,21 @@ VOLUME_IN_USE = "IN-USE"
 VOLUME_ERROR = "ERROR"
 VOLUME_DELETED = "DELETED"
 
+# Virtual clusters (seed 004): the cluster's status; its members keep their own.
+UPDATING = "UPDATING"
+VCLUSTER_STATUSES = (PENDING, SCHEDULING, BUILDING, ACTIVE, UPDATING, ERROR, REVERTING,
+                     REVERTED, DELETING, DELETED, PAUSED)
+#: A vcluster in one of these runs a flow: no other change is accepted meanwhile.
+VCLUSTER_BUSY = frozenset({PENDING, SCHEDULING, BUILDING, UPDATING, REVERTING, DELETING})
+MEMBER_SERVER = "server"
+MEMBER_VOLUME = "volume"
+MEMBER_KINDS = (MEMBER_SERVER, MEMBER_VOLUME)
+# What a vcluster flow run does.
+RUN_CREATE = "create"
+RUN_ADD = "add"
+RUN_REMOVE = "remove"
+RUN_DELETE = "delete"
+
 # Evacuations (host evacuation / drain).
 RUNNING = "RUNNING"
 DONE = "DONE"

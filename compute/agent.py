@@ -190,6 +190,10 @@ class ComputeEndpoint:
         return self.driver.delete_volume(backend, volume_id, fence=fence, host=host)
 
     @_remotable
+    def force_detach_volume(self, ctxt, host, backend, volume_id, fence=None):
+        return self.driver.force_detach_volume(backend, volume_id, fence=fence, host=host)
+
+    @_remotable
     def get_volume(self, ctxt, host, backend, volume_id):
         return self.driver.get_volume(backend, volume_id, host=host)
 

@@ -228,6 +228,15 @@ class ComputeAPI:
         return self.call(host, "delete_volume", timeout=timeout, backend=backend,
                          volume_id=volume_id, fence=fence)
 
+    def force_detach_volume(self, host: str, backend: str, volume_id: str,
+                            fence: Mapping | None = None,
+                            timeout: float | None = None) -> dict:
+        """Clear ``volume_id``'s attachment at ``backend`` through ``host``, whatever
+        the state of its guest's host (to delete a volume whose guest's host
+        died). Idempotent: ``detached`` says whether this call cleared one."""
+        return self.call(host, "force_detach_volume", timeout=timeout, backend=backend,
+                         volume_id=volume_id, fence=fence)
+
     def get_volume(self, host: str, backend: str, volume_id: str,
                    timeout: float | None = None) -> dict | None:
         """The volume (a deleted one included), or None if ``backend`` never had it."""

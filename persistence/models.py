@@ -124,6 +124,9 @@ class ServerGroup(Timestamps, Base):
     # Capability requirements of the host-capabilities policy.
     capabilities: Mapped[dict] = mapped_column(sa.JSON, default=dict)
     metadata_: Mapped[dict] = mapped_column("metadata", sa.JSON, default=dict)
+    # A group made for a virtual cluster's server-server grouping: the cluster
+    # owns it (tenants cannot change or delete it; its teardown deletes it).
+    vcluster_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
 
     members: Mapped[list[GroupMember]] = orm.relationship(
         back_populates="group", cascade="all, delete-orphan", lazy="selectin")
@@ -183,6 +186,7 @@ class Instance(Timestamps, Base):
     hosts_tried: Mapped[list] = mapped_column(sa.JSON, default=list)
     # {"code", "message", "step", "host", "time"} when it failed.
     fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
+    vcluster_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
 
     reservation: Mapped[Reservation | None] = orm.relationship(back_populates="instances")
 
@@ -199,6 +203,8 @@ class Volume(Timestamps, Base):
     status: Mapped[str] = mapped_column(sa.String(16), default=states.VOLUME_CREATING)
     instance_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
     reservation_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    vcluster_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
 
 
 class Quota(Base):
@@ -210,6 +216,9 @@ class Quota(Base):
     instances: Mapped[int] = mapped_column(sa.Integer)
     vcpus: Mapped[int] = mapped_column(sa.Integer)
     ram_mb: Mapped[int] = mapped_column(sa.Integer)
+    # None: the [quota] default.
+    volumes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    gigabytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
 
 
 class Evacuation(Timestamps, Base):
@@ -273,3 +282,85 @@ class Move(Timestamps, Base):
     fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
 
     evacuation: Mapped[Evacuation] = orm.relationship(back_populates="moves")
+
+
+class VCluster(Timestamps, Base):
+    """A tenant's small datacentre (seed 004): servers, volumes and groupings over them.
+
+    Each create, update and delete is one run of a flow; ``flow_id`` is the
+    current one, ``runs`` every one (``{"flow_id", "kind", "added", "removed"}``).
+    """
+
+    __tablename__ = "vclusters"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "idempotency_key"),)
+
+    id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    user_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    status: Mapped[str] = mapped_column(sa.String(16), default=states.PENDING, index=True)
+    # The body of the creating request, as validated (an idempotent replay compares it).
+    request: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    flow_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    runs: Mapped[list] = mapped_column(sa.JSON, default=list)
+    fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+
+    members: Mapped[list[VClusterMember]] = orm.relationship(
+        back_populates="vcluster", order_by="(VClusterMember.kind, VClusterMember.index)",
+        cascade="all, delete-orphan")
+    groupings: Mapped[list[VClusterGrouping]] = orm.relationship(
+        back_populates="vcluster", order_by="VClusterGrouping.position",
+        cascade="all, delete-orphan")
+
+
+class VClusterMember(Base):
+    """One server or volume of a vcluster, by its name in the cluster.
+
+    Its state lives on the resource row it names (``resource_id``: an
+    instance or a volume); ``index`` numbers the members of one kind, never
+    reused, so atom names stay deterministic across updates.
+    """
+
+    __tablename__ = "vcluster_members"
+    __table_args__ = (sa.UniqueConstraint("vcluster_id", "name"),
+                      sa.UniqueConstraint("vcluster_id", "kind", "index",
+                                          name="uq_vcluster_members_vcluster_id_kind"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    vcluster_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("vclusters.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    kind: Mapped[str] = mapped_column(sa.String(8))
+    index: Mapped[int] = mapped_column(sa.Integer)
+    resource_id: Mapped[str] = mapped_column(sa.String(36), unique=True)
+    spec: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    # The server (member name) a volume is attached to, once the cluster is built.
+    attach_to: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    # The run that added it (an update's members are reverted by their run alone).
+    added_by: Mapped[str | None] = mapped_column(sa.String(36), nullable=True)
+    # Set while a run removes it; the row goes when the removal is done.
+    removing: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+
+    vcluster: Mapped[VCluster] = orm.relationship(back_populates="members")
+
+
+class VClusterGrouping(Base):
+    """An affinity or anti-affinity rule over members; server-server rules also
+    live as a server group (``server_group_id``) so later moves keep them."""
+
+    __tablename__ = "vcluster_groupings"
+    __table_args__ = (sa.UniqueConstraint("vcluster_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    vcluster_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("vclusters.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(sa.String(255))
+    position: Mapped[int] = mapped_column(sa.Integer)
+    rule: Mapped[str] = mapped_column(sa.String(16))
+    # As asked (None: the default of each pair of kinds).
+    scope: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
+    members: Mapped[list] = mapped_column(sa.JSON, default=list)
+    server_group_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True)
+
+    vcluster: Mapped[VCluster] = orm.relationship(back_populates="groupings")

@@ -16,7 +16,7 @@ from sqlalchemy import orm
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, NotFound
 from fleetflow.persistence.group_commit import GroupCommit
-from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, utcnow
+from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, Volume, utcnow
 
 INSTANCE_NAME = "{name}-{index:04d}"
 
@@ -28,16 +28,32 @@ class QuotaExceeded(Conflict):
     status = 403
 
 
+INSTANCE_RESOURCES = ("instances", "vcpus", "ram_mb")
+VOLUME_RESOURCES = ("volumes", "gigabytes")
+QUOTA_RESOURCES = INSTANCE_RESOURCES + VOLUME_RESOURCES
+
+
+def _limits(row: Quota, defaults) -> dict[str, int]:
+    # A volume limit never set (NULL: rows older than it, or set without it) is the default's.
+    return {key: getattr(defaults, key) if getattr(row, key) is None else getattr(row, key)
+            for key in QUOTA_RESOURCES}
+
+
 def quota_for(session: orm.Session, tenant_id: str, defaults) -> dict[str, int]:
     """The tenant's limits: its row, else the [quota] defaults (-1: unlimited)."""
     row = session.get(Quota, tenant_id)
     if row is not None:
-        return {"instances": row.instances, "vcpus": row.vcpus, "ram_mb": row.ram_mb}
-    return {"instances": defaults.instances, "vcpus": defaults.vcpus,
-            "ram_mb": defaults.ram_mb}
+        return _limits(row, defaults)
+    return {key: getattr(defaults, key) for key in QUOTA_RESOURCES}
 
 
-def set_quota(session: orm.Session, tenant_id: str, limits: dict[str, int]) -> dict[str, int]:
+def set_quota(session: orm.Session, tenant_id: str, limits: dict[str, int],
+              defaults=None) -> dict[str, int]:
+    """Write the limits given; a new row's volume limits not given stay NULL (the defaults).
+
+    ``defaults`` only fills the answer's limits the row leaves NULL; without
+    it those come back as None.
+    """
     row = session.get(Quota, tenant_id)
     if row is None:
         row = Quota(tenant_id=tenant_id, **limits)
@@ -46,14 +62,19 @@ def set_quota(session: orm.Session, tenant_id: str, limits: dict[str, int]) -> d
         for key, value in limits.items():
             setattr(row, key, value)
     session.flush()
-    return {"instances": row.instances, "vcpus": row.vcpus, "ram_mb": row.ram_mb}
+    if defaults is not None:
+        return _limits(row, defaults)
+    return {key: getattr(row, key) for key in QUOTA_RESOURCES}
 
 
 # Instances that count against a quota: everything not gone.
 _LIVE = sa.not_(Instance.status.in_((states.DELETED, states.REVERTED)))
+# Volumes likewise; none is marked REVERTED today, but one so marked would be gone too.
+_LIVE_VOLUME = sa.not_(Volume.status.in_((states.VOLUME_DELETED, states.REVERTED)))
 
 
 def usage(session: orm.Session, tenant_id: str) -> dict[str, int]:
+    """What the tenant's live instances take (instances, vcpus, ram_mb)."""
     row = session.execute(
         sa.select(sa.func.count(Instance.id),
                   sa.func.coalesce(sa.func.sum(Flavor.vcpus), 0),
@@ -63,18 +84,47 @@ def usage(session: orm.Session, tenant_id: str) -> dict[str, int]:
     return {"instances": row[0], "vcpus": int(row[1]), "ram_mb": int(row[2])}
 
 
-def check_quota(session: orm.Session, tenant_id: str, flavor: Flavor, count: int,
-                defaults) -> None:
-    """Raise QuotaExceeded if ``count`` more instances of ``flavor`` do not fit."""
-    limits = quota_for(session, tenant_id, defaults)
-    used = usage(session, tenant_id)
-    asked = {"instances": count, "vcpus": count * flavor.vcpus, "ram_mb": count * flavor.ram_mb}
+def volume_usage(session: orm.Session, tenant_id: str) -> dict[str, int]:
+    """What the tenant's live volumes take (volumes, gigabytes)."""
+    row = session.execute(
+        sa.select(sa.func.count(Volume.id), sa.func.coalesce(sa.func.sum(Volume.size_gb), 0))
+        .where(Volume.tenant_id == tenant_id, _LIVE_VOLUME)).one()
+    return {"volumes": row[0], "gigabytes": int(row[1])}
+
+
+def _check(limits: dict[str, int], used: dict[str, int], asked: dict[str, int]) -> None:
     for key, amount in asked.items():
         limit = limits[key]
         if limit >= 0 and used[key] + amount > limit:
             raise QuotaExceeded(
                 f"quota exceeded for {key}: {used[key]} used + {amount} asked > {limit}",
                 resource=key, used=used[key], asked=amount, limit=limit)
+
+
+def check_instance_quota(session: orm.Session, tenant_id: str, asked: dict[str, int],
+                         defaults) -> None:
+    """Raise QuotaExceeded if ``asked`` (instances, vcpus, ram_mb) does not fit.
+
+    The amounts are totals, so one request of several flavors (a cluster's
+    servers) is checked at once rather than flavor by flavor.
+    """
+    _check(quota_for(session, tenant_id, defaults), usage(session, tenant_id),
+           {key: asked.get(key, 0) for key in INSTANCE_RESOURCES})
+
+
+def check_quota(session: orm.Session, tenant_id: str, flavor: Flavor, count: int,
+                defaults) -> None:
+    """Raise QuotaExceeded if ``count`` more instances of ``flavor`` do not fit."""
+    check_instance_quota(session, tenant_id, {
+        "instances": count, "vcpus": count * flavor.vcpus, "ram_mb": count * flavor.ram_mb},
+        defaults)
+
+
+def check_volume_quota(session: orm.Session, tenant_id: str, count: int, gigabytes: int,
+                       defaults) -> None:
+    """Raise QuotaExceeded if ``count`` more volumes of ``gigabytes`` in all do not fit."""
+    _check(quota_for(session, tenant_id, defaults), volume_usage(session, tenant_id),
+           {"volumes": count, "gigabytes": gigabytes})
 
 
 def find_by_idempotency_key(session: orm.Session, tenant_id: str,

@@ -1,4 +1,4 @@
-"""Quotas: what a project may hold at once (instances, vcpus, ram_mb).
+"""Quotas: what a project may hold at once (instances, vcpus, ram_mb, volumes, gigabytes).
 
 Administrators read and set any project's limits at ``/v2/admin/quotas/{tenant_id}``;
 a project reads its own, with its usage, at ``/v2/{tenant_id}/quotas``. Limits
@@ -18,14 +18,15 @@ from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Quota
 
 blp = common.Blueprint("quotas", __name__, url_prefix="/v2",
-                       description="Per project limits on instances, vcpus and RAM.")
+                       description="Per project limits on instances, vcpus, RAM and volumes.")
 
 
 def _quota_view(session, tenant_id: str) -> dict:
     limits = rows.quota_for(session, tenant_id, current_state().conf.quota)
     return {"tenant_id": tenant_id, **limits,
             "default": session.get(Quota, tenant_id) is None,
-            "usage": rows.usage(session, tenant_id)}
+            "usage": {**rows.usage(session, tenant_id),
+                      **rows.volume_usage(session, tenant_id)}}
 
 
 @blp.route("/admin/quotas/<tenant_id>")
@@ -45,9 +46,13 @@ class AdminQuota(MethodView):
 
         Lowering a limit below the usage is allowed (as in Nova): running
         instances stay, new reservations are refused until usage drops.
+        A project's first limits copy the defaults of those not given; the
+        volume limits are only written when given, and follow the defaults
+        until then.
         """
         with current_state().database.session() as session:
-            limits = rows.quota_for(session, tenant_id, current_state().conf.quota)
+            current = rows.quota_for(session, tenant_id, current_state().conf.quota)
+            limits = {key: current[key] for key in rows.INSTANCE_RESOURCES}
             limits.update(body["quota"])
             rows.set_quota(session, tenant_id, limits)
             return {"quota": _quota_view(session, tenant_id)}

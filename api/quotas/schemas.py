@@ -1,19 +1,23 @@
-"""Schemas of the quota routes: per project limits on instances, vcpus and RAM."""
+"""Schemas of the quota routes: per project limits on instances, vcpus, RAM and volumes."""
 
 from __future__ import annotations
 
 import marshmallow as ma
 
 LIMIT_HELP = "-1: no limit."
-RESOURCES = ("instances", "vcpus", "ram_mb")
+GIGABYTES_HELP = "Total size of the volumes, in GB; " + LIMIT_HELP
+RESOURCES = ("instances", "vcpus", "ram_mb", "volumes", "gigabytes")
 
 
 class UsageSchema(ma.Schema):
-    """What the project's live instances (not deleted, not reverted) take now."""
+    """What the project's live instances and volumes (not deleted, not reverted) take now."""
 
     instances = ma.fields.Integer(required=True)
     vcpus = ma.fields.Integer(required=True)
     ram_mb = ma.fields.Integer(required=True)
+    volumes = ma.fields.Integer(required=True)
+    gigabytes = ma.fields.Integer(required=True,
+                                  metadata={"description": "Sum of the volumes' sizes."})
 
 
 class QuotaSchema(ma.Schema):
@@ -23,6 +27,8 @@ class QuotaSchema(ma.Schema):
     instances = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
     vcpus = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
     ram_mb = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
+    volumes = ma.fields.Integer(required=True, metadata={"description": LIMIT_HELP})
+    gigabytes = ma.fields.Integer(required=True, metadata={"description": GIGABYTES_HELP})
     default = ma.fields.Boolean(required=True,
                                 metadata={"description": "True while the project has no "
                                                          "limits of its own."})
@@ -42,6 +48,10 @@ class QuotaLimitsSchema(ma.Schema):
                               metadata={"description": LIMIT_HELP})
     ram_mb = ma.fields.Integer(validate=ma.validate.Range(min=-1),
                                metadata={"description": LIMIT_HELP})
+    volumes = ma.fields.Integer(validate=ma.validate.Range(min=-1),
+                                metadata={"description": LIMIT_HELP})
+    gigabytes = ma.fields.Integer(validate=ma.validate.Range(min=-1),
+                                  metadata={"description": GIGABYTES_HELP})
 
     @ma.validates_schema
     def needs_one(self, data, **kwargs):

@@ -4,8 +4,9 @@ A backend is either one host's own disk (scope ``host``: only ``host_name``
 reaches it) or shared by the hosts of one rack (scope ``rack``: every host of
 its region / zone / rack reaches it). A volume may only be attached where its
 backend is reachable, and to one instance at a time; an attached volume
-cannot be deleted. Those are the rules a virtual cluster's placement must
-respect, so the simulation refuses what a real cloud would refuse.
+cannot be deleted (a forced detach frees it when its guest's host is dead).
+Those are the rules a virtual cluster's placement must respect, so the
+simulation refuses what a real cloud would refuse.
 
 Like guests, volumes live in the state file (``fake_store``): they outlive
 the process that created them, and every process sharing the file sees them.
@@ -373,6 +374,33 @@ class StorageCalls:
                                   attached_host=row["attached_host"])
             set_status(conn, volume_id, DELETED)
             return dict(volume_dict(load(conn, volume_id)), deleted=True)
+
+    def force_detach_volume(self, backend: str, volume_id: str, fence: Mapping | None = None,
+                            host: str | None = None) -> dict:
+        """Free ``volume_id`` at the backend, whatever became of the host of its guest.
+
+        As Cinder's os-force_detach: the only way to delete a volume whose
+        guest's host died, as a detach needs that host. The guest's own list
+        is left alone (its host may not answer); a copy of it that comes
+        back still names the volume, and claims it again only if it is free
+        then. ``detached`` says whether this call cleared an attachment; an
+        available, deleted or unknown volume is left as it is.
+        """
+        self._served_backend(backend, host)
+        with self.store.write() as conn:
+            store.check_fence(conn, fence)
+            row = load(conn, volume_id)
+            if row is None:
+                return {"volume_id": volume_id, "backend": backend, "status": None,
+                        "detached": False}
+            if row["backend"] != backend:
+                raise VolumeMismatch(f"volume {volume_id} is on {row['backend']}, not "
+                                     f"{backend}", volume_id=volume_id,
+                                     backend=row["backend"])
+            if row["status"] != IN_USE:
+                return dict(volume_dict(row), detached=False)
+            set_status(conn, volume_id, AVAILABLE)
+            return dict(volume_dict(load(conn, volume_id)), detached=True)
 
     def get_volume(self, backend: str, volume_id: str, host: str | None = None) -> dict | None:
         """The volume (a deleted one included); None if ``backend`` never had it."""

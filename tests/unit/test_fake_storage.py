@@ -330,6 +330,93 @@ def test_volume_ids_unknown_to_the_table_attach_as_before(driver):
         driver.attach_volume("h3", "nobody", "legacy-vol")
 
 
+# -- forced detach -------------------------------------------------------------
+
+
+def test_a_forced_detach_frees_a_volume_whose_guest_host_died(driver):
+    guest_with(driver, "h1", "i-1")
+    driver.create_volume("k1-shared", "vol-1", 5)
+    driver.attach_volume("h1", "i-1", "vol-1")
+    driver.set_faults("h1", dead=True)
+    with pytest.raises(HostDead):  # a plain detach needs the guest's host
+        driver.detach_volume("h1", "i-1", "vol-1")
+    with pytest.raises(VolumeInUse):
+        driver.delete_volume("k1-shared", "vol-1", host="h2")
+
+    answer = driver.force_detach_volume("k1-shared", "vol-1", host="h2")
+
+    assert (answer["status"], answer["attached_to"], answer["attached_host"],
+            answer["detached"]) == ("available", None, None, True)
+    assert driver.get_volume("k1-shared", "vol-1", host="h2")["status"] == "available"
+    # The dead host's guest still names it: only the backend's side changed.
+    assert [tuple(r) for r in rows(driver, "SELECT volumes FROM guests WHERE uuid = 'i-1'")] == [
+        ('["vol-1"]',)]
+    assert driver.delete_volume("k1-shared", "vol-1", host="h2")["deleted"] is True
+
+
+def test_a_forced_detach_is_idempotent(driver):
+    guest_with(driver, "h2", "i-1")
+    driver.create_volume("k1-shared", "vol-1", 5)
+    driver.attach_volume("h2", "i-1", "vol-1")
+    assert driver.force_detach_volume("k1-shared", "vol-1")["detached"] is True
+    again = driver.force_detach_volume("k1-shared", "vol-1", host="h1")
+    assert (again["status"], again["detached"]) == ("available", False)
+    driver.create_volume("k1-shared", "vol-2", 5)
+    assert driver.force_detach_volume("k1-shared", "vol-2")["detached"] is False
+    driver.delete_volume("k1-shared", "vol-2")
+    gone = driver.force_detach_volume("k1-shared", "vol-2")
+    assert (gone["status"], gone["detached"]) == ("deleted", False)
+    assert driver.force_detach_volume("k1-shared", "never") == {
+        "volume_id": "never", "backend": "k1-shared", "status": None, "detached": False}
+    with pytest.raises(VolumeMismatch):
+        driver.force_detach_volume("k2-shared", "vol-1")
+    assert rows(driver, "SELECT * FROM volumes WHERE volume_id = 'never'") == []
+
+
+def test_a_force_detached_volume_serves_another_guest_undisturbed_by_the_old(driver):
+    guest_with(driver, "h1", "i-1")
+    guest_with(driver, "h2", "i-2")
+    driver.create_volume("k1-shared", "vol-1", 5)
+    driver.attach_volume("h1", "i-1", "vol-1")
+    driver.set_faults("h1", dead=True)
+    driver.force_detach_volume("k1-shared", "vol-1", host="h2")
+    driver.attach_volume("h2", "i-2", "vol-1")
+    driver.set_faults("h1", dead=False)
+    # The old copy is gone for good: its release leaves the new attachment be,
+    # and it cannot take the volume back while another guest holds it.
+    with pytest.raises(VolumeInUse):
+        driver.attach_volume("h1", "i-1", "vol-1")
+    driver.destroy_instance("h1", "i-1")
+    volume = driver.get_volume("k1-shared", "vol-1")
+    assert (volume["status"], volume["attached_to"], volume["attached_host"]) == (
+        "in-use", "i-2", "h2")
+
+
+def test_a_forced_detach_is_fenced_and_routed_like_a_delete(driver):
+    guest_with(driver, "h1", "i-1")
+    driver.create_volume("h1-local", "vol-1", 5)
+    driver.create_volume("k1-shared", "vol-2", 5, fence={"key": "job-7", "token": 3})
+    driver.attach_volume("h1", "i-1", "vol-1")
+    driver.attach_volume("h1", "i-1", "vol-2")
+    with pytest.raises(StaleFence):
+        driver.force_detach_volume("k1-shared", "vol-2", host="h2",
+                                   fence={"key": "job-7", "token": 2})
+    with pytest.raises(BackendUnreachable):  # another rack
+        driver.force_detach_volume("k1-shared", "vol-2", host="h3")
+    with pytest.raises(BackendUnreachable):
+        driver.force_detach_volume("h1-local", "vol-1", host="h2")
+    with pytest.raises(BackendNotFound):
+        driver.force_detach_volume("nowhere", "vol-2", host="h2")
+    driver.set_faults("h1", dead=True)
+    with pytest.raises(HostDead):  # a dead host routes nothing
+        driver.force_detach_volume("k1-shared", "vol-2", host="h1")
+    with pytest.raises(HostDead):  # a host-local backend died with its host
+        driver.force_detach_volume("h1-local", "vol-1", host="h1")
+    assert [v["status"] for v in driver.list_volumes("k1-shared")] == ["in-use"]
+    assert driver.force_detach_volume("k1-shared", "vol-2", host="h2",
+                                      fence={"key": "job-7", "token": 3})["detached"]
+
+
 # -- fencing and routing -------------------------------------------------------
 
 
@@ -438,3 +525,25 @@ def test_rpc_round_trip(rpc_fleet):
     assert api.list_volumes("h1", "k1-shared") == []
     assert [v["volume_id"] for v in api.list_volumes("h1", "h1-local")] == ["vol-2"]
     assert agent.driver.volume_create_count("vol-1") == 1
+
+
+def test_rpc_force_detach_when_the_guest_host_died(rpc_fleet):
+    agent, api = rpc_fleet
+    api.create_volume("h2", "k1-shared", "vol-1", 5, fence={"key": "job-1", "token": 1})
+    api.build_instance("h1", "i-1", SMALL)
+    api.attach_volume("h1", "i-1", "vol-1")
+    agent.driver.set_faults("h1", dead=True)
+    with pytest.raises(VolumeInUse):
+        api.delete_volume("h2", "k1-shared", "vol-1")
+    with pytest.raises(HostDead):
+        api.force_detach_volume("h1", "k1-shared", "vol-1")
+    with pytest.raises(BackendUnreachable):
+        api.force_detach_volume("h3", "k1-shared", "vol-1")
+    with pytest.raises(StaleFence):
+        api.force_detach_volume("h2", "k1-shared", "vol-1",
+                                fence={"key": "job-1", "token": 0})
+
+    assert api.force_detach_volume("h2", "k1-shared", "vol-1")["detached"] is True
+    assert api.force_detach_volume("h2", "k1-shared", "vol-1")["detached"] is False
+    assert api.delete_volume("h2", "k1-shared", "vol-1")["deleted"] is True
+    assert api.force_detach_volume("h2", "k1-shared", "vol-1")["status"] == "deleted"
