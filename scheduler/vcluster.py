@@ -23,6 +23,17 @@ server of an affinity grouping made of exactly that server and that volume.
 The answer is all-or-nothing: either every member is placed, or
 ``fits`` is False, nothing is placed and ``explanation`` names the grouping
 or filter that stopped the pass. The snapshot and backends are not changed.
+
+Updating a cluster places its new members jointly with the existing ones,
+*pinned* where they are (``pinned_hosts``, ``pinned_backends``). A pinned
+member takes part in every grouping but stays on its host or backend: new
+members go where the rules say relative to it, and it counts against every
+anti-affinity. Its resources are already in the snapshot's usage and the
+backends' ``used_gb`` (only new members are counted), its host is not
+filtered by state (a new member still never goes to a down host), and the
+answer lists it with its one host or backend and no alternates. Pinned
+members already breaking a grouping between themselves: ``fits`` False,
+the explanation naming the grouping.
 """
 
 from __future__ import annotations
@@ -177,10 +188,18 @@ def check_groupings(servers: Sequence[ServerMember], volumes: Sequence[VolumeMem
 def place_vcluster(servers: Sequence[ServerMember], volumes: Sequence[VolumeMember],
                    groupings: Sequence[Grouping], hosts: CloudSnapshot,
                    backends: Sequence[BackendState], *, alternates: int = 2,
-                   weigher: str = SPREAD) -> VClusterPlacement:
-    """Place every member or none; the same input and state give the same answer."""
+                   weigher: str = SPREAD, pinned_hosts: Mapping[str, str] | None = None,
+                   pinned_backends: Mapping[str, str] | None = None) -> VClusterPlacement:
+    """Place every member or none; the same input and state give the same answer.
+
+    ``pinned_hosts`` (server -> its host) and ``pinned_backends`` (volume ->
+    its backend) name members that exist already: see the module's notes.
+    A pinned name that is no server (volume) of the cluster, or a host or
+    backend that does not exist, is InvalidInput (field ``instances``).
+    """
     from fleetflow.scheduler.vcluster_pass import Placer
     from fleetflow.scheduler.vcluster_rules import analyse
 
     rules = analyse(servers, volumes, groupings)
-    return Placer(rules, hosts, backends, weigher).run_pass(max(0, int(alternates)))
+    placer = Placer(rules, hosts, backends, weigher, pinned_hosts, pinned_backends)
+    return placer.run_pass(max(0, int(alternates)))

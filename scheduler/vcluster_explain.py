@@ -40,15 +40,24 @@ def _subject(kind: str, members: Sequence[str]) -> str:
 
 def explain_unit(placer: Placer, hsets: Sequence[str], bsets: Sequence[str]) -> str:
     """The first member of the unit nothing can take now, else the unit's affinity."""
-    rules, run, pool = placer.rules, placer.run, placer.pool
+    rules, run, pool, pins = placer.rules, placer.run, placer.pool, placer.pins
     for root in sorted(hsets):
-        members = rules.host_sets[root]
-        positions = placer.eligibility[root].positions
+        members = placer.fresh_servers[root]
+        if not members:
+            continue
+        subject = _subject("server", members)
+        if pins is not None and root in pins.host_set_at:
+            positions, steps = [pins.host_set_at[root]], []
+            subject += (f" (host {run.hosts[positions[0]].name} of pinned "
+                        f"{pins.pinned_in_host_set(root)})")
+        else:
+            positions = placer.eligibility[root].positions
+            steps = placer.eligibility[root].steps
         fitting = [p for p in positions if run.fits(p, placer.total[root])]
         if not fitting:
-            steps = [*placer.eligibility[root].steps, Step("resources", len(positions), 0, "host")]
-            return f"{_subject('server', members)}: {chain(steps)}"
-        reason = _anti(_subject("server", members),
+            steps = [*steps, Step("resources", len(positions), 0, "host")]
+            return f"{subject}: {chain(steps)}"
+        reason = _anti(subject,
                        [(rule, rule.ss, rule.server_counts) for s in members
                         for rule in rules.anti_of.get(s, ()) if rule.ss is not None]
                        + [(rule, rule.sv, rule.volume_near) for s in members
@@ -57,14 +66,21 @@ def explain_unit(placer: Placer, hsets: Sequence[str], bsets: Sequence[str]) -> 
         if reason:
             return reason
     for root in sorted(bsets):
-        members = rules.backend_sets[root]
+        members = placer.fresh_volumes[root]
+        if not members:
+            continue
+        subject = _subject("volume", members)
+        candidates = range(len(pool.backends))
+        if pins is not None and root in pins.backend_set_at:
+            candidates = [pins.backend_set_at[root]]
+            subject += (f" (backend {pool.backends[candidates[0]].name} of pinned "
+                        f"{pins.pinned_in_backend_set(root)})")
         types, total = placer.types[root], placer.gb[root]
-        typed = [i for i, b in enumerate(pool.backends) if types <= b.volume_types]
+        typed = [i for i in candidates if types <= pool.backends[i].volume_types]
         fitting = [i for i in typed if pool.free(i) >= total]
         if not fitting:
-            return (f"{_subject('volume', members)}: "
-                    f"{Step('capacity', len(typed), 0, 'backend')}")
-        reason = _anti(_subject("volume", members),
+            return f"{subject}: {Step('capacity', len(typed), 0, 'backend')}"
+        reason = _anti(subject,
                        [(rule, rule.vv, rule.volume_counts) for v in members
                         for rule in rules.anti_of.get(v, ()) if rule.vv is not None]
                        + [(rule, rule.sv, rule.server_near) for v in members
@@ -77,7 +93,9 @@ def explain_unit(placer: Placer, hsets: Sequence[str], bsets: Sequence[str]) -> 
     if len(members) == 1:
         return f"{_subject('server' if hsets else 'volume', members)}: no candidate left"
     name = placer.affinity_names(members)[0]
-    tried = f" ({placer.tries} anchor hosts tried)" if hsets else ""
+    # (A unit whose host sets are all pinned tries no anchor.)
+    tried = (f" ({placer.tries} anchor hosts tried)"
+             if hsets and (placer.tries or placer.pins is None) else "")
     return (f"grouping {name} (affinity): no placement holds {', '.join(sorted(members))} "
             f"together{tried}")
 

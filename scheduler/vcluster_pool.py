@@ -65,3 +65,11 @@ class Trial:
         self.used: dict[int, dict[str, int]] = {}
         self.gb: Counter = Counter()
         self.counts: Counter = Counter()  # (rule id, kind, domain)
+
+    def copy(self) -> Trial:
+        """An independent copy (a unit's pinned part, tried again under each anchor)."""
+        other = Trial()
+        other.host_of, other.backend_of = dict(self.host_of), dict(self.backend_of)
+        other.used = {position: dict(used) for position, used in self.used.items()}
+        other.gb, other.counts = Counter(self.gb), Counter(self.counts)
+        return other

@@ -53,10 +53,11 @@ class UnionFind:
             self.parent[other] = roots[0]
 
     def groups(self) -> dict[str, list[str]]:
+        """Root -> members, both by name: the same sets whatever the input order."""
         found: dict[str, list[str]] = {}
-        for item in self.parent:
+        for item in sorted(self.parent):
             found.setdefault(self.find(item), []).append(item)
-        return found
+        return dict(sorted(found.items()))
 
 
 @dataclasses.dataclass

@@ -462,6 +462,19 @@ def test_same_input_same_result_whatever_the_order():
     assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
 
 
+def test_explanations_list_members_by_name_whatever_the_input_order():
+    snapshot, backends = cloud(racks=2, per_rack=2)
+    servers = [srv("c", 5), srv("a", 5), srv("b", 5)]
+    volumes = [vol("z", 600), vol("x", 600)]
+    groupings = [Grouping("g", ["c", "a", "b"], "affinity"), Grouping("v", ["z", "x"], "affinity")]
+    for order in (list, reversed):
+        result = place(list(order(servers)), [], groupings[:1], snapshot, backends)
+        assert result.explanation == "servers a, b, c: resources: 4 hosts -> 0"
+        result = place([], list(order(volumes)), groupings[1:], snapshot, backends)
+        assert result.explanation == ("grouping v (affinity, backend): no backend holds x, z "
+                                      "together (1200 GB): 2 backends -> 0")
+
+
 def test_result_round_trips_through_json_and_inputs_stay_untouched():
     snapshot, backends = cloud()
     result = place([srv("a")], [vol("v", attach_to="a")], [], snapshot, backends)
