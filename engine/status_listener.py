@@ -21,6 +21,10 @@ instance's subflow (to try the next host) by the flow's top-level atoms: a
 full revert gives every atom the REVERT intention, a retry only its subflow.
 The lifecycle marker writes REVERTED (or ERROR) itself at the end.
 
+A vcluster's flow (``vcluster_id`` in its store) gets the same transitions;
+resumed, it reads BUILDING (a create), UPDATING (an add or a remove) or
+DELETING (a delete) again.
+
 The conductor attaches it next to the pause listener, for every job::
 
     listeners.append(ReservationStatusListener(engine))
@@ -38,11 +42,14 @@ from taskflow.listeners import base as listener_base
 from fleetflow.common import states
 from fleetflow.engine.conductor import META_KEY
 from fleetflow.flows import keys
-from fleetflow.persistence.models import Reservation
+from fleetflow.persistence.models import Reservation, VCluster
 
 LOG = logging.getLogger(__name__)
 
 _UNSET = object()
+# A vcluster resumed by an operator reads what its run was doing.
+_VCLUSTER_RESUMED = {states.RUN_CREATE: states.BUILDING, states.RUN_ADD: states.UPDATING,
+                     states.RUN_REMOVE: states.UPDATING, states.RUN_DELETE: states.DELETING}
 
 
 class ReservationStatusListener(listener_base.Listener):
@@ -64,12 +71,23 @@ class ReservationStatusListener(listener_base.Listener):
 
     # -- what and where -----------------------------------------------------------
 
+    def _fetch(self, key: str):
+        try:
+            return self._engine.storage.fetch(key)
+        except tf_exc.NotFound:
+            return None
+
     def _reservation(self) -> str | None:
+        """The id of the row this flow reports on (a reservation's or a vcluster's)."""
         if self._reservation_id is _UNSET:
-            try:
-                self._reservation_id = self._engine.storage.fetch(keys.RESERVATION_ID)
-            except tf_exc.NotFound:
-                self._reservation_id = None
+            self._model, self._resumed = Reservation, states.BUILDING
+            self._reservation_id = self._fetch(keys.RESERVATION_ID)
+            if self._reservation_id is None:
+                self._reservation_id = self._fetch(keys.VCLUSTER_ID)
+                if self._reservation_id is not None:
+                    self._model = VCluster
+                    self._resumed = _VCLUSTER_RESUMED.get(self._fetch(keys.VCLUSTER_RUN),
+                                                          states.BUILDING)
         return self._reservation_id
 
     def _db(self):
@@ -83,18 +101,19 @@ class ReservationStatusListener(listener_base.Listener):
         reservation_id = self._reservation()
         if reservation_id is None:
             return
-        stmt = sa.update(Reservation).where(Reservation.id == reservation_id)
+        model = self._model
+        stmt = sa.update(model).where(model.id == reservation_id)
         if only_from is not None:
-            stmt = stmt.where(Reservation.status.in_(only_from))
+            stmt = stmt.where(model.status.in_(only_from))
         try:
             with self._db().session() as session:
                 changed = session.execute(stmt.values(status=status)).rowcount
         except Exception:  # noqa: BLE001 - a status row must never break the flow
-            LOG.exception("could not write status %s of reservation %s", status,
-                          reservation_id)
+            LOG.exception("could not write status %s of %s %s", status,
+                          model.__tablename__, reservation_id)
             return
         if changed:
-            LOG.info("reservation %s is %s", reservation_id, status)
+            LOG.info("%s %s is %s", model.__tablename__, reservation_id, status)
 
     # -- flow -------------------------------------------------------------------
 
@@ -112,7 +131,8 @@ class ReservationStatusListener(listener_base.Listener):
                 self._reverting_written = True
                 self._write(states.REVERTING, only_from=(states.PAUSED,))
             else:
-                self._write(states.BUILDING, only_from=(states.PAUSED,))
+                self._reservation()
+                self._write(self._resumed, only_from=(states.PAUSED,))
 
     # -- atoms ------------------------------------------------------------------
 

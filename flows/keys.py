@@ -52,6 +52,13 @@ MOVE_PLACEMENTS = "move_placements"
 #: Indexes of the servers whose primary destination the evacuation's fast
 #: path claimed in one write (their own claim task then has nothing to do).
 PRIMARY_MOVES_CLAIMED = "primary_moves_claimed"
+#: Output of a vcluster's joint scheduling: every new member's candidates,
+#: the attachments and the providers' uuids (see flows/tasks/vcluster.py).
+VCLUSTER_PLACEMENT = "vcluster_placement"
+#: The backend chosen for one volume (scoped per volume).
+BACKEND = "backend"
+#: What a vcluster flow run does: create, add, remove or delete.
+VCLUSTER_RUN = "vcluster_run"
 VOLUME_IDS = "volume_ids"
 ATTACHMENTS = "attachments"
 

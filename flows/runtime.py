@@ -52,6 +52,7 @@ def install_from_conf(conf, database=None) -> Runtime:
     # Importing the flow packages registers their factories by name.
     import fleetflow.flows.evacuate  # noqa: F401
     import fleetflow.flows.provision  # noqa: F401
+    import fleetflow.flows.vcluster  # noqa: F401
     from fleetflow.compute.rpcapi import ComputeAPI
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf

@@ -124,6 +124,18 @@ def member_hosts(session: orm.Session, group_id: str,
     return dict(session.execute(query).all())
 
 
+def groups_of(session: orm.Session, instance_id: str, group_id: str | None = None
+              ) -> list[str]:
+    """Every group the instance is a member of (a vcluster's server may be in
+    several), with ``group_id`` (its row's hint) among them, sorted: locks are
+    taken in this order, so two claims never wait on each other in a cycle."""
+    found = set(session.scalars(sa.select(GroupMember.group_id).where(
+        GroupMember.instance_id == instance_id)))
+    if group_id:
+        found.add(group_id)
+    return sorted(found)
+
+
 def join(session: orm.Session, group_id: str, instance_id: str, host: str | None) -> None:
     """Record (or move) ``instance_id`` as a member on ``host``; idempotent."""
     member = session.execute(sa.select(GroupMember).where(

@@ -54,7 +54,7 @@ def _finished(session, evacuation_id: str, uuid: str) -> bool:
 
 def _to_undo(evacuation_id: str, instance_uuids: list, index: int,
              host: str | None) -> tuple | None:
-    """(uuid, source, migration id, group id) of the move a revert must undo; None
+    """(uuid, source, migration id, group ids) of the move a revert must undo; None
     when the chain had no host, or the move is DONE: a finished move is never undone."""
     if host is None:
         return None
@@ -63,7 +63,8 @@ def _to_undo(evacuation_id: str, instance_uuids: list, index: int,
         move = evac_rows.move(session, evacuation_id, uuid)
         if move.status == states.DONE:
             return None
-        return uuid, move.source, move.migration_id, session.get(Instance, uuid).group_id
+        return (uuid, move.source, move.migration_id,
+                groups.groups_of(session, uuid, session.get(Instance, uuid).group_id))
 
 
 def _fail_step(evacuation_id: str, uuid: str, step: str, host: str | None,
@@ -119,7 +120,8 @@ class ClaimMove(FleetTask):
                                       hosts_tried=list(move.hosts_tried or [])
                                       + ([] if rerun else [host]))
                 resources = session.get(Flavor, instance.flavor_id).resources
-                group_id, tenant = instance.group_id, instance.tenant_id
+                group_ids = groups.groups_of(session, uuid, instance.group_id)
+                tenant = instance.tenant_id
             else:
                 doing = f" ({instance.task_state})" if instance and instance.task_state else ""
                 refusal = MoveNotPossible(
@@ -129,14 +131,16 @@ class ClaimMove(FleetTask):
             _fail_step(evacuation_id, uuid, "claim", host, refusal)
             raise refusal
         try:
-            if group_id:
+            if group_ids:
                 with rt.database.session() as session:
                     # Lock first: which members have landed must be read under
                     # the lock that the check and the join hold.
-                    groups.lock(session, group_id)
-                    join_group(session, group_id, uuid, host,
-                               also_exclude=move_rows.unlanded_members(
-                                   session, evacuation_id, group_id))
+                    for group_id in group_ids:
+                        groups.lock(session, group_id)
+                    for group_id in group_ids:
+                        join_group(session, group_id, uuid, host,
+                                   also_exclude=move_rows.unlanded_members(
+                                       session, evacuation_id, group_id))
             rt.placement.move(uuid, migration_id, {stable_uuid(host): resources},
                               project_id=tenant, user_id=tenant, fence=fence)
         except (ClaimRace, PlacementConflict) as exc:
@@ -150,11 +154,11 @@ class ClaimMove(FleetTask):
         if undo is None:
             return
         rt = runtime.get()
-        uuid, source, migration_id, group_id = undo
+        uuid, source, migration_id, group_ids = undo
         # Whatever the result says: a crash may have come after the write.
         rt.placement.revert_move(uuid, migration_id, fence=fence)
         with rt.database.session() as session:
-            if group_id:
+            for group_id in group_ids:
                 groups.join(session, group_id, uuid, source)
             session.execute(sa.update(Instance).where(Instance.id == uuid)
                             .values(task_state=None))
@@ -232,7 +236,7 @@ class MoveServer(FleetTask):
         if undo is None:
             return
         rt = runtime.get()
-        uuid, _source, migration_id, _group_id = undo
+        uuid, _source, migration_id, _group_ids = undo
         try:
             rt.compute.revert_move(host, migration_id, fence=fence)
         except (HostDead, OutcomeUnknown) as exc:

@@ -39,7 +39,8 @@ class MovePlan:
     servers: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
-def _snapshot(session, usage: dict, service_down_time: float):
+def snapshot_with_heartbeats(session, usage: dict, service_down_time: float):
+    """Every host, a host whose heartbeat is stale reading down."""
     snapshot = snapshot_from_db(session, usage)
     for host in session.scalars(sa.select(Host).where(Host.heartbeat_at.is_not(None))):
         state = evac_rows.effective_host_state(host, service_down_time)
@@ -144,7 +145,7 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
             unplaced[uuid] = server
         else:
             servers.append(server)
-    snapshot = _snapshot(session, usage, conf.compute.service_down_time)
+    snapshot = snapshot_with_heartbeats(session, usage, conf.compute.service_down_time)
     result = place_moves(servers, snapshot,
                          excluded_hosts=[*evacuation.hosts, *excluded_hosts],
                          target_hosts=evacuation.target_hosts,

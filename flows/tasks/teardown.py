@@ -37,6 +37,7 @@ class DeleteInstance(FleetTask):
             if instance is None or instance.status == states.DELETED:
                 return None
             host, group_id = instance.host, instance.group_id
+            in_vcluster = instance.vcluster_id is not None
             has_volume = session.get(Volume, volume_id_for(instance_id)) is not None
             rows.update_instance(session, instance_id, status=states.DELETING,
                                  task_state=states.TASK_DELETING)
@@ -60,8 +61,9 @@ class DeleteInstance(FleetTask):
                                          exc.code, exc.message, step="delete", host=host))
             raise
         with rt.database.session() as session:
-            if group_id:
-                groups.leave(session, instance_id, group_id)
+            if group_id or in_vcluster:
+                # A vcluster's server may be in several groups: it leaves them all.
+                groups.leave(session, instance_id)
             rows.update_instance(session, instance_id, status=states.DELETED,
                                  task_state=None)
         return None

@@ -1,0 +1,161 @@
+"""What the API shows of a vcluster: members where they landed, groupings holding.
+
+Built from rows in a few queries (members, their instances and volumes, the
+hosts and backends they are on), never from TaskFlow's atom details.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.persistence import vclusters as rows
+from fleetflow.persistence.models import (
+    Host,
+    Instance,
+    StorageBackend,
+    VCluster,
+    VClusterMember,
+    Volume,
+)
+from fleetflow.scheduler.vcluster_check import Place, holds
+
+SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
+ACTIVE_VOLUME = (states.VOLUME_AVAILABLE, states.VOLUME_IN_USE)
+BUILDING = (states.PENDING, states.SCHEDULING, states.BUILDING, states.REVERTING,
+            states.VOLUME_CREATING, states.DELETING)
+ERROR = (states.ERROR, states.VOLUME_ERROR)
+
+
+def host_places(session, names) -> dict[str, Place]:
+    names = {n for n in names if n}
+    if not names:
+        return {}
+    return {h.name: Place(h.name, h.name, h.region, h.zone, h.rack)
+            for h in session.scalars(sa.select(Host).where(Host.name.in_(names)))}
+
+
+def backend_places(session, names) -> dict[str, Place]:
+    names = {n for n in names if n}
+    if not names:
+        return {}
+    return {b.name: Place(b.name, b.host_name if b.scope == "host" else None, b.region,
+                          b.zone, b.rack)
+            for b in session.scalars(sa.select(StorageBackend).where(
+                StorageBackend.name.in_(names)))}
+
+
+def _progress(items: list[dict]) -> dict[str, int]:
+    statuses = [i["status"] for i in items]
+    return {"total": len(statuses),
+            "active": sum(1 for s in statuses if s == states.ACTIVE or s in ACTIVE_VOLUME),
+            "building": sum(1 for s in statuses if s in BUILDING),
+            "error": sum(1 for s in statuses if s in ERROR)}
+
+
+def member_items(session, vcluster_id: str) -> list[dict]:
+    """Each member: name, type, id, status, host or backend, attached_to, fault."""
+    members = rows.members(session, vcluster_id)
+    ids = [m.resource_id for m in members]
+    instances = {i.id: i for i in session.scalars(sa.select(Instance).where(
+        Instance.id.in_([m.resource_id for m in members if m.kind == SERVER])))}
+    volumes = {v.id: v for v in session.scalars(sa.select(Volume).where(Volume.id.in_(ids)))}
+    names = {m.resource_id: m.name for m in members}
+    items = []
+    for m in members:
+        if m.kind == SERVER:
+            row = instances.get(m.resource_id)
+            items.append({"name": m.name, "type": SERVER, "id": m.resource_id,
+                          "status": row.status if row else None,
+                          "host": row.host if row else None, "attached_to": None,
+                          "fault": row.fault if row else None})
+        else:
+            row = volumes.get(m.resource_id)
+            attached = names.get(row.instance_id) if row and row.instance_id else None
+            items.append({"name": m.name, "type": VOLUME, "id": m.resource_id,
+                          "status": row.status if row else None,
+                          "backend": row.backend if row else None,
+                          "attached_to": attached or None, "fault": row.fault if row else None})
+    return items
+
+
+def grouping_items(session, vcluster_id: str, items: list[dict]) -> list[dict]:
+    hosts = host_places(session, [i.get("host") for i in items if i["type"] == SERVER])
+    backends = backend_places(session, [i.get("backend") for i in items if i["type"] == VOLUME])
+    live = (states.ACTIVE, states.BUILDING, states.VOLUME_AVAILABLE, states.VOLUME_IN_USE,
+            states.VOLUME_CREATING)
+    servers = {i["name"]: hosts.get(i["host"]) if i["status"] in live else None
+               for i in items if i["type"] == SERVER}
+    volumes = {i["name"]: backends.get(i["backend"]) if i["status"] in live else None
+               for i in items if i["type"] == VOLUME}
+    result = []
+    for g in rows.groupings(session, vcluster_id):
+        satisfied, domains = holds(g.rule, g.scope, g.members, servers, volumes)
+        result.append({"name": g.name, "rule": g.rule, "scope": g.scope,
+                       "membersRef": list(g.members), "satisfied": satisfied,
+                       "domains": domains})
+    return result
+
+
+def show(session, vcluster: VCluster) -> dict:
+    items = member_items(session, vcluster.id)
+    return {"id": vcluster.id, "name": vcluster.name, "status": vcluster.status,
+            "flow_id": vcluster.flow_id, "created_at": vcluster.created_at,
+            "updated_at": vcluster.updated_at, "progress": _progress(items),
+            "instances": items, "groupings": grouping_items(session, vcluster.id, items),
+            "fault": vcluster.fault}
+
+
+def summaries(session, tenant_id: str | None, status: str | None, limit: int,
+              marker: str | None) -> list[dict]:
+    """A page of clusters, oldest first, with their progress (no members)."""
+    query = sa.select(VCluster).order_by(VCluster.created_at, VCluster.id)
+    if tenant_id is not None:
+        query = query.where(VCluster.tenant_id == tenant_id)
+    if status:
+        query = query.where(VCluster.status == status)
+    if marker:
+        anchor = rows.get(session, marker, tenant_id)
+        query = query.where(sa.or_(VCluster.created_at > anchor.created_at, sa.and_(
+            VCluster.created_at == anchor.created_at, VCluster.id > anchor.id)))
+    clusters = list(session.scalars(query.limit(limit)))
+    counts: dict[str, list[dict]] = {c.id: [] for c in clusters}
+    if clusters:
+        for vcluster_id, kind, status_ in _member_statuses(session, list(counts)):
+            counts[vcluster_id].append({"status": status_, "kind": kind})
+    return [{"id": c.id, "name": c.name, "status": c.status, "flow_id": c.flow_id,
+             "created_at": c.created_at, "updated_at": c.updated_at,
+             "progress": _progress(counts[c.id]), "fault": c.fault} for c in clusters]
+
+
+def _member_statuses(session, vcluster_ids: list[str]):
+    servers = session.execute(
+        sa.select(VClusterMember.vcluster_id, VClusterMember.kind, Instance.status)
+        .join(Instance, Instance.id == VClusterMember.resource_id)
+        .where(VClusterMember.vcluster_id.in_(vcluster_ids))).all()
+    volumes = session.execute(
+        sa.select(VClusterMember.vcluster_id, VClusterMember.kind, Volume.status)
+        .join(Volume, Volume.id == VClusterMember.resource_id)
+        .where(VClusterMember.vcluster_id.in_(vcluster_ids))).all()
+    return [*servers, *volumes]
+
+
+def dry_run_view(session, checked, placement) -> dict:
+    """``fits``, where each member would go (with alternates) and each grouping's domains."""
+    instances = [{"name": s.name, "type": SERVER, "host": placement.host_of(s.name),
+                  "alternates": placement.hosts.get(s.name, [])[1:]}
+                 for s in checked.cluster.servers]
+    instances += [{"name": v.name, "type": VOLUME, "backend": placement.backend_of(v.name),
+                   "alternates": placement.backends.get(v.name, [])[1:],
+                   "attached_to": placement.attachments.get(v.name)}
+                  for v in checked.cluster.volumes]
+    groupings = [{"name": g.name, "rule": g.rule, "scope": g.scope,
+                  "membersRef": list(g.members), "satisfied": placement.fits,
+                  "domains": {m: _text(d) for m, d in placement.domains.get(g.name, {}).items()}}
+                 for g in checked.cluster.groupings]
+    return {"fits": placement.fits, "explanation": placement.explanation,
+            "instances": instances, "groupings": groupings}
+
+
+def _text(domain):
+    return domain if domain is None or isinstance(domain, str) else "/".join(map(str, domain))

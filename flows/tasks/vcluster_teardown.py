@@ -1,0 +1,122 @@
+"""Taking members out of a vcluster, or the whole cluster down.
+
+detach -> delete each volume -> destroy each server -> finish. Every step is
+idempotent, so a teardown cut by a crash runs again from where it stood;
+none is reverted (an operator resumes a stopped teardown). A dead host
+never blocks it: a guest on it is recorded deleted (the host destroys it on
+return), an attachment to it is forced off at the backend, and a volume on
+its own disk is recorded deleted with its allocation freed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.compute.exceptions import HostDead, InstanceNotFound
+from fleetflow.flows import runtime
+from fleetflow.flows.tasks import storage_routes
+from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.persistence import vclusters as vc_rows
+from fleetflow.persistence.models import Instance, VClusterMember, Volume
+
+LOG = logging.getLogger(__name__)
+
+
+class DetachLeaving(FleetTask):
+    """Detach every volume that leaves, and every volume attached to a server that leaves.
+
+    Revert: nothing.
+    """
+
+    def execute(self, vcluster_id: str, servers: list, volumes: list, fence=None) -> int:
+        rt = runtime.get()
+        with rt.database.session() as session:
+            server_rows, volume_rows = vc_rows.members_of(session, vcluster_id, servers,
+                                                          volumes)
+            server_ids = [m.resource_id for m in server_rows]
+            volume_ids = [m.resource_id for m in volume_rows]
+            attached = session.execute(sa.select(Volume.id, Volume.instance_id, Volume.backend)
+                                       .where(Volume.vcluster_id == vcluster_id,
+                                              Volume.instance_id.is_not(None),
+                                              sa.or_(Volume.id.in_(volume_ids),
+                                                     Volume.instance_id.in_(server_ids)))
+                                       ).all()
+            hosts = dict(session.execute(sa.select(Instance.id, Instance.host).where(
+                Instance.id.in_([a.instance_id for a in attached]))).all())
+        for volume_id, server_id, backend in attached:
+            self._detach(rt, hosts.get(server_id), server_id, volume_id, backend, fence)
+            with rt.database.session() as session:
+                session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
+                    status=states.VOLUME_AVAILABLE, instance_id=None))
+        return len(attached)
+
+    @staticmethod
+    def _detach(rt, host, server_id, volume_id, backend, fence) -> None:
+        if host:
+            try:
+                rt.compute.detach_volume(host, server_id, volume_id, fence=fence)
+                return
+            except InstanceNotFound:
+                return
+            except HostDead:
+                pass
+        # The guest's host is dead: free the volume where it lives.
+        with rt.database.session() as session:
+            candidates = storage_routes.routes(session, backend, rt.conf)
+        for route in candidates:
+            try:
+                rt.compute.force_detach_volume(route, backend, volume_id, fence=fence)
+                return
+            except HostDead:
+                continue
+
+
+class DeleteMemberVolume(FleetTask):
+    """Delete one volume from its backend and free its allocation. Revert: nothing."""
+
+    def execute(self, volume_id: str, fence=None) -> None:
+        rt = runtime.get()
+        with rt.database.session() as session:
+            volume = session.get(Volume, volume_id)
+            if volume is None or volume.status == states.VOLUME_DELETED:
+                return None
+            backend = volume.backend
+            session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
+                status=states.DELETING))
+        storage_routes.delete_volume(rt, backend, volume_id, fence)
+        rt.placement.release(volume_id, fence=fence)
+        with rt.database.session() as session:
+            session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
+                status=states.VOLUME_DELETED, instance_id=None))
+        return None
+
+
+class FinishTeardown(FleetTask):
+    """Remove: forget the members, groupings lose them, the cluster ACTIVE again.
+    Delete: the cluster's server groups go and the cluster is DELETED.
+
+    Revert: nothing.
+    """
+
+    def execute(self, vcluster_id: str, vcluster_run: str, servers: list,
+                volumes: list) -> str:
+        rt = runtime.get()
+        with rt.database.session() as session:
+            if vcluster_run == states.RUN_DELETE:
+                vc_rows.delete_owned_groups(session, vcluster_id)
+                vc_rows.set_status(session, vcluster_id, states.DELETED, clear_fault=True)
+                return states.DELETED
+            server_rows, volume_rows = vc_rows.members_of(session, vcluster_id, servers,
+                                                          volumes)
+            vc_rows.drop_members(session, vcluster_id,
+                                 [m.name for m in [*server_rows, *volume_rows]])
+            session.execute(sa.update(VClusterMember).where(
+                VClusterMember.vcluster_id == vcluster_id,
+                VClusterMember.attach_to.in_([m.name for m in server_rows]))
+                .values(attach_to=None))
+            vc_rows.sync_group_ids(session, vcluster_id)
+            vc_rows.set_status(session, vcluster_id, states.ACTIVE, clear_fault=True)
+        return states.ACTIVE

@@ -1,0 +1,104 @@
+"""The vcluster build flow: a create, or an update that adds members.
+
+    vcluster-lifecycle         SCHEDULING / UPDATING; on revert, how the run ended
+    place (retry: schedule-retry schedules again after a lost claim race)
+      schedule                 every new member placed jointly, the others pinned
+      claim-all                one multi-consumer write: servers and volumes, 0 or all
+    members (unordered)
+      srv-0000 (retry: srv-0000-retry walks its host candidates)
+        srv-0000-claim         an alternate's allocation (the primary's is held)
+        srv-0000-boot          build on the host, wait for ACTIVE
+      vol-0000 (retry: vol-0000-retry walks its backend candidates)
+        vol-0000-claim
+        vol-0000-create        create on the backend through a host that reaches it
+    attach                     each volume to its server
+    finish                     ACTIVE
+
+Atom names derive from member indexes, which a cluster never reuses, so
+any conductor rebuilds the same flow from the factory's arguments.
+"""
+
+from __future__ import annotations
+
+from taskflow.patterns import linear_flow, unordered_flow
+
+from fleetflow.flows import keys
+from fleetflow.flows.registry import flow_factory
+from fleetflow.flows.tasks.boot import BootInstance
+from fleetflow.flows.tasks.vcluster import (
+    ClaimVCluster,
+    FinishVCluster,
+    ScheduleRetry,
+    ScheduleVCluster,
+    VClusterLifecycle,
+)
+from fleetflow.flows.tasks.vcluster_members import (
+    AttachVolumes,
+    ClaimMember,
+    CreateVolume,
+    MemberCandidatesRetry,
+)
+
+SERVER, VOLUME = "server", "volume"
+
+
+def server_prefix(index: int) -> str:
+    return f"srv-{index:04d}"
+
+
+def volume_prefix(index: int) -> str:
+    return f"vol-{index:04d}"
+
+
+def server_chain(server: dict) -> linear_flow.Flow:
+    prefix = server_prefix(server["index"])
+    host_key = keys.scoped(prefix, keys.HOST)
+    chain = linear_flow.Flow(prefix, retry=MemberCandidatesRetry(
+        f"{prefix}-retry", member=server["name"], kind=SERVER, provides=host_key))
+    chain.add(ClaimMember(f"{prefix}-claim", member=server["name"], member_id=server["id"],
+                          kind=SERVER, amounts=server["resources"],
+                          rebind={"target": host_key}),
+              BootInstance(f"{prefix}-boot", rebind={"host": host_key}, inject={
+                  "instance_uuids": [server["id"]], "index": 0,
+                  "request_spec": {"resources": server["resources"],
+                                   "image_id": server["image_id"]}}))
+    return chain
+
+
+def volume_chain(volume: dict) -> linear_flow.Flow:
+    prefix = volume_prefix(volume["index"])
+    backend_key = keys.scoped(prefix, keys.BACKEND)
+    chain = linear_flow.Flow(prefix, retry=MemberCandidatesRetry(
+        f"{prefix}-retry", member=volume["name"], kind=VOLUME, provides=backend_key))
+    chain.add(ClaimMember(f"{prefix}-claim", member=volume["name"], member_id=volume["id"],
+                          kind=VOLUME, amounts={"DISK_GB": int(volume["size_gb"])},
+                          rebind={"target": backend_key}),
+              CreateVolume(f"{prefix}-create", rebind={"backend": backend_key}, inject={
+                  "volume_id": volume["id"], "size_gb": int(volume["size_gb"]),
+                  "volume_type": volume.get("volume_type")}))
+    return chain
+
+
+@flow_factory("vcluster-build")
+def build_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list[dict]
+               ) -> linear_flow.Flow:
+    """Build ``servers`` and ``volumes`` (``{"index", "name", "id", ...}``) of one run.
+
+    ``run`` (create or add) is also in the store as ``keys.VCLUSTER_RUN``; it
+    is an argument so the flow's name says what it does.
+    """
+    indexes = {"servers": [s["index"] for s in servers],
+               "volumes": [v["index"] for v in volumes]}
+    flow = linear_flow.Flow(f"vcluster-{run}-{vcluster_id}")
+    place = linear_flow.Flow("place", retry=ScheduleRetry("schedule-retry"))
+    place.add(ScheduleVCluster("schedule", inject=indexes), ClaimVCluster("claim-all"))
+    members = unordered_flow.Flow("members")
+    for server in servers:
+        members.add(server_chain(server))
+    for volume in volumes:
+        members.add(volume_chain(volume))
+    flow.add(VClusterLifecycle("vcluster-lifecycle", inject=indexes), place)
+    if servers or volumes:
+        flow.add(members)
+    flow.add(AttachVolumes("attach"), FinishVCluster("finish"))
+    return flow

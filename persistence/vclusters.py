@@ -1,0 +1,276 @@
+"""Virtual clusters (seed 004): the cluster, its members and groupings, as rows.
+
+A member is a row of ``vcluster_members`` naming the resource row that holds
+its state: an :class:`Instance` for a server, a :class:`Volume` for a volume.
+Each run of a vcluster flow (create, add, remove, delete) is recorded in
+``VCluster.runs``; the members a run adds carry its flow id (``added_by``) so
+a reverted update undoes exactly its own members.
+
+Server-server groupings are also real server groups owned by the cluster
+(``ServerGroup.vcluster_id``): an evacuation or any later move reads the same
+rules as every other group, and joins and leaves them under the group lock.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from fleetflow.common import ids, states
+from fleetflow.common.exceptions import Conflict, NotFound
+from fleetflow.persistence.models import (
+    GroupMember,
+    Instance,
+    ServerGroup,
+    VCluster,
+    VClusterGrouping,
+    VClusterMember,
+    Volume,
+    utcnow,
+)
+
+SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
+ID_PREFIX = "vc-"
+# Server-server groupings become server groups with this policy and scope.
+GROUP_POLICY = {"affinity": "affinity", "anti-affinity": "anti-affinity"}
+
+
+def new_id() -> str:
+    return ID_PREFIX + uuidlib.uuid4().hex[:12]
+
+
+def get(session: orm.Session, vcluster_id: str, tenant_id: str | None = None,
+        lock: bool = False) -> VCluster:
+    """The vcluster, or NotFound (another tenant's included)."""
+    query = sa.select(VCluster).where(VCluster.id == str(vcluster_id))
+    if lock:
+        query = query.with_for_update()
+    vcluster = session.execute(query).scalar_one_or_none()
+    if vcluster is None or (tenant_id is not None and vcluster.tenant_id != tenant_id):
+        raise NotFound(f"vcluster {vcluster_id} not found")
+    return vcluster
+
+
+def find_by_idempotency_key(session: orm.Session, tenant_id: str, key: str) -> VCluster | None:
+    return session.execute(sa.select(VCluster).where(
+        VCluster.tenant_id == tenant_id, VCluster.idempotency_key == key)).scalar_one_or_none()
+
+
+def take(session: orm.Session, vcluster: VCluster, status: str, expected: Iterable[str]) -> None:
+    """Move ``vcluster`` to ``status`` only from one of ``expected`` (Conflict otherwise).
+
+    A conditional UPDATE: of two requests racing to change one cluster, one wins.
+    """
+    expected = tuple(expected)
+    done = session.execute(sa.update(VCluster).where(
+        VCluster.id == vcluster.id, VCluster.status.in_(expected))
+        .values(status=status, updated_at=utcnow())).rowcount
+    if not done:
+        session.refresh(vcluster)
+        raise Conflict(f"vcluster {vcluster.id} is {vcluster.status}; try again once it has "
+                       "settled", vcluster_id=vcluster.id, status=vcluster.status)
+    vcluster.status = status
+
+
+def set_status(session: orm.Session | sa.Connection, vcluster_id: str, status: str,
+               fault: dict | None = None, clear_fault: bool = False) -> None:
+    values = {"status": status, "updated_at": utcnow()}
+    if fault is not None or clear_fault:
+        values["fault"] = fault
+    session.execute(sa.update(VCluster).where(VCluster.id == vcluster_id).values(**values))
+
+
+def record_run(vcluster: VCluster, flow_id: str, kind: str, **details) -> None:
+    vcluster.flow_id = flow_id
+    vcluster.runs = [*vcluster.runs, {"flow_id": flow_id, "kind": kind, **details}]
+
+
+def run_of(vcluster: VCluster, flow_id: str) -> dict:
+    return next((run for run in vcluster.runs if run["flow_id"] == flow_id), {})
+
+
+# -- members -----------------------------------------------------------------------
+
+def next_indexes(session: orm.Session, vcluster_id: str) -> dict[str, int]:
+    """The next free member index per kind (indexes are never reused)."""
+    found = dict(session.execute(sa.select(VClusterMember.kind, sa.func.max(VClusterMember.index))
+                                 .where(VClusterMember.vcluster_id == vcluster_id)
+                                 .group_by(VClusterMember.kind)).all())
+    return {kind: (found[kind] + 1 if found.get(kind) is not None else 0)
+            for kind in states.MEMBER_KINDS}
+
+
+def add_members(session: orm.Session, vcluster: VCluster, servers: list[dict],
+                volumes: list[dict], flow_id: str | None) -> dict[str, list[int]]:
+    """Member rows plus their PENDING instances and CREATING volumes.
+
+    ``servers``: ``{"name", "flavor_id", "image_id", "spec"}``; ``volumes``:
+    ``{"name", "size_gb", "volume_type", "attach_to", "spec"}``. Returns the
+    new indexes per kind (the flow's atom names derive from them).
+    """
+    start = next_indexes(session, vcluster.id)
+    now = utcnow()
+    members, instances, volume_rows = [], [], []
+    added: dict[str, list[int]] = {SERVER: [], VOLUME: []}
+    for offset, server in enumerate(servers):
+        index, resource_id = start[SERVER] + offset, ids.new_uuid()
+        added[SERVER].append(index)
+        members.append({"vcluster_id": vcluster.id, "name": server["name"], "kind": SERVER,
+                        "index": index, "resource_id": resource_id, "spec": server["spec"],
+                        "attach_to": None, "added_by": flow_id, "removing": False})
+        instances.append({"id": resource_id, "reservation_id": None,
+                          "vcluster_id": vcluster.id, "tenant_id": vcluster.tenant_id,
+                          "name": server["name"], "index": index, "status": states.PENDING,
+                          "flavor_id": server["flavor_id"], "image_id": server["image_id"],
+                          "group_id": None, "attempts": 0, "hosts_tried": [],
+                          "created_at": now, "updated_at": now})
+    for offset, volume in enumerate(volumes):
+        index, resource_id = start[VOLUME] + offset, ids.new_uuid()
+        added[VOLUME].append(index)
+        members.append({"vcluster_id": vcluster.id, "name": volume["name"], "kind": VOLUME,
+                        "index": index, "resource_id": resource_id, "spec": volume["spec"],
+                        "attach_to": volume.get("attach_to"), "added_by": flow_id,
+                        "removing": False})
+        volume_rows.append({"id": resource_id, "tenant_id": vcluster.tenant_id,
+                            "name": volume["name"], "size_gb": int(volume["size_gb"]),
+                            "volume_type": volume.get("volume_type"), "backend": None,
+                            "status": states.VOLUME_CREATING, "instance_id": None,
+                            "reservation_id": None, "vcluster_id": vcluster.id,
+                            "created_at": now, "updated_at": now})
+    if members:
+        session.execute(sa.insert(VClusterMember), members)
+    if instances:
+        session.execute(sa.insert(Instance), instances)
+    if volume_rows:
+        session.execute(sa.insert(Volume), volume_rows)
+    return added
+
+
+def members(session: orm.Session, vcluster_id: str) -> list[VClusterMember]:
+    return list(session.scalars(sa.select(VClusterMember).where(
+        VClusterMember.vcluster_id == vcluster_id)
+        .order_by(VClusterMember.kind, VClusterMember.index)))
+
+
+def members_by_index(session: orm.Session, vcluster_id: str, kind: str,
+                     indexes: Iterable[int]) -> list[VClusterMember]:
+    return list(session.scalars(sa.select(VClusterMember).where(
+        VClusterMember.vcluster_id == vcluster_id, VClusterMember.kind == kind,
+        VClusterMember.index.in_(list(indexes))).order_by(VClusterMember.index)))
+
+
+def members_of(session: orm.Session, vcluster_id: str, servers: Iterable[int],
+               volumes: Iterable[int]) -> tuple[list[VClusterMember], list[VClusterMember]]:
+    """The member rows of these server and volume indexes (a run's members)."""
+    return (members_by_index(session, vcluster_id, SERVER, servers),
+            members_by_index(session, vcluster_id, VOLUME, volumes))
+
+
+def member(session: orm.Session, vcluster_id: str, kind: str, index: int) -> VClusterMember:
+    found = session.execute(sa.select(VClusterMember).where(
+        VClusterMember.vcluster_id == vcluster_id, VClusterMember.kind == kind,
+        VClusterMember.index == index)).scalar_one_or_none()
+    if found is None:
+        raise NotFound(f"vcluster {vcluster_id}: no {kind} #{index}")
+    return found
+
+
+def drop_members(session: orm.Session, vcluster_id: str, names: Iterable[str]) -> None:
+    """Forget members (their resource rows stay, REVERTED or DELETED, as history)
+    and take them out of every grouping; a grouping left empty goes too."""
+    names = set(names)
+    if not names:
+        return
+    session.execute(sa.delete(VClusterMember).where(
+        VClusterMember.vcluster_id == vcluster_id, VClusterMember.name.in_(names)))
+    for grouping in groupings(session, vcluster_id):
+        kept = [m for m in grouping.members if m not in names]
+        if kept != list(grouping.members):
+            grouping.members = kept
+        if not kept:
+            _drop_grouping(session, grouping)
+
+
+# -- groupings ---------------------------------------------------------------------
+
+def groupings(session: orm.Session, vcluster_id: str) -> list[VClusterGrouping]:
+    return list(session.scalars(sa.select(VClusterGrouping).where(
+        VClusterGrouping.vcluster_id == vcluster_id).order_by(VClusterGrouping.position)))
+
+
+def grouping_dicts(rows: Iterable[VClusterGrouping]) -> list[dict]:
+    """Groupings as plain data (what a run records to restore them on revert)."""
+    return [{"name": g.name, "rule": g.rule, "scope": g.scope, "members": list(g.members)}
+            for g in rows]
+
+
+def set_groupings(session: orm.Session, vcluster: VCluster, wanted: list[dict],
+                  server_names: set[str]) -> None:
+    """Make the cluster's groupings exactly ``wanted`` (``{"name", "rule", "scope",
+    "members"}``), with one owned server group per grouping of two servers or more."""
+    existing = {g.name: g for g in groupings(session, vcluster.id)}
+    for position, want in enumerate(wanted):
+        row = existing.pop(want["name"], None)
+        if row is None:
+            row = VClusterGrouping(vcluster_id=vcluster.id, name=want["name"])
+            session.add(row)
+        row.position, row.rule, row.scope = position, want["rule"], want.get("scope")
+        row.members = list(want["members"])
+        servers = [m for m in row.members if m in server_names]
+        if len(servers) > 1 and row.server_group_id is None:
+            group = ServerGroup(id=ids.new_uuid(), tenant_id=vcluster.tenant_id,
+                                name=f"{vcluster.name}/{row.name}",
+                                policies=[GROUP_POLICY[row.rule]], scope=row.scope or "host",
+                                capabilities={}, metadata_={"vcluster_id": vcluster.id},
+                                vcluster_id=vcluster.id)
+            session.add(group)
+            row.server_group_id = group.id
+    for row in existing.values():
+        _drop_grouping(session, row)
+    session.flush()
+
+
+def _drop_grouping(session: orm.Session, row: VClusterGrouping) -> None:
+    if row.server_group_id:
+        session.execute(sa.delete(GroupMember).where(GroupMember.group_id == row.server_group_id))
+        session.execute(sa.delete(ServerGroup).where(ServerGroup.id == row.server_group_id))
+    session.delete(row)
+
+
+def server_groups_of(session: orm.Session, vcluster_id: str) -> dict[str, list[str]]:
+    """Server member name -> the owned server groups it belongs to, in grouping order."""
+    result: dict[str, list[str]] = {}
+    for grouping in groupings(session, vcluster_id):
+        if grouping.server_group_id:
+            for name in grouping.members:
+                result.setdefault(name, []).append(grouping.server_group_id)
+    return result
+
+
+def sync_group_ids(session: orm.Session, vcluster_id: str) -> None:
+    """Each server's ``group_id`` hint: its first owned group, or None.
+
+    Code that reads one group per instance (the evacuation's placer, its
+    fast path that leaves grouped servers to the per-server claims) sees the
+    cluster's servers as grouped; the claims check every group they are in.
+    """
+    first = {name: group_ids[0] for name, group_ids in server_groups_of(session,
+                                                                       vcluster_id).items()}
+    for member in members(session, vcluster_id):
+        if member.kind == SERVER:
+            session.execute(sa.update(Instance).where(Instance.id == member.resource_id)
+                            .values(group_id=first.get(member.name)))
+
+
+def delete_owned_groups(session: orm.Session, vcluster_id: str) -> None:
+    group_ids = list(session.scalars(sa.select(ServerGroup.id).where(
+        ServerGroup.vcluster_id == vcluster_id)))
+    if group_ids:
+        session.execute(sa.delete(GroupMember).where(GroupMember.group_id.in_(group_ids)))
+        session.execute(sa.delete(ServerGroup).where(ServerGroup.id.in_(group_ids)))
+    session.execute(sa.update(VClusterGrouping).where(
+        VClusterGrouping.vcluster_id == vcluster_id).values(server_group_id=None))
+    sync_group_ids(session, vcluster_id)
