@@ -48,6 +48,8 @@ BLUEPRINTS = [
     "fleetflow.api.reservations.routes",
     "fleetflow.api.servers.routes",
     "fleetflow.api.groups.routes",
+    "fleetflow.api.vclusters.routes",
+    "fleetflow.api.volumes.routes",
     "fleetflow.api.quotas.routes",
     "fleetflow.api.placement.routes",
     "fleetflow.api.audit.routes",
@@ -101,8 +103,10 @@ def _configure(app: flask.Flask, conf) -> None:
         MAX_CONTENT_LENGTH=conf.api.max_body_bytes,
         # Answer errors ourselves even in tests (no exception propagation).
         PROPAGATE_EXCEPTIONS=False,
-        JSON_SORT_KEYS=False,
     )
+    # Keys in the schemas' order: an XML list page is rooted at its first key
+    # (the collection, not "links"). NOTE: Flask 2.3 dropped JSON_SORT_KEYS.
+    app.json.sort_keys = False
 
 
 def _document_security(api: Api, conf) -> None:

@@ -63,9 +63,10 @@ BASE_RULES = [
 T = "/v2/{tenant_id}"
 A = "/v2/admin"
 
-# (rule name, check, method, path, description). Rules for routes that do not
-# exist yet are registered now so that operators can write one policy file;
-# add a line here with each new route.
+# (rule name, check, method, path, description); a rule of several routes
+# gives a tuple of methods and the tuple of their paths. Rules for routes that
+# do not exist yet are registered now so that operators can write one policy
+# file; add a line here with each new route.
 ROUTE_RULES = [
     ("hosts:list", ADMIN, "GET", f"{A}/hosts", "List compute hosts."),
     ("hosts:show", ADMIN, "GET", f"{A}/hosts/{{name}}", "Show a compute host."),
@@ -110,6 +111,14 @@ ROUTE_RULES = [
     ("vclusters:show", READER, "GET", f"{T}/vclusters/{{id}}", "Show a virtual cluster."),
     ("vclusters:delete", MEMBER, "DELETE", f"{T}/vclusters/{{id}}",
      "Tear down a virtual cluster."),
+    ("vclusters:update", MEMBER, ("PUT", "POST", "DELETE"),
+     (f"{T}/vclusters/{{id}}", f"{T}/vclusters/{{id}}/instances",
+      f"{T}/vclusters/{{id}}/instances/{{name}}"),
+     "Rename a virtual cluster, add members to it or remove one."),
+    ("volumes:list", READER, "GET", f"{T}/volumes", "List volumes."),
+    ("volumes:show", READER, "GET", f"{T}/volumes/{{id}}", "Show a volume."),
+    ("volumes:show_backend", ADMIN, "GET", f"{T}/volumes/{{id}}",
+     "See the storage backend a volume is on (others see null)."),
     ("flows:list", READER, "GET", f"{T}/flows", "List the project's flows."),
     ("flows:show", READER, "GET", f"{T}/flows/{{id}}", "Show a flow."),
     ("flows:admin_list", ADMIN, "GET", f"{A}/flows", "List every flow."),
@@ -133,10 +142,15 @@ def list_rules() -> list[oslo_policy.RuleDefault]:
     """Every default rule (also for oslopolicy-sample-generator)."""
     routes = [
         oslo_policy.DocumentedRuleDefault(
-            name, check, description, [{"method": method, "path": path}],
-            scope_types=["project"])
+            name, check, description, _operations(method, path), scope_types=["project"])
         for name, check, method, path, description in ROUTE_RULES]
     return BASE_RULES + routes
+
+
+def _operations(method: str | tuple, path: str | tuple) -> list[dict]:
+    if isinstance(method, str):
+        return [{"method": method, "path": path}]
+    return [{"method": m, "path": p} for m, p in zip(method, path, strict=True)]
 
 
 def make_enforcer(conf) -> oslo_policy.Enforcer:

@@ -19,6 +19,8 @@ from fleetflow.cli import remote
 from fleetflow.cli import reservations as reservations_cmd
 from fleetflow.cli import serve as serve_cmd
 from fleetflow.cli import servers as servers_cmd
+from fleetflow.cli import vclusters as vclusters_cmd
+from fleetflow.cli import volumes as volumes_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,6 +52,8 @@ cli.add_command(flows_cmd.flows)
 cli.add_command(hosts_cmd.hosts)
 cli.add_command(evacuations_cmd.evacuate)
 cli.add_command(evacuations_cmd.evacuations)
+cli.add_command(vclusters_cmd.vclusters)
+cli.add_command(volumes_cmd.volumes)
 
 
 def main() -> None:

@@ -61,6 +61,7 @@ class Cloud:
         from fleetflow.engine.jobboard import make_jobboard
         from fleetflow.engine.operations import Operations
         from fleetflow.engine.submit import Submitter
+        from fleetflow.engine.vclusters import VClusterOps
         from fleetflow.flows import runtime
 
         conf = self.conf
@@ -91,6 +92,7 @@ class Cloud:
             "evacuations": EvacuationOps(conf, self.database, submit, compute=rt.compute,
                                          on_host_state=hosts.sync_placement),
             "hosts": hosts,
+            "vclusters": VClusterOps(conf, self.database, submit),
         })
         if auth.noauth_exposed(conf):
             click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "

@@ -222,7 +222,7 @@ def set_groupings(session: orm.Session, vcluster: VCluster, wanted: list[dict],
         servers = [m for m in row.members if m in server_names]
         if len(servers) > 1 and row.server_group_id is None:
             group = ServerGroup(id=ids.new_uuid(), tenant_id=vcluster.tenant_id,
-                                name=f"{vcluster.name}/{row.name}",
+                                name=f"{vcluster.name}/{row.name}"[:255],
                                 policies=[GROUP_POLICY[row.rule]], scope=row.scope or "host",
                                 capabilities={}, metadata_={"vcluster_id": vcluster.id},
                                 vcluster_id=vcluster.id)

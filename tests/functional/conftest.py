@@ -235,11 +235,15 @@ def small_cloud(conf, db, api_services):
     """A four-host cloud on the test's database, its services added to ``api_services``.
 
     Ask for it before ``app``/``client`` so the app is built with the services.
+    The ``vclusters`` service posts its jobs to ``posted`` (run them like
+    ``provision`` does).
     """
     import fleetflow.flows.provision  # noqa: F401  (registers the flows)
+    import fleetflow.flows.vcluster  # noqa: F401
     from fleetflow.compute import agent as compute_agent
     from fleetflow.compute import messaging
     from fleetflow.compute.rpcapi import ComputeAPI
+    from fleetflow.engine.vclusters import VClusterOps
     from fleetflow.flows import runtime
     from fleetflow.persistence import fleet
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
@@ -250,8 +254,15 @@ def small_cloud(conf, db, api_services):
     agent = compute_agent.serve_fleet(conf, db)
     rt = runtime.install(runtime.Runtime(conf, db, placement_from_conf(conf, db),
                                          ComputeAPI(conf, db)))
-    api_services.update(placement_store=rt.placement.store, compute_rpcapi=rt.compute)
-    yield SmallCloud(conf, db, rt, agent)
+    cloud = SmallCloud(conf, db, rt, agent)
+
+    def record(flow_name, flow_kwargs, store=None, flow_id=None, **_):
+        cloud.posted.append((flow_name, flow_kwargs, store))
+        return flow_id
+
+    api_services.update(placement_store=rt.placement.store, compute_rpcapi=rt.compute,
+                        vclusters=VClusterOps(conf, db, submit=record))
+    yield cloud
     runtime.uninstall()
     agent.stop()
     messaging.forget_transport(conf)

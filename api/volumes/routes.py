@@ -1,0 +1,67 @@
+"""Volumes of a project: vcluster members, reservations' data volumes, all of them.
+
+Read-only: volumes are made and deleted by the flows of what owns them (a
+virtual cluster, a reservation). The list leaves deleted volumes out unless
+``status=DELETED`` asks for them; one volume is shown whatever its status.
+Which backend holds a volume is the operator's business (``backend`` is
+null unless the caller passes ``volumes:show_backend``). Another project's
+volume answers 404. ``Accept: application/xml`` answers XML (``<volumes>`` of
+``<volume>`` elements; see :mod:`fleetflow.api.xml`).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from flask.views import MethodView
+from flask_smorest import abort
+
+from fleetflow.api import common, policy, xml
+from fleetflow.api.state import current_state
+from fleetflow.api.volumes import schemas
+from fleetflow.common import states
+from fleetflow.persistence.models import Volume
+
+blp = common.Blueprint("volumes", __name__, url_prefix="/v2/<tenant_id>/volumes",
+                       description="Volumes of the project (JSON or XML).")
+
+xml.enable(blp, xml.XmlShape(lists={"volumes": "volume"}))
+
+
+def _get_volume(session, tenant_id: str, volume_id: str) -> Volume:
+    volume = session.get(Volume, volume_id)
+    if volume is None or volume.tenant_id != tenant_id:
+        abort(404, message=f"Volume {volume_id} does not exist.")
+    return volume
+
+
+@blp.route("")
+class Volumes(MethodView):
+    @policy.authorize("volumes:list")
+    @blp.arguments(schemas.VolumeQueryArgsSchema, location="query")
+    @blp.response(200, schemas.VolumeListSchema)
+    def get(self, args, tenant_id):
+        """List the project's volumes; filter by vcluster_id and status.
+
+        Sorted by id, paginated with limit/marker. Deleted volumes are left out
+        unless ``status=DELETED`` asks for them.
+        """
+        stmt = sa.select(Volume).where(Volume.tenant_id == tenant_id)
+        if args.get("vcluster_id") is not None:
+            stmt = stmt.where(Volume.vcluster_id == args["vcluster_id"])
+        if args.get("status") is not None:
+            stmt = stmt.where(Volume.status == args["status"])
+        else:
+            stmt = stmt.where(Volume.status != states.VOLUME_DELETED)
+        with current_state().database.session() as session:
+            volumes, links = common.paginate(session, stmt, Volume.id, args)
+            return {"volumes": volumes, "links": links}
+
+
+@blp.route("/<volume_id>")
+class VolumeItem(MethodView):
+    @policy.authorize("volumes:show")
+    @blp.response(200, schemas.VolumeResponseSchema)
+    def get(self, tenant_id, volume_id):
+        """Show one volume: size, type, status, the server it is attached to."""
+        with current_state().database.session() as session:
+            return {"volume": _get_volume(session, tenant_id, volume_id)}

@@ -1,0 +1,384 @@
+"""``fleetflow vclusters create|list|show|add|remove|rename|delete|watch``.
+
+::
+
+    fleetflow --project p1 vclusters create -f cluster.json --watch
+    fleetflow --project p1 vclusters create -f cluster.xml --name db --dry-run
+    fleetflow --project p1 vclusters add vc-... -f more.json --watch
+    fleetflow --project p1 vclusters remove vc-... db-vol-2
+
+A cluster file holds ``{"vcluster": {"name": ..., "instances": [...],
+"groupings": [...]}}`` (or just the inner object), or the same document as
+``<vcluster name="..">`` XML, which is sent as XML for the API to read.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import xml.etree.ElementTree as ET  # noqa: S405 - building only; parsing uses defusedxml
+
+import click
+from defusedxml import DefusedXmlException
+from defusedxml import ElementTree as SafeET
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from fleetflow.api.client import FleetflowApiError
+from fleetflow.cli import remote
+
+# The API's words (the CLI does not import server code).
+STATUSES = ("PENDING", "SCHEDULING", "BUILDING", "ACTIVE", "UPDATING", "ERROR", "REVERTING",
+            "REVERTED", "DELETING", "DELETED", "PAUSED")
+# Statuses after which a cluster no longer changes by itself.
+SETTLED = ("ACTIVE", "ERROR", "REVERTED", "DELETED", "PAUSED")
+# Exit status of --watch when the cluster did not end as the command wanted.
+FAILED_EXIT = 2
+
+file_option = click.option("-f", "--file", "path", required=True,
+                           type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path),
+                           help="The cluster document (JSON, or XML: .xml or starting with <).")
+watch_option = click.option("--watch", "watch_", is_flag=True,
+                            help="Show every member until the cluster settles.")
+interval_option = click.option("--interval", type=click.FloatRange(min=0.05), default=1.0,
+                               show_default=True, help="Seconds between polls with --watch.")
+
+
+# -- files ------------------------------------------------------------------------------
+
+
+def _is_xml(path: pathlib.Path, content: bytes) -> bool:
+    # NOTE: a UTF-8 byte order mark or blank lines may come before the "<".
+    return path.suffix.lower() == ".xml" or content.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"<"
+
+
+def _json_object(path: pathlib.Path, content: bytes) -> dict:
+    try:
+        document = json.loads(content)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"{path}: not JSON ({exc})", param_hint="-f") from None
+    if not isinstance(document, dict):
+        raise click.BadParameter(f"{path}: expected a JSON object", param_hint="-f")
+    return document
+
+
+def _renamed_xml(path: pathlib.Path, content: bytes, name: str) -> bytes:
+    """The XML document with the root's name attribute set (a <name> child would win)."""
+    try:
+        root = SafeET.fromstring(content)
+    except (ET.ParseError, DefusedXmlException) as exc:
+        raise click.BadParameter(f"{path}: not XML ({exc})", param_hint="-f") from None
+    for child in root.findall("name"):
+        root.remove(child)
+    root.set("name", name)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def read_cluster(path: pathlib.Path, name: str | None) -> dict | bytes:
+    """The body of ``create``: the inner JSON object, or the XML document's bytes."""
+    content = path.read_bytes()
+    if _is_xml(path, content):
+        return content if name is None else _renamed_xml(path, content, name)
+    document = _json_object(path, content)
+    inner = document.get("vcluster")
+    cluster = dict(inner) if isinstance(inner, dict) else document
+    if name is not None:
+        cluster["name"] = name
+    return cluster
+
+
+def read_members(path: pathlib.Path) -> tuple[list, list]:
+    """``(instances, groupings)`` of an ``add`` file (JSON only, as the API takes it)."""
+    content = path.read_bytes()
+    if _is_xml(path, content):
+        raise click.BadParameter(f"{path}: members are added as JSON "
+                                 '({"instances": [...], "groupings": [...]})', param_hint="-f")
+    document = _json_object(path, content)
+    instances, groupings = document.get("instances") or [], document.get("groupings") or []
+    if not isinstance(instances, list) or not isinstance(groupings, list):
+        raise click.BadParameter(f"{path}: instances and groupings must be lists",
+                                 param_hint="-f")
+    if not instances and not groupings:
+        raise click.BadParameter(f"{path}: nothing to add", param_hint="-f")
+    return instances, groupings
+
+
+# -- tables -----------------------------------------------------------------------------
+
+
+def _cells(values) -> list[str]:
+    return ["" if v is None else str(v) for v in values]
+
+
+def _where(member: dict) -> str | None:
+    """A server's host or a volume's backend: the column that says where it landed."""
+    return member.get("host") if member.get("type") == "server" else member.get("backend")
+
+
+def _yes_no(value) -> str:
+    return {True: "yes", False: "no"}.get(value, "")
+
+
+def _domains(domains: dict | None) -> str:
+    """``member=domain`` of the members placed (a member not placed has no domain)."""
+    return ", ".join(f"{m}={d}" for m, d in (domains or {}).items() if d is not None)
+
+
+def _grid(title: str, columns: tuple[str, ...], rows) -> Table:
+    grid = Table(title=title)
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    for row in rows:
+        grid.add_row(*_cells(row))
+    return grid
+
+
+def members_table(vcluster: dict) -> Table:
+    """One row per member: where it landed, its state, what it is attached to."""
+    progress = vcluster.get("progress") or {}
+    counts = "  ".join(f"{k} {progress[k]}" for k in ("active", "building", "error", "total")
+                       if k in progress)
+    fault = vcluster.get("fault")
+    grid = _grid(f"vcluster {vcluster['id']} {vcluster.get('name') or ''} "
+                 f"{vcluster['status']}  {counts}",
+                 ("name", "type", "id", "status", "host/backend", "attached_to", "fault"),
+                 [(i["name"], i.get("type"), i.get("id"), i.get("status"), _where(i),
+                   i.get("attached_to"), (i.get("fault") or {}).get("code"))
+                  for i in vcluster.get("instances") or []])
+    if fault:
+        grid.caption = f"fault: {fault['code']}: {fault['message']}"
+    return grid
+
+
+def groupings_table(groupings: list[dict]) -> Table:
+    """One row per grouping: its rule, its members, and whether it holds where they are."""
+    return _grid("groupings", ("name", "rule", "scope", "members", "satisfied", "domains"),
+                 [(g["name"], g.get("rule"), g.get("scope"),
+                   ", ".join(g.get("membersRef") or ()), _yes_no(g.get("satisfied")),
+                   _domains(g.get("domains"))) for g in groupings])
+
+
+def cluster_view(vcluster: dict) -> Group:
+    """The members, then the groupings (what --watch redraws)."""
+    groupings = vcluster.get("groupings") or []
+    return Group(members_table(vcluster), *([groupings_table(groupings)] if groupings else []))
+
+
+def _print_vcluster(vcluster: dict) -> None:
+    fault = vcluster.get("fault")
+    remote.fields(f"vcluster {vcluster['id']}", [
+        ("name", vcluster.get("name")), ("status", vcluster["status"]),
+        ("flow_id", vcluster.get("flow_id")), ("progress", vcluster.get("progress")),
+        ("created_at", vcluster.get("created_at")), ("updated_at", vcluster.get("updated_at")),
+        ("fault", f"{fault['code']}: {fault['message']}" if fault else None)])
+    remote.console().print(cluster_view({**vcluster, "fault": None}))
+
+
+def _print_verdict(verdict: dict) -> None:
+    remote.fields(f"dry run: {'fits' if verdict['fits'] else 'does not fit'}",
+                  [("explanation", verdict.get("explanation"))])
+    remote.table("instances", ["name", "type", "host/backend", "alternates", "attached_to"],
+                 [[i["name"], i.get("type"), _where(i), ", ".join(i.get("alternates") or ()),
+                   i.get("attached_to")] for i in verdict.get("instances") or []])
+    if verdict.get("groupings"):
+        remote.console().print(groupings_table(verdict["groupings"]))
+
+
+# -- watching ---------------------------------------------------------------------------
+
+
+def _poll(client, vcluster_id: str, gone_is_deleted: bool) -> dict:
+    try:
+        return client.get_vcluster(vcluster_id)
+    except FleetflowApiError as exc:
+        # A cluster being deleted may stop being shown at all once it is gone.
+        if gone_is_deleted and exc.status == 404:
+            return {"id": vcluster_id, "status": "DELETED", "instances": [], "groupings": []}
+        raise
+
+
+def watch(client, vcluster_id: str, interval: float, live: bool = True,
+          gone_is_deleted: bool = False) -> dict:
+    """Poll until the cluster settles; its members and groupings redrawn meanwhile."""
+    vcluster = _poll(client, vcluster_id, gone_is_deleted)
+    if not live:
+        while vcluster["status"] not in SETTLED:
+            time.sleep(interval)
+            vcluster = _poll(client, vcluster_id, gone_is_deleted)
+        return vcluster
+    with Live(cluster_view(vcluster), console=remote.console(), auto_refresh=False) as view:
+        while vcluster["status"] not in SETTLED:
+            time.sleep(interval)
+            vcluster = _poll(client, vcluster_id, gone_is_deleted)
+            view.update(cluster_view(vcluster), refresh=True)
+    return vcluster
+
+
+def _watch_and_exit(client, vcluster_id: str, interval: float, as_json: bool,
+                    wanted: tuple[str, ...]) -> None:
+    """Watch, print the end, and exit FAILED_EXIT unless it ended in ``wanted``."""
+    final = watch(client, vcluster_id, interval, live=not as_json,
+                  gone_is_deleted="DELETED" in wanted)
+    if as_json:
+        remote.print_json(final)
+    if final["status"] not in wanted:
+        raise SystemExit(FAILED_EXIT)
+
+
+def _accepted(client, vcluster: dict, watch_: bool, interval: float, as_json: bool,
+              wanted: tuple[str, ...] = ("ACTIVE",)) -> None:
+    """The answer of a change the API took (202): printed, or watched to its end."""
+    if watch_:
+        _watch_and_exit(client, vcluster["id"], interval, as_json, wanted)
+    elif as_json:
+        remote.print_json(vcluster)
+    else:
+        links = [link["href"] for link in vcluster.get("links") or ()]
+        click.echo(f"vcluster {vcluster['id']} {vcluster['status']}"
+                   + (f": {links[0]}" if links else ""))
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@click.group("vclusters")
+def vclusters() -> None:
+    """Virtual clusters: servers and volumes placed together by affinity rules."""
+
+
+@vclusters.command("create")
+@file_option
+@click.option("--name", help="Name of the cluster (instead of the file's).")
+@click.option("--idempotency-key", help="Retrying with the same key returns the first "
+                                        "cluster instead of making another.")
+@click.option("--dry-run", is_flag=True,
+              help="Only say whether it fits now and where each member would go.")
+@watch_option
+@interval_option
+@remote.json_option
+@remote.api_errors
+def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
+    """Create a cluster from a file: one flow places and builds every member.
+
+    With --watch the exit status is 0 when the cluster ends ACTIVE and 2 when
+    it ends otherwise (ERROR, REVERTED, PAUSED).
+    """
+    client = remote.client()
+    cluster = read_cluster(path, name)
+    send = client.create_vcluster_xml if isinstance(cluster, bytes) else client.create_vcluster
+    if dry_run:
+        verdict = send(cluster, dry_run=True)
+        if as_json:
+            remote.print_json(verdict)
+        else:
+            _print_verdict(verdict)
+        return
+    _accepted(client, send(cluster, idempotency_key=idempotency_key), watch_, interval,
+              as_json)
+
+
+@vclusters.command("list")
+@click.option("--status", type=click.Choice(STATUSES), help="Only clusters in this status.")
+@remote.json_option
+@remote.api_errors
+def list_(status, as_json):
+    """List the project's clusters with their progress."""
+    found = remote.client().list_vclusters(status=status)
+    if as_json:
+        remote.print_json(found)
+        return
+    remote.table("vclusters", ["id", "name", "status", "active", "building", "error", "total",
+                               "created_at"],
+                 [[v["id"], v.get("name"), v["status"],
+                   *((v.get("progress") or {}).get(k) for k in ("active", "building", "error",
+                                                               "total")),
+                   v.get("created_at")] for v in found])
+
+
+@vclusters.command("show")
+@click.argument("vcluster_id")
+@remote.json_option
+@remote.api_errors
+def show(vcluster_id, as_json):
+    """Show a cluster: where each member landed and whether each grouping holds."""
+    vcluster = remote.client().get_vcluster(vcluster_id)
+    if as_json:
+        remote.print_json(vcluster)
+    else:
+        _print_vcluster(vcluster)
+
+
+@vclusters.command("add")
+@click.argument("vcluster_id")
+@file_option
+@watch_option
+@interval_option
+@remote.json_option
+@remote.api_errors
+def add(vcluster_id, path, watch_, interval, as_json):
+    """Add members and groupings from a file ({"instances": [...], "groupings": [...]}).
+
+    A grouping named as an existing one adds its members to it. With --watch
+    the exit status is 0 when the cluster is ACTIVE again and 2 otherwise.
+    """
+    instances, groupings = read_members(path)
+    client = remote.client()
+    _accepted(client, client.add_vcluster_members(vcluster_id, instances, groupings),
+              watch_, interval, as_json)
+
+
+@vclusters.command("remove")
+@click.argument("vcluster_id")
+@click.argument("member")
+@watch_option
+@interval_option
+@remote.json_option
+@remote.api_errors
+def remove(vcluster_id, member, watch_, interval, as_json):
+    """Delete one member (a volume is detached first; groupings lose it)."""
+    client = remote.client()
+    _accepted(client, client.remove_vcluster_member(vcluster_id, member), watch_, interval,
+              as_json)
+
+
+@vclusters.command("rename")
+@click.argument("vcluster_id")
+@click.argument("name")
+@remote.json_option
+@remote.api_errors
+def rename(vcluster_id, name, as_json):
+    """Rename a cluster (its members keep their names)."""
+    vcluster = remote.client().rename_vcluster(vcluster_id, name)
+    if as_json:
+        remote.print_json(vcluster)
+    else:
+        click.echo(f"vcluster {vcluster['id']} {vcluster.get('name')} {vcluster['status']}")
+
+
+@vclusters.command("delete")
+@click.argument("vcluster_id")
+@watch_option
+@interval_option
+@remote.json_option
+@remote.api_errors
+def delete(vcluster_id, watch_, interval, as_json):
+    """Delete a cluster: a teardown flow deletes every member.
+
+    With --watch the exit status is 0 when the cluster ends DELETED and 2 when
+    the teardown stops short (PAUSED, ERROR).
+    """
+    client = remote.client()
+    _accepted(client, client.delete_vcluster(vcluster_id), watch_, interval, as_json,
+              wanted=("DELETED",))
+
+
+@vclusters.command("watch")
+@click.argument("vcluster_id")
+@interval_option
+@remote.json_option
+@remote.api_errors
+def watch_command(vcluster_id, interval, as_json):
+    """Show every member until the cluster settles (exit 2 unless ACTIVE or DELETED)."""
+    _watch_and_exit(remote.client(), vcluster_id, interval, as_json, ("ACTIVE", "DELETED"))
