@@ -4,16 +4,19 @@ DESIGN section 6 point 3 promises that after every flow (success, revert,
 crash) nothing leaks. :func:`audit` checks it by reading the four places the
 cloud's state lives, each in bulk (see :mod:`.audit_sources`), and comparing:
 
-- placement allocations: instance consumers on their host's provider, data
-  volume consumers on their backend's provider, migration consumers during a move;
+- placement allocations: instance consumers on their host's provider, volume
+  consumers on their backend's provider, migration consumers during a move;
 - instance and volume rows (status, host, backend);
-- the guests each host really runs (asked over RPC, in parallel);
-- server group memberships.
+- the guests each host really runs and the volumes each storage backend
+  really holds (asked over RPC, in parallel);
+- server group memberships, and the groupings of every ACTIVE vcluster.
 
 Each disagreement is one :class:`Mismatch`; :data:`KINDS` lists them. A flow
-that is still running legitimately has half-made state, so instances in
-transitional states are skipped unless ``strict=True`` — which tests use once
-every flow has settled, and which then reports the in-flight rows themselves.
+that is still running legitimately has half-made state, so instances and
+volumes in transitional states (and the members of a vcluster running a flow)
+are skipped unless ``strict=True`` — which tests use once every flow has
+settled, and which then reports the in-flight rows themselves. The volume and
+vcluster checks live in :mod:`.audit_volumes`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from collections import Counter
 
 from fleetflow.common import states
 from fleetflow.engine import audit_sources as sources
+from fleetflow.engine import audit_volumes
+from fleetflow.engine.audit_volumes import GONE, VolumeChecks, fmt
 
 # Every kind of mismatch, with what it means (also the CLI's and API's legend).
 KINDS = {
@@ -45,10 +50,10 @@ KINDS = {
     "stale_migration": "a migration consumer holds resources and no move is in flight",
     "stranded_instance": "an instance on a down host that no evacuation is moving",
     "unsettled_instance": "strict audit: an instance is still in a transitional state",
-    "unsettled_volume": "strict audit: a volume is still being created",
+    "unsettled_volume": "strict audit: a volume is still being created or deleted",
+    **audit_volumes.KINDS,
 }
 
-GONE = frozenset({states.DELETED, states.REVERTED})
 IN_FLIGHT = frozenset({states.PENDING, states.SCHEDULING, states.BUILDING, states.REVERTING,
                        states.DELETING})
 MIGRATION_TYPE = "MIGRATION"
@@ -105,7 +110,8 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
 
     ``hosts``: host names to ask over RPC (default: every host of the fleet);
     guest checks only cover the hosts asked and answering, the other checks
-    the whole cloud. ``compute_api`` None skips the hosts altogether.
+    the whole cloud; storage backends are asked through the hosts that
+    answered. ``compute_api`` None skips the hosts and backends altogether.
     ``strict``: flows have settled, so transitional states are mismatches too.
     """
     rows = sources.read_rows(database, service_down_time)
@@ -113,26 +119,36 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
     asked = list(rows.hosts) if hosts is None else list(hosts)
     guests = (sources.ask_hosts(compute_api, asked, workers=workers, timeout=rpc_timeout)
               if compute_api is not None else sources.Guests({}, {}))
-    checker = _Checker(rows, view, guests, strict)
+    backends = (sources.ask_backends(compute_api, rows, guests, asked, workers=workers,
+                                     timeout=rpc_timeout)
+                if compute_api is not None else sources.BackendVolumes({}, {}))
+    checker = _Checker(rows, view, guests, backends, strict)
     checker.run()
     report = AuditReport(checker.found, {
         "hosts": len(rows.hosts), "hosts_asked": len(guests.by_host) + len(guests.unreachable),
         "hosts_unreachable": len(guests.unreachable),
         "guests": sum(len(g) for g in guests.by_host.values()),
+        "backends": len(rows.backends),
+        "backends_asked": len(backends.by_backend) + len(backends.unreachable),
+        "backends_unreachable": len(backends.unreachable),
+        "backend_volumes": sum(len(v) for v in backends.by_backend.values()),
         "instances": len(rows.instances), "volumes": len(rows.volumes),
         "consumers": len(view.allocations), "memberships": len(rows.members),
+        "vclusters": len(rows.vclusters), "groupings": len(rows.groupings),
         "mismatches": len(checker.found)})
     return report
 
 
-class _Checker:
+class _Checker(VolumeChecks):
     """The comparisons, one method per source; results accumulate in ``found``."""
 
     def __init__(self, rows: sources.Rows, view: sources.PlacementView,
-                 guests: sources.Guests, strict: bool):
+                 guests: sources.Guests, backends: sources.BackendVolumes, strict: bool):
         self.rows, self.view, self.guests, self.strict = rows, view, guests, strict
+        self.backends = backends
         self.found: list[Mismatch] = []
         self.host_of_provider = {uuid: name for name, uuid in rows.hosts.items()}
+        self.backend_names = {uuid: name for name, uuid in rows.backends.items()}
         # Providers that are compute hosts: by trait, or by a host row of that uuid.
         self.compute = set(view.compute_providers) | set(self.host_of_provider)
 
@@ -153,7 +169,9 @@ class _Checker:
         self.check_instances()
         self.check_volumes()
         self.check_guests()
+        self.check_backend_volumes()
         self.check_memberships()
+        self.check_vclusters()
         self.check_stranded()
         for host, reason in sorted(self.guests.unreachable.items()):
             # A down host is expected to be silent; what it held is judged by
@@ -175,21 +193,24 @@ class _Checker:
                 # move is between its claim and its confirm.
                 if consumer not in self.rows.migrations:
                     self.add("stale_migration", consumer,
-                             f"migration consumer holds {_fmt(amounts)} and no move is "
+                             f"migration consumer holds {fmt(amounts)} and no move is "
                              "in flight")
-            else:
+            elif not self.orphan_volume(consumer, amounts,
+                                        "no instance, volume or migration has this uuid"):
                 self.add("leaked_allocation", consumer,
                          f"no instance, volume or migration has this uuid; it holds "
-                         f"{_fmt(amounts)}")
+                         f"{fmt(amounts)}")
 
     def _instance_allocation(self, instance, amounts) -> None:
         if self.skip(instance):
             return
         if instance.status in GONE:
             self.add("leaked_allocation", instance.id,
-                     f"instance is {instance.status} but holds {_fmt(amounts)}",
+                     f"instance is {instance.status} but holds {fmt(amounts)}",
                      instance.host)
             return
+        # Instances hold their disk on hosts; a volume's space is its own consumer's.
+        self.orphan_volume(instance.id, amounts, f"{instance.status} instance", instance.host)
         on_hosts = sorted(rp for rp in amounts if rp in self.compute)
         if len(on_hosts) > 1:
             self.add("double_allocation", instance.id,
@@ -202,16 +223,6 @@ class _Checker:
             self.add("allocation_on_wrong_host", instance.id,
                      f"holds resources on {', '.join(self._name(rp) for rp in wrong)}, "
                      f"but the row says {where}", instance.host)
-
-    def _volume_allocation(self, volume, amounts) -> None:
-        if volume.status == states.VOLUME_DELETED:
-            self.add("leaked_allocation", volume.id,
-                     f"volume is DELETED but holds {_fmt(amounts)}")
-            return
-        expected = self.rows.backends.get(volume.backend)
-        if expected is not None and expected not in amounts:
-            self.add("volume_on_wrong_backend", volume.id,
-                     f"holds {_fmt(amounts)}, but its backend is {volume.backend}")
 
     # -- rows ------------------------------------------------------------------
     def check_instances(self) -> None:
@@ -232,23 +243,6 @@ class _Checker:
                 self.add("instance_without_allocation", instance.id,
                          f"ACTIVE on {instance.host} but holds nothing on its provider",
                          instance.host)
-
-    def check_volumes(self) -> None:
-        for volume in self.rows.volumes.values():
-            if volume.status == states.VOLUME_DELETED:
-                continue
-            if volume.status == states.VOLUME_CREATING:
-                if self.strict:
-                    self.add("unsettled_volume", volume.id, "status CREATING")
-                continue
-            owner = self.rows.instances.get(volume.instance_id) if volume.instance_id else None
-            if volume.instance_id and (owner is None or owner.status in GONE):
-                self.add("leaked_volume", volume.id,
-                         f"{volume.status}, but its instance {volume.instance_id} is "
-                         f"{owner.status if owner else 'missing'}")
-            if volume.status == states.VOLUME_IN_USE and volume.id not in self.view.allocations:
-                self.add("volume_without_allocation", volume.id,
-                         f"IN-USE on backend {volume.backend} but holds nothing")
 
     # -- hosts -----------------------------------------------------------------
     def check_guests(self) -> None:
@@ -293,11 +287,20 @@ class _Checker:
             return
         on_guest = set(guest.get("volumes") or ())
         for volume_id in sorted(on_guest - volumes):
+            if self._volume_settling(volume_id):
+                continue
             self.add("stray_attachment", volume_id, f"attached to {uuid} but not IN-USE by it",
                      host)
         for volume_id in sorted(volumes - on_guest):
+            if self._volume_settling(volume_id):
+                continue
             self.add("missing_attachment", volume_id, f"IN-USE by {uuid} but not attached",
                      host)
+
+    def _volume_settling(self, volume_id: str) -> bool:
+        """A flow attaching or detaching it writes the row after the guest changed."""
+        volume = self.rows.volumes.get(volume_id)
+        return volume is not None and self.volume_skip(volume)
 
     # -- groups ----------------------------------------------------------------
     def check_memberships(self) -> None:
@@ -324,8 +327,3 @@ class _Checker:
 
     def _name(self, provider: str) -> str:
         return self.host_of_provider.get(provider, provider)
-
-
-def _fmt(amounts: dict) -> str:
-    return "; ".join(f"{rp}: " + ", ".join(f"{rc}={n}" for rc, n in sorted(res.items()))
-                     for rp, res in sorted(amounts.items()))

@@ -1,7 +1,9 @@
-"""What the audit reads: rows, placement allocations and the guests on the hosts.
+"""What the audit reads: rows, placement allocations, the guests on the hosts and
+the volumes on the storage backends.
 
-Each source is read in bulk (one query per table, one RPC per host, hosts
-asked in parallel) so that a 10,000-host cloud audits in seconds, not hours.
+Each source is read in bulk (one query per table, one RPC per host and per
+backend, asked in parallel) so that a 10,000-host cloud audits in seconds,
+not hours.
 The readers return plain tuples and dicts; :mod:`fleetflow.engine.audit`
 compares them.
 """
@@ -25,10 +27,14 @@ from fleetflow.persistence.models import (
     Instance,
     Move,
     StorageBackend,
+    VCluster,
+    VClusterGrouping,
+    VClusterMember,
     Volume,
 )
 from fleetflow.persistence.placement.fleet import COMPUTE_TRAIT
 from fleetflow.persistence.placement.models import Allocation, Consumer, ProviderTrait
+from fleetflow.scheduler.vcluster_check import Place
 
 LOG = logging.getLogger(__name__)
 
@@ -42,7 +48,8 @@ class Rows:
     hosts: dict[str, str]  # host name -> provider uuid
     backends: dict[str, str]  # storage backend name -> provider uuid
     instances: dict[str, sa.Row]  # id -> (id, status, host, task_state)
-    volumes: dict[str, sa.Row]  # id -> (id, status, backend, instance_id)
+    # id -> (id, status, backend, instance_id, size_gb, vcluster_id)
+    volumes: dict[str, sa.Row]
     members: list[sa.Row]  # (group_id, instance_id, host)
     # Evacuations: moves in flight by instance, the migration consumers they
     # explain, instances an active evacuation holds, rebuilt-away copies.
@@ -51,6 +58,13 @@ class Rows:
     held: set[str] = dataclasses.field(default_factory=set)
     evacuated: set[tuple[str, str]] = dataclasses.field(default_factory=set)  # (host, id)
     down_hosts: set[str] = dataclasses.field(default_factory=set)
+    # Where hosts and backends stand (what reaches what, what a grouping spans).
+    host_places: dict[str, Place] = dataclasses.field(default_factory=dict)
+    backend_places: dict[str, Place] = dataclasses.field(default_factory=dict)
+    # Virtual clusters: every one's status; the groupings and members of the ACTIVE ones.
+    vclusters: dict[str, str] = dataclasses.field(default_factory=dict)
+    groupings: list[sa.Row] = dataclasses.field(default_factory=list)
+    vcluster_members: list[sa.Row] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -70,6 +84,14 @@ class Guests:
     unreachable: dict[str, str]  # host name -> reason
 
 
+@dataclasses.dataclass
+class BackendVolumes:
+    """What the backends listed through a host reaching them, or why they could not."""
+
+    by_backend: dict[str, list[dict]]
+    unreachable: dict[str, tuple[str | None, str]]  # backend -> (host tried, reason)
+
+
 def read_rows(database, service_down_time: float = 60) -> Rows:
     """One SELECT per table, only the columns compared."""
     with database.session() as session:
@@ -77,32 +99,52 @@ def read_rows(database, service_down_time: float = 60) -> Rows:
         hosts = {h.name: h.uuid for h in host_rows}
         down = {h.name for h in host_rows
                 if evac_rows.effective_host_state(h, service_down_time) == states.HOST_DOWN}
-        backends = dict(session.execute(sa.select(StorageBackend.name,
-                                                  StorageBackend.uuid)).all())
+        backend_rows = session.execute(sa.select(
+            StorageBackend.name, StorageBackend.uuid, StorageBackend.scope,
+            StorageBackend.host_name, StorageBackend.region, StorageBackend.zone,
+            StorageBackend.rack)).all()
         instances = {row.id: row for row in session.execute(sa.select(
             Instance.id, Instance.status, Instance.host, Instance.task_state))}
         volumes = {row.id: row for row in session.execute(sa.select(
-            Volume.id, Volume.status, Volume.backend, Volume.instance_id))}
+            Volume.id, Volume.status, Volume.backend, Volume.instance_id, Volume.size_gb,
+            Volume.vcluster_id))}
         members = list(session.execute(sa.select(
             GroupMember.group_id, GroupMember.instance_id, GroupMember.host)))
         moves = list(session.execute(sa.select(
             Move.instance_id, Move.status, Move.step, Move.source, Move.destination,
             Move.mode, Move.migration_id, Evacuation.status.label("evacuation_status"))
             .join(Evacuation, Evacuation.id == Move.evacuation_id)))
+        vclusters = dict(session.execute(sa.select(VCluster.id, VCluster.status)).all())
+        groupings = list(session.execute(
+            sa.select(VClusterGrouping.vcluster_id, VClusterGrouping.name,
+                      VClusterGrouping.rule, VClusterGrouping.scope, VClusterGrouping.members)
+            .join(VCluster, VCluster.id == VClusterGrouping.vcluster_id)
+            .where(VCluster.status == states.ACTIVE)
+            .order_by(VClusterGrouping.vcluster_id, VClusterGrouping.position)))
+        vcluster_members = list(session.execute(
+            sa.select(VClusterMember.vcluster_id, VClusterMember.name, VClusterMember.kind,
+                      VClusterMember.resource_id)
+            .join(VCluster, VCluster.id == VClusterMember.vcluster_id)
+            .where(VCluster.status == states.ACTIVE)))
     active = states.EVACUATION_ACTIVE
     # In flight: between the claim (the fast path's included, whose move still
     # waits for its lane) and the confirm.
     in_flight = [m for m in moves if m.status == states.MOVING
                  or (m.status == states.PENDING and m.step == "claimed")]
     return Rows(
-        hosts, backends, instances, volumes, members,
+        hosts, {b.name: b.uuid for b in backend_rows}, instances, volumes, members,
         moving={m.instance_id: m for m in in_flight},
         migrations={m.migration_id for m in in_flight},
         held={m.instance_id for m in moves if m.evacuation_status in active
               and m.status in (states.PENDING, states.MOVING, states.FAILED)},
         evacuated={(m.source, m.instance_id) for m in moves
                    if m.status == states.DONE and m.mode == states.MODE_REBUILD},
-        down_hosts=down)
+        down_hosts=down,
+        host_places={h.name: Place(h.name, h.name, h.region, h.zone, h.rack)
+                     for h in host_rows},
+        backend_places={b.name: Place(b.name, b.host_name if b.scope == "host" else None,
+                                      b.region, b.zone, b.rack) for b in backend_rows},
+        vclusters=vclusters, groupings=groupings, vcluster_members=vcluster_members)
 
 
 def read_placement(placement_client, database=None) -> PlacementView:
@@ -184,3 +226,69 @@ def ask_hosts(compute_api, hosts, workers: int = 16, timeout: float | None = Non
             else:
                 unreachable[host] = error
     return Guests(by_host, unreachable)
+
+
+def routes(rows: Rows, answered) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Per backend: the hosts that answered and may carry its calls (by name), and
+    every host reaching it that is not down (asked or not).
+
+    As the flows route storage calls (``storage_routes``): a host-local
+    backend through its own host, a rack backend through any host of its rack.
+    """
+    by_rack: dict[tuple, list[str]] = defaultdict(list)
+    for name, place in rows.host_places.items():
+        if name not in rows.down_hosts:
+            by_rack[(place.region, place.zone, place.rack)].append(name)
+    living, carrying = {}, {}
+    for backend, place in rows.backend_places.items():
+        if place.host is not None:
+            reach = [h for h in (place.host,)
+                     if h in rows.host_places and h not in rows.down_hosts]
+        else:
+            reach = by_rack.get((place.region, place.zone, place.rack), [])
+        living[backend] = sorted(reach)
+        carrying[backend] = [h for h in living[backend] if h in answered]
+    return carrying, living
+
+
+def ask_backends(compute_api, rows: Rows, guests: Guests, asked, workers: int = 16,
+                 timeout: float | None = None, tries: int = 3) -> BackendVolumes:
+    """``list_volumes`` of every backend a living asked host reaches, in parallel.
+
+    Only hosts that just answered carry the calls (no time lost on a dead
+    one); a backend is asked through its first such host, then the next
+    ones (at most ``tries``). A backend that living asked hosts reach but
+    none of them answered for is unreachable; one that no living host
+    reaches (a down host's own disk), or that only hosts not asked reach,
+    is left out, as a down or unasked host is. A compute side that cannot
+    list volumes leaves every backend out.
+    """
+    listing = getattr(compute_api, "list_volumes", None)
+    if listing is None:
+        return BackendVolumes({}, {})
+    carrying, living = routes(rows, guests.by_host)
+    asked = set(asked)
+
+    def ask(backend):
+        error, host = "no host reaching it answered", None
+        for host in carrying[backend][:tries]:
+            try:
+                return backend, listing(host, backend, timeout=timeout), host, None
+            except Exception as exc:  # noqa: BLE001 - any failure means "unknown"
+                LOG.warning("audit: listing backend %s through %s failed: %s", backend,
+                            host, exc)
+                error = f"{type(exc).__name__}: {exc}"
+        return backend, None, host, error
+
+    wanted = [b for b in sorted(rows.backend_places) if asked.intersection(living[b])]
+    by_backend: dict[str, list[dict]] = {}
+    unreachable: dict[str, tuple[str | None, str]] = {}
+    if not wanted:
+        return BackendVolumes(by_backend, unreachable)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
+        for backend, volumes, host, error in pool.map(ask, wanted):
+            if error is None:
+                by_backend[backend] = list(volumes or [])
+            else:
+                unreachable[backend] = (host, error)
+    return BackendVolumes(by_backend, unreachable)

@@ -40,8 +40,11 @@ class AuditSchema(ma.Schema):
     mismatches = ma.fields.List(ma.fields.Nested(MismatchSchema), required=True)
     counts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(),
                             metadata={"description": "How much was looked at: hosts, "
-                                                     "hosts_unreachable, guests, instances, "
-                                                     "volumes, consumers, memberships."})
+                                                     "hosts_unreachable, guests, backends, "
+                                                     "backends_asked, backends_unreachable, "
+                                                     "backend_volumes, instances, volumes, "
+                                                     "consumers, memberships, vclusters, "
+                                                     "groupings."})
 
 
 class AuditResponseSchema(ma.Schema):
