@@ -9,40 +9,21 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from fleetflow.common import states
+from fleetflow.flows.tasks.vcluster_schedule import backend_places, host_places
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import (
-    Host,
     Instance,
-    StorageBackend,
     VCluster,
     VClusterMember,
     Volume,
 )
-from fleetflow.scheduler.vcluster_check import Place, holds
+from fleetflow.scheduler.vcluster_check import holds
 
 SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
 ACTIVE_VOLUME = (states.VOLUME_AVAILABLE, states.VOLUME_IN_USE)
 BUILDING = (states.PENDING, states.SCHEDULING, states.BUILDING, states.REVERTING,
             states.VOLUME_CREATING, states.DELETING)
 ERROR = (states.ERROR, states.VOLUME_ERROR)
-
-
-def host_places(session, names) -> dict[str, Place]:
-    names = {n for n in names if n}
-    if not names:
-        return {}
-    return {h.name: Place(h.name, h.name, h.region, h.zone, h.rack)
-            for h in session.scalars(sa.select(Host).where(Host.name.in_(names)))}
-
-
-def backend_places(session, names) -> dict[str, Place]:
-    names = {n for n in names if n}
-    if not names:
-        return {}
-    return {b.name: Place(b.name, b.host_name if b.scope == "host" else None, b.region,
-                          b.zone, b.rack)
-            for b in session.scalars(sa.select(StorageBackend).where(
-                StorageBackend.name.in_(names)))}
 
 
 def _progress(items: list[dict]) -> dict[str, int]:

@@ -148,6 +148,20 @@ def join(session: orm.Session, group_id: str, instance_id: str, host: str | None
     session.flush()
 
 
+def join_many(session: orm.Session, group_id: str, hosts: dict[str, str | None]) -> None:
+    """:func:`join` for many instances (``{instance_id: host}``) in two statements."""
+    known = set(session.scalars(sa.select(GroupMember.instance_id).where(
+        GroupMember.group_id == group_id, GroupMember.instance_id.in_(list(hosts)))))
+    fresh = [{"group_id": group_id, "instance_id": i, "host": h}
+             for i, h in hosts.items() if i not in known]
+    if fresh:
+        session.execute(sa.insert(GroupMember), fresh)
+    for instance_id in known:
+        session.execute(sa.update(GroupMember).where(
+            GroupMember.group_id == group_id, GroupMember.instance_id == instance_id)
+            .values(host=hosts[instance_id]))
+
+
 def leave(session: orm.Session, instance_id: str, group_id: str | None = None,
           host: str | None = None) -> int:
     """Remove the instance from its group(s); with ``host``, only if it is there."""

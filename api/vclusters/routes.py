@@ -97,18 +97,15 @@ def _summary(vcluster: VCluster) -> dict:
 def _storable():
     """A request the schemas accepted but a column cannot hold: 400, not 500.
 
-    NOTE: the server group of a grouping of two servers or more is named
-    ``<cluster name>/<grouping name>`` in a 255-character column, so two
-    valid names can overflow it (PostgreSQL refuses; SQLite stores them).
-    The transaction is rolled back and no flow is posted.
+    The schemas bound every field to its column; this is the net under
+    them (PostgreSQL refuses what does not fit, SQLite stores it). The
+    transaction is rolled back and no flow is posted.
     """
     try:
         yield
     except sa.exc.DataError as exc:
         LOG.warning("vcluster request refused by the database: %s", exc.orig)
-        abort(400, message="A value of the request does not fit the database: a cluster's "
-                           "name and a grouping's name together may not exceed 254 "
-                           "characters.")
+        abort(400, message="A value of the request does not fit the database.")
 
 
 def _check_same_request(vcluster: VCluster, asked: dict) -> None:

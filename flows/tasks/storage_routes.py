@@ -42,6 +42,33 @@ def routes(session, backend: str, conf) -> list[str]:
             if evac_rows.effective_host_state(h, down_time) == states.HOST_UP]
 
 
+def first_routes(session, backends, conf) -> dict[str, str]:
+    """``{backend: the first living host reaching it}`` for many backends, in two queries."""
+    rows = list(session.scalars(sa.select(StorageBackend).where(
+        StorageBackend.name.in_(set(backends))))) if backends else []
+    if not rows:
+        return {}
+    racks = {(r.region, r.zone, r.rack) for r in rows}
+    down_time = conf.compute.service_down_time
+    living: dict[tuple, list[str]] = {}
+    by_name: dict[str, bool] = {}
+    hosts = session.scalars(sa.select(Host).where(
+        sa.tuple_(Host.region, Host.zone, Host.rack).in_(list(racks))).order_by(Host.name))
+    for host in hosts:
+        up = evac_rows.effective_host_state(host, down_time) == states.HOST_UP
+        by_name[host.name] = up
+        if up:
+            living.setdefault((host.region, host.zone, host.rack), []).append(host.name)
+    found = {}
+    for row in rows:
+        if row.scope == "host":
+            if by_name.get(row.host_name):
+                found[row.name] = row.host_name
+        elif living.get((row.region, row.zone, row.rack)):
+            found[row.name] = living[(row.region, row.zone, row.rack)][0]
+    return found
+
+
 def route(session, backend: str, conf) -> str:
     found = routes(session, backend, conf)
     if not found:

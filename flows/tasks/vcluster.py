@@ -24,9 +24,10 @@ from taskflow import retry
 from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.flows import keys, runtime
+from fleetflow.flows.tasks import storage_routes
 from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.flows.tasks.base import FleetRetry, FleetTask
-from fleetflow.flows.tasks.claim import ClaimRace, join_group
+from fleetflow.flows.tasks.claim import ClaimRace
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
@@ -136,6 +137,9 @@ class ScheduleVCluster(FleetTask):
             answer["new"] = [m.name for m in [*server_rows, *volume_rows]]
             answer["host_uuids"], answer["backend_uuids"] = vsched.provider_uuids(
                 session, placement)
+            # Where each candidate backend's calls go (a create re-checks on failure).
+            answer["routes"] = storage_routes.first_routes(session, answer["backend_uuids"],
+                                                           rt.conf)
         return answer
 
 
@@ -159,16 +163,38 @@ class ScheduleRetry(FleetRetry):
         return None
 
 
-def server_groups_joined(session, vcluster_id: str, placement: dict, new: set[str]) -> None:
-    """Join each new server's owned groups on its host, the rule checked under the
-    lock; an existing server joins a group an update just made (it is where it is)."""
+def server_groups_joined(session, vcluster_id: str, placement: dict) -> None:
+    """Every server of the cluster a member, on its host, of each group it is in.
+
+    Per group, under its row lock, the rule is checked once for all its
+    members where they are now (an evacuation may have moved one since the
+    schedule): ClaimRace when it no longer holds.
+    """
     group_ids, ids = vc_rows.server_groups_of(session, vcluster_id), placement["ids"]
+    by_group: dict[str, dict[str, str]] = {}
     for name, candidates in placement["hosts"].items():
         for group_id in group_ids.get(name, ()):
-            if name in new:
-                join_group(session, group_id, ids[name], candidates[0])
-            else:
-                groups.join(session, group_id, ids[name], candidates[0])
+            by_group.setdefault(group_id, {})[ids[name]] = candidates[0]
+    for group_id in sorted(by_group):
+        group = groups.lock(session, group_id)
+        wanted = by_group[group_id]
+        hosts = {m.instance_id: m.host for m in group.members if m.host}
+        hosts.update(wanted)
+        _check_group_rule(session, group, hosts)
+        groups.join_many(session, group_id, wanted)
+
+
+def _check_group_rule(session, group, hosts: dict[str, str]) -> None:
+    """ClaimRace unless ``hosts`` (member -> host) keep the group's rule at its scope."""
+    places = vsched.host_places(session, hosts.values())
+    scope = group.scope or "host"
+    domains = [places[h].domain(scope) if h in places else h for h in hosts.values()]
+    policy = (group.policies or ["anti-affinity"])[0]
+    broken = (len(set(domains)) > 1 if policy == "affinity"
+              else len(set(domains)) < len(domains))
+    if broken:
+        raise ClaimRace(f"group {group.id}: {policy} at scope {scope} no longer holds "
+                        f"with {sorted(set(domains))}", group_id=group.id)
 
 
 class ClaimVCluster(FleetTask):
@@ -198,7 +224,7 @@ class ClaimVCluster(FleetTask):
                        for n, b in backends.items()})
         try:
             with rt.database.session() as session:
-                server_groups_joined(session, vcluster_id, placement, new)
+                server_groups_joined(session, vcluster_id, placement)
                 vc_rows.sync_group_ids(session, vcluster_id)
             if claims:
                 rt.placement.claim_many(claims, project_id=tenant_id, user_id=tenant_id,

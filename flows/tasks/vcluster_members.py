@@ -1,16 +1,16 @@
 """One member's chain inside a vcluster build: a retry over its candidates around
-claim -> boot (a server) or claim -> create (a volume); then the attachments.
+a boot (a server) or a create (a volume); then the attachments.
 
-The one claim for all (``ClaimVCluster``) already holds every primary, so a
-member's claim only writes when its retry moved it to an alternate: it then
-*replaces* the member's allocation (the consumer holds the alternate alone).
-The candidates are the scheduler's alternates, each keeping every grouping
-with the other members where they are. Out of candidates, the run reverts.
+The one claim for all (``ClaimVCluster``) already holds every primary; the
+retry claims an alternate when it moves a member there. The candidates are
+the scheduler's alternates, each keeping every grouping with the other
+members where they are. Out of candidates, the run reverts.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent import futures
 
 import sqlalchemy as sa
 from taskflow import retry
@@ -37,27 +37,79 @@ def _kind_key(kind: str) -> str:
 
 
 class MemberCandidatesRetry(FleetRetry):
-    """Provides the host (server) or backend (volume) the member's chain uses;
-    the next candidate after each failure, then the whole run reverts.
+    """Provides the host (server) or backend (volume) the member's chain uses:
+    its primary first, then each alternate after a failure; out of them, the
+    whole run reverts.
 
-    Revert: nothing (the chain's tasks undo their effects).
+    The one claim for all holds the primary. Moving to an alternate, this
+    retry claims it before handing it out: the member's allocation is
+    *replaced* (the consumer holds the alternate alone) and a server joins
+    its groups there, the rule checked again under the group lock. An
+    alternate that filled up meanwhile is passed over. (Claiming here, not
+    in a task of the chain, spares every member an atom that would do
+    nothing on the primary, which is nearly always where it stays.)
+
+    Revert: nothing — the next try replaces the allocation, and the run's
+    revert releases it.
     """
 
-    def __init__(self, name: str, member: str, kind: str, provides: str):
+    def __init__(self, name: str, member: str, kind: str, provides: str, member_id: str,
+                 amounts: dict):
         super().__init__(name=name, provides=provides)
         self.member = member
         self.kind = kind
+        self.member_id = member_id
+        self.amounts = dict(amounts)
 
     def _candidates(self, placement: dict) -> list[str]:
         return list(placement[_kind_key(self.kind)].get(self.member, []))
 
-    def execute(self, history, vcluster_placement: dict) -> str:
+    def execute(self, history, vcluster_placement: dict, vcluster_id: str, tenant_id: str,
+                fence=None) -> str:
         tried = list(history.provided_iter())
-        for candidate in self._candidates(vcluster_placement):
-            if candidate not in tried:
+        candidates = self._candidates(vcluster_placement)
+        for position, candidate in enumerate(candidates):
+            if candidate in tried:
+                continue
+            if position == 0:
                 return candidate
+            try:
+                self._claim(candidate, vcluster_placement, vcluster_id, tenant_id, fence)
+            except ClaimRace as exc:
+                LOG.info("%s: alternate %s is taken (%s)", self.name, candidate, exc)
+                continue
+            return candidate
         raise VClusterNoValidHost(f"{self.kind} {self.member}: every candidate failed "
-                                  f"({', '.join(tried)})")
+                                  f"({', '.join(tried) or 'none left'})")
+
+    def _claim(self, target: str, placement: dict, vcluster_id: str, tenant_id: str,
+               fence) -> None:
+        rt = runtime.get()
+        member_id = self.member_id
+        uuids = placement["host_uuids" if self.kind == states.MEMBER_SERVER
+                          else "backend_uuids"]
+        wanted = {uuids[target]: dict(self.amounts)}
+
+        def decide(known):
+            current = known[member_id]
+            if current.allocations == wanted:
+                return [], None
+            return [ConsumerWrite(member_id, wanted, tenant_id, tenant_id,
+                                  current.generation)], None
+        with rt.database.session() as session:
+            if self.kind == states.MEMBER_SERVER:
+                for group_id in vc_rows.server_groups_of(session, vcluster_id).get(
+                        self.member, ()):
+                    join_group(session, group_id, member_id, target)
+                rows.record_attempt(session, member_id, target, status=states.BUILDING,
+                                    task_state=states.TASK_SPAWNING)
+            else:
+                session.execute(sa.update(Volume).where(Volume.id == member_id).values(
+                    backend=target, status=states.VOLUME_CREATING))
+        try:
+            rt.placement.read_then_write([member_id], decide, fence=fence)
+        except PlacementConflict as exc:
+            raise ClaimRace(f"{target}: {exc}", host=target) from exc
 
     def on_failure(self, history, vcluster_placement: dict, **kwargs) -> str:
         tried = set(history.provided_iter())
@@ -69,54 +121,6 @@ class MemberCandidatesRetry(FleetRetry):
         return None
 
 
-class ClaimMember(FleetTask):
-    """Hold the member's resources on ``target`` (its retry's choice).
-
-    On the primary the one claim did it already. On an alternate the
-    allocation is replaced and, for a server, its groups are joined there
-    (the rule checked again under the group lock). Raises ClaimRace when
-    the alternate filled up meanwhile. Revert: nothing — the next try
-    replaces the allocation, and the run's revert releases it.
-    """
-
-    def __init__(self, name: str, member: str, member_id: str, kind: str, amounts: dict,
-                 **kwargs):
-        super().__init__(name=name, inject={"member": member, "member_id": member_id,
-                                            "kind": kind, "amounts": amounts}, **kwargs)
-
-    def execute(self, member: str, member_id: str, kind: str, amounts: dict, target: str,
-                vcluster_id: str, vcluster_placement: dict, tenant_id: str,
-                fence=None) -> dict:
-        rt = runtime.get()
-        key = _kind_key(kind)
-        if target == vcluster_placement[key][member][0]:
-            return {"target": target, "fast_path": True}
-        uuids = vcluster_placement["host_uuids" if kind == states.MEMBER_SERVER
-                                   else "backend_uuids"]
-        wanted = {uuids[target]: dict(amounts)}
-
-        def decide(known):
-            current = known[member_id]
-            if current.allocations == wanted:
-                return [], None
-            return [ConsumerWrite(member_id, wanted, tenant_id, tenant_id,
-                                  current.generation)], None
-        with rt.database.session() as session:
-            if kind == states.MEMBER_SERVER:
-                for group_id in vc_rows.server_groups_of(session, vcluster_id).get(member, ()):
-                    join_group(session, group_id, member_id, target)
-                rows.record_attempt(session, member_id, target, status=states.BUILDING,
-                                    task_state=states.TASK_SPAWNING)
-            else:
-                session.execute(sa.update(Volume).where(Volume.id == member_id).values(
-                    backend=target, status=states.VOLUME_CREATING))
-        try:
-            rt.placement.read_then_write([member_id], decide, fence=fence)
-        except PlacementConflict as exc:
-            raise ClaimRace(f"{target}: {exc}", host=target) from exc
-        return {"target": target, "fast_path": False}
-
-
 class CreateVolume(FleetTask):
     """Create the volume on ``backend`` (idempotent by its id) through a host
     that reaches it. A failure is written on the volume row, then raised.
@@ -125,13 +129,21 @@ class CreateVolume(FleetTask):
     """
 
     def execute(self, volume_id: str, backend: str, size_gb: int, volume_type: str | None,
-                fence=None) -> dict:
+                vcluster_placement: dict, fence=None) -> dict:
         rt = runtime.get()
+        route = vcluster_placement.get("routes", {}).get(backend)
         try:
-            with rt.database.session() as session:
-                route = storage_routes.route(session, backend, rt.conf)
-            rt.compute.create_volume(route, backend, volume_id, size_gb,
-                                     volume_type=volume_type, fence=fence)
+            try:
+                if route is None:
+                    raise HostDead(f"no route to {backend} known at the schedule")
+                rt.compute.create_volume(route, backend, volume_id, size_gb,
+                                         volume_type=volume_type, fence=fence)
+            except HostDead:
+                # The route chosen at the schedule died since: look again.
+                with rt.database.session() as session:
+                    route = storage_routes.route(session, backend, rt.conf)
+                rt.compute.create_volume(route, backend, volume_id, size_gb,
+                                         volume_type=volume_type, fence=fence)
         except FleetflowError as exc:
             with rt.database.session() as session:
                 session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
@@ -149,6 +161,22 @@ class CreateVolume(FleetTask):
         with rt.database.session() as session:
             session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
                 status=states.VOLUME_CREATING))
+
+
+# Attachments in flight at once: each is one call to the server's host.
+ATTACH_CONCURRENCY = 16
+
+
+def _each(call, items: list) -> None:
+    """``call`` on every item, several at once; the first error is raised
+    once all are done (each call is idempotent, so a re-run finishes the rest)."""
+    if len(items) <= 1:
+        for item in items:
+            call(item)
+        return
+    with futures.ThreadPoolExecutor(min(ATTACH_CONCURRENCY, len(items))) as pool:
+        for done in [pool.submit(call, item) for item in items]:
+            done.result()
 
 
 class AttachVolumes(FleetTask):
@@ -170,15 +198,20 @@ class AttachVolumes(FleetTask):
             pairs = self._pairs(session, vcluster_placement)
             hosts = dict(session.execute(sa.select(Instance.id, Instance.host).where(
                 Instance.id.in_([p[3] for p in pairs]))).all())
-        for _volume, _server, volume_id, server_id in pairs:
-            rt.compute.attach_volume(hosts[server_id], server_id, volume_id, fence=fence)
-        with rt.database.session() as session:
-            for volume, server, volume_id, server_id in pairs:
-                session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
-                    status=states.VOLUME_IN_USE, instance_id=server_id))
-                session.execute(sa.update(VClusterMember).where(
-                    VClusterMember.vcluster_id == vcluster_id, VClusterMember.name == volume)
-                    .values(attach_to=server))
+        _each(lambda pair: rt.compute.attach_volume(hosts[pair[3]], pair[3], pair[2],
+                                                    fence=fence), pairs)
+        if pairs:
+            with rt.database.session() as session:
+                session.connection().execute(
+                    sa.update(Volume.__table__).where(Volume.id == sa.bindparam("v_id"))
+                    .values(status=states.VOLUME_IN_USE, instance_id=sa.bindparam("s_id")),
+                    [{"v_id": p[2], "s_id": p[3]} for p in pairs])
+                session.connection().execute(
+                    sa.update(VClusterMember.__table__).where(
+                        VClusterMember.vcluster_id == vcluster_id,
+                        VClusterMember.name == sa.bindparam("v_name"))
+                    .values(attach_to=sa.bindparam("s_name")),
+                    [{"v_name": p[0], "s_name": p[1]} for p in pairs])
         return len(pairs)
 
     def revert(self, vcluster_id: str, vcluster_placement: dict | None = None, fence=None,
@@ -190,13 +223,15 @@ class AttachVolumes(FleetTask):
             pairs = self._pairs(session, vcluster_placement)
             hosts = dict(session.execute(sa.select(Instance.id, Instance.host).where(
                 Instance.id.in_([p[3] for p in pairs]))).all())
-        for _volume, _server, volume_id, server_id in pairs:
+        def detach(pair):
+            volume_id, server_id = pair[2], pair[3]
             if hosts.get(server_id):
                 try:
                     rt.compute.detach_volume(hosts[server_id], server_id, volume_id,
                                              fence=fence)
                 except (InstanceNotFound, HostDead):
                     pass
+        _each(detach, pairs)
         with rt.database.session() as session:
             for _volume, _server, volume_id, _server_id in pairs:
                 session.execute(sa.update(Volume).where(Volume.id == volume_id).values(

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from fleetflow.common import states
 from fleetflow.flows.tasks.move_schedule import snapshot_with_heartbeats
 from fleetflow.persistence import vclusters as vc_rows
-from fleetflow.persistence.models import Flavor, Instance, StorageBackend, Volume
+from fleetflow.persistence.models import Flavor, Host, Instance, StorageBackend, Volume
 from fleetflow.scheduler.vcluster import (
     BackendState,
     Grouping,
@@ -25,6 +25,7 @@ from fleetflow.scheduler.vcluster import (
     VolumeMember,
     place_vcluster,
 )
+from fleetflow.scheduler.vcluster_check import Place
 
 ALTERNATES = 2
 
@@ -118,8 +119,6 @@ def place(session, cluster: ClusterInput, usage: dict, conf) -> VClusterPlacemen
 
 def provider_uuids(session, placement: VClusterPlacement) -> tuple[dict, dict]:
     """``({host: uuid}, {backend: uuid})`` of every candidate in ``placement``."""
-    from fleetflow.persistence.models import Host
-
     hosts = {h for candidates in placement.hosts.values() for h in candidates}
     backends = {b for candidates in placement.backends.values() for b in candidates}
     host_uuids = dict(session.execute(sa.select(Host.name, Host.uuid).where(
@@ -128,3 +127,21 @@ def provider_uuids(session, placement: VClusterPlacement) -> tuple[dict, dict]:
                                          .where(StorageBackend.name.in_(backends))).all()
                          ) if backends else {}
     return host_uuids, backend_uuids
+
+
+def host_places(session, names) -> dict[str, Place]:
+    names = {n for n in names if n}
+    if not names:
+        return {}
+    return {h.name: Place(h.name, h.name, h.region, h.zone, h.rack)
+            for h in session.scalars(sa.select(Host).where(Host.name.in_(names)))}
+
+
+def backend_places(session, names) -> dict[str, Place]:
+    names = {n for n in names if n}
+    if not names:
+        return {}
+    return {b.name: Place(b.name, b.host_name if b.scope == "host" else None, b.region,
+                          b.zone, b.rack)
+            for b in session.scalars(sa.select(StorageBackend).where(
+                StorageBackend.name.in_(names)))}

@@ -5,11 +5,9 @@
       schedule                 every new member placed jointly, the others pinned
       claim-all                one multi-consumer write: servers and volumes, 0 or all
     members (unordered)
-      srv-0000 (retry: srv-0000-retry walks its host candidates)
-        srv-0000-claim         an alternate's allocation (the primary's is held)
+      srv-0000 (retry: srv-0000-retry walks its host candidates, claiming alternates)
         srv-0000-boot          build on the host, wait for ACTIVE
-      vol-0000 (retry: vol-0000-retry walks its backend candidates)
-        vol-0000-claim
+      vol-0000 (retry: vol-0000-retry walks its backend candidates, claiming alternates)
         vol-0000-create        create on the backend through a host that reaches it
     attach                     each volume to its server
     finish                     ACTIVE
@@ -34,7 +32,6 @@ from fleetflow.flows.tasks.vcluster import (
 )
 from fleetflow.flows.tasks.vcluster_members import (
     AttachVolumes,
-    ClaimMember,
     CreateVolume,
     MemberCandidatesRetry,
 )
@@ -54,11 +51,9 @@ def server_chain(server: dict) -> linear_flow.Flow:
     prefix = server_prefix(server["index"])
     host_key = keys.scoped(prefix, keys.HOST)
     chain = linear_flow.Flow(prefix, retry=MemberCandidatesRetry(
-        f"{prefix}-retry", member=server["name"], kind=SERVER, provides=host_key))
-    chain.add(ClaimMember(f"{prefix}-claim", member=server["name"], member_id=server["id"],
-                          kind=SERVER, amounts=server["resources"],
-                          rebind={"target": host_key}),
-              BootInstance(f"{prefix}-boot", rebind={"host": host_key}, inject={
+        f"{prefix}-retry", member=server["name"], kind=SERVER, provides=host_key,
+        member_id=server["id"], amounts=server["resources"]))
+    chain.add(BootInstance(f"{prefix}-boot", rebind={"host": host_key}, inject={
                   "instance_uuids": [server["id"]], "index": 0,
                   "request_spec": {"resources": server["resources"],
                                    "image_id": server["image_id"]}}))
@@ -69,11 +64,9 @@ def volume_chain(volume: dict) -> linear_flow.Flow:
     prefix = volume_prefix(volume["index"])
     backend_key = keys.scoped(prefix, keys.BACKEND)
     chain = linear_flow.Flow(prefix, retry=MemberCandidatesRetry(
-        f"{prefix}-retry", member=volume["name"], kind=VOLUME, provides=backend_key))
-    chain.add(ClaimMember(f"{prefix}-claim", member=volume["name"], member_id=volume["id"],
-                          kind=VOLUME, amounts={"DISK_GB": int(volume["size_gb"])},
-                          rebind={"target": backend_key}),
-              CreateVolume(f"{prefix}-create", rebind={"backend": backend_key}, inject={
+        f"{prefix}-retry", member=volume["name"], kind=VOLUME, provides=backend_key,
+        member_id=volume["id"], amounts={"DISK_GB": int(volume["size_gb"])}))
+    chain.add(CreateVolume(f"{prefix}-create", rebind={"backend": backend_key}, inject={
                   "volume_id": volume["id"], "size_gb": int(volume["size_gb"]),
                   "volume_type": volume.get("volume_type")}))
     return chain
