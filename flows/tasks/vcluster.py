@@ -59,11 +59,6 @@ def first_fault(session, vcluster_id: str, resource_ids: list[str]) -> dict | No
     return max(found, key=lambda r: r[1])[0] if found else None
 
 
-def release_all(rt, consumers: list[str], fence) -> None:
-    for consumer in consumers:
-        rt.placement.release(consumer, fence=fence)
-
-
 class VClusterLifecycle(FleetTask):
     """Says what the run is doing; on revert, writes how it ended.
 
@@ -255,7 +250,7 @@ class ClaimVCluster(FleetTask):
         rt = runtime.get()
         ids = vcluster_placement["ids"]
         consumers = [ids[n] for n in vcluster_placement["new"]]
-        release_all(rt, consumers, fence)
+        rt.placement.release_many(consumers, fence=fence)
         self._leave(rt, [ids[n] for n in vcluster_placement["new"]
                          if n in vcluster_placement["hosts"]])
 

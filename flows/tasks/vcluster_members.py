@@ -167,7 +167,7 @@ class CreateVolume(FleetTask):
 ATTACH_CONCURRENCY = 16
 
 
-def _each(call, items: list) -> None:
+def each(call, items: list) -> None:
     """``call`` on every item, several at once; the first error is raised
     once all are done (each call is idempotent, so a re-run finishes the rest)."""
     if len(items) <= 1:
@@ -198,7 +198,7 @@ class AttachVolumes(FleetTask):
             pairs = self._pairs(session, vcluster_placement)
             hosts = dict(session.execute(sa.select(Instance.id, Instance.host).where(
                 Instance.id.in_([p[3] for p in pairs]))).all())
-        _each(lambda pair: rt.compute.attach_volume(hosts[pair[3]], pair[3], pair[2],
+        each(lambda pair: rt.compute.attach_volume(hosts[pair[3]], pair[3], pair[2],
                                                     fence=fence), pairs)
         if pairs:
             with rt.database.session() as session:
@@ -231,7 +231,7 @@ class AttachVolumes(FleetTask):
                                              fence=fence)
                 except (InstanceNotFound, HostDead):
                     pass
-        _each(detach, pairs)
+        each(detach, pairs)
         with rt.database.session() as session:
             for _volume, _server, volume_id, _server_id in pairs:
                 session.execute(sa.update(Volume).where(Volume.id == volume_id).values(

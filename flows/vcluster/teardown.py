@@ -1,10 +1,10 @@
 """The vcluster teardown flow: members removed by an update, or the whole cluster.
 
     detach                     every attachment that involves a leaving member
-    volumes (unordered)
-      del-vol-0000 ...         delete from the backend, free the allocation
-    servers (unordered)
-      del-srv-0000 ...         destroy the guest, free the allocation, leave the groups
+    members (unordered)
+      del-vol-0000 ...         delete from the backend
+      del-srv-0000 ...         destroy the guest
+    release                    every allocation in one write; rows DELETED, groups left
     finish-teardown            remove: ACTIVE again; delete: groups gone, DELETED
 
 Never reverted: a teardown that stops is resumed by an operator.
@@ -15,11 +15,12 @@ from __future__ import annotations
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows.registry import flow_factory
-from fleetflow.flows.tasks.teardown import DeleteInstance
 from fleetflow.flows.tasks.vcluster_teardown import (
     DeleteMemberVolume,
+    DestroyMemberServer,
     DetachLeaving,
     FinishTeardown,
+    ReleaseLeaving,
 )
 
 
@@ -32,17 +33,15 @@ def teardown_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list
                "volumes": [v["index"] for v in volumes]}
     flow = linear_flow.Flow(f"vcluster-{run}-{vcluster_id}")
     flow.add(DetachLeaving("detach", inject=indexes))
-    if volumes:
-        deletes = unordered_flow.Flow("volumes")
+    if servers or volumes:
+        members = unordered_flow.Flow("members")
         for volume in volumes:
-            deletes.add(DeleteMemberVolume(f"del-vol-{volume['index']:04d}",
+            members.add(DeleteMemberVolume(f"del-vol-{volume['index']:04d}",
                                            inject={"volume_id": volume["id"]}))
-        flow.add(deletes)
-    if servers:
-        destroys = unordered_flow.Flow("servers")
         for server in servers:
-            destroys.add(DeleteInstance(f"del-srv-{server['index']:04d}",
-                                        inject={"instance_id": server["id"]}))
-        flow.add(destroys)
-    flow.add(FinishTeardown("finish-teardown", inject=indexes))
+            members.add(DestroyMemberServer(f"del-srv-{server['index']:04d}",
+                                            inject={"instance_id": server["id"]}))
+        flow.add(members)
+    flow.add(ReleaseLeaving("release", inject=indexes),
+             FinishTeardown("finish-teardown", inject=indexes))
     return flow

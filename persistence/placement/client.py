@@ -33,6 +33,10 @@ LOG = logging.getLogger(__name__)
 Amounts = dict[str, dict[str, int]]  # {rp_uuid: {resource_class: used}}
 
 
+# Consumers per POST /allocations when releasing many at once.
+RELEASE_CHUNK = 500
+
+
 @dataclasses.dataclass
 class ConsumerAllocations:
     """A consumer's allocations; ``generation`` is None when it has none."""
@@ -171,6 +175,24 @@ class PlacementClient(abc.ABC):
             return [ConsumerWrite(consumer, keep, held.project_id, held.user_id,
                                   held.generation, held.consumer_type)], True
         return self.read_then_write([consumer], decide, fence)
+
+    def release_many(self, consumers: list[str], fence: dict | None = None) -> int:
+        """:meth:`release` of many consumers in one POST /allocations; how many held any.
+
+        Chunked, so one request stays a reasonable size; each chunk is all or
+        nothing, and running it again drops what is left.
+        """
+        dropped = 0
+        for start in range(0, len(consumers), RELEASE_CHUNK):
+            chunk = consumers[start:start + RELEASE_CHUNK]
+
+            def decide(known):
+                writes = [ConsumerWrite(c, {}, held.project_id, held.user_id, held.generation,
+                                        held.consumer_type)
+                          for c, held in known.items() if held.allocations]
+                return writes, len(writes)
+            dropped += self.read_then_write(chunk, decide, fence)
+        return dropped
 
     def move(self, instance: str, migration: str, destination: Amounts, project_id: str,
              user_id: str, fence: dict | None = None) -> Amounts:

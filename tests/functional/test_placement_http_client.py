@@ -135,6 +135,22 @@ def test_release(placement, hosts):
     assert placement.usages(provider=a)["VCPU"] == 0
 
 
+def test_release_many_drops_every_consumer_in_one_write(placement, hosts, monkeypatch):
+    from fleetflow.persistence.placement import client as placement_client
+
+    a, _, disks = hosts
+    held_ones = [new_uuid() for _ in range(5)]
+    for consumer in held_ones:
+        placement.claim(consumer, {a: {"VCPU": 1}, disks: {"DISK_GB": 2}}, "proj", "user")
+    empty = new_uuid()
+    # Chunks of two: three writes, each all or nothing.
+    monkeypatch.setattr(placement_client, "RELEASE_CHUNK", 2)
+    assert placement.release_many([*held_ones, empty]) == 5
+    assert all(held(placement, c) == {} for c in [*held_ones, empty])
+    assert placement.usages(provider=a)["VCPU"] == 0
+    assert placement.release_many(held_ones) == 0
+
+
 def test_move_hands_source_to_migration_consumer(placement, hosts):
     a, b, _ = hosts
     instance, migration = new_uuid(), new_uuid()
