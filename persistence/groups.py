@@ -64,8 +64,17 @@ def create(session: orm.Session, tenant_id: str, name: str | None, policies: lis
     return group
 
 
+def _owned(group: ServerGroup) -> None:
+    """A virtual cluster's group changes with its cluster only (Conflict otherwise)."""
+    if group.vcluster_id:
+        raise Conflict(f"server group {group.id} belongs to vcluster {group.vcluster_id}: "
+                       "change its groupings through the vcluster",
+                       vcluster_id=group.vcluster_id)
+
+
 def update(session: orm.Session, group: ServerGroup, **changes) -> ServerGroup:
     """Name and metadata change always; the rules only while the group is empty."""
+    _owned(group)
     rules = {k: changes[k] for k in ("policies", "scope", "max_per_host", "capabilities")
              if k in changes}
     if rules:
@@ -87,6 +96,7 @@ def update(session: orm.Session, group: ServerGroup, **changes) -> ServerGroup:
 
 
 def delete(session: orm.Session, group: ServerGroup) -> None:
+    _owned(group)
     lock(session, group.id)
     if member_count(session, group.id):
         raise Conflict(f"server group {group.id} has members; delete them first")

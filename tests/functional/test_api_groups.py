@@ -181,6 +181,21 @@ def test_delete_empty_group_only(client, member_headers, create, db):
     assert client.get(f"{URL}/{busy['id']}", headers=member_headers).status_code == 200
 
 
+def test_a_vcluster_owned_group_changes_only_with_its_cluster(client, member_headers,
+                                                              create, db):
+    owned = create(name="db/group-3")
+    with db.session() as session:
+        session.execute(sa.update(ServerGroup).where(ServerGroup.id == owned["id"])
+                        .values(vcluster_id="vc-000000000001"))
+    url = f"{URL}/{owned['id']}"
+
+    for response in (client.put(url, json={"group": {"name": "x"}}, headers=member_headers),
+                     client.delete(url, headers=member_headers)):
+        assert response.status_code == 409
+        assert "vc-000000000001" in details(response)
+    assert client.get(url, headers=member_headers).json["group"]["name"] == "db/group-3"
+
+
 def test_another_tenants_group_is_404(client, make_headers, create):
     group = create(name="mine")
     other = make_headers("tenant-b", "member", "reader")
