@@ -99,3 +99,30 @@ def evacuation_cloud_factory(tmp_path):
     yield make
     for cloud in made:
         cloud.close()
+
+
+def load_vcluster_cloud_module():
+    """vcluster_cloud (it builds on provision_cloud)."""
+    return _load("vcluster_cloud")
+
+
+@pytest.fixture
+def vcluster_harness():
+    """The vcluster_cloud module (VClusterCloud, lanes, cluster bodies)."""
+    return load_vcluster_cloud_module()
+
+
+@pytest.fixture
+def vcluster_cloud_factory(tmp_path):
+    """``make(lanes=, **kwargs)``: a VClusterCloud (closed after the test)."""
+    module = load_vcluster_cloud_module()
+    made = []
+
+    def make(**kwargs):
+        cloud = module.VClusterCloud(tmp_path / f"vcluster{len(made)}", **kwargs)
+        made.append(cloud)
+        return cloud
+
+    yield make
+    for cloud in made:
+        cloud.close()
