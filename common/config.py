@@ -36,6 +36,13 @@ DATABASE_OPTS = [
                     "resolved in the working directory; SQLite runs in WAL mode."),
     cfg.IntOpt("pool_size", default=10, min=1, help="Connection pool size (PostgreSQL)."),
     cfg.IntOpt("max_overflow", default=20, min=0, help="Connections beyond pool_size."),
+    cfg.FloatOpt("max_retry_seconds", default=120.0, min=0.0,
+                 help="How long a write that meets a lost database connection (a "
+                      "PostgreSQL restart, a failover) is retried before its flow stops "
+                      "without consuming its job; the default outlasts a restart. "
+                      "0: never retry."),
+    cfg.FloatOpt("retry_interval", default=0.5, min=0.01,
+                 help="First pause between those retries; it doubles up to 5 s."),
 ]
 
 API_OPTS = [

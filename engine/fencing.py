@@ -19,6 +19,11 @@ matter, and a persistence backend that checks the fence inside its own write
 transaction can close it for checkpoints too. While the conductor's claim
 was extended less than half an expiry ago nobody else can hold the job, and
 the look-up is skipped (engine/conductor_keepalive.py ``lease_valid``).
+
+The look-up is a database read like the checkpoint it guards: a lost
+connection is retried within the database's outage window
+(``Database.retrying``), after which ``DatabaseUnavailable`` stops the engine
+without its job being consumed.
 """
 
 from __future__ import annotations
@@ -57,10 +62,22 @@ class FencedBackend(tf_persistence.Backend):
     def wrapped(self):
         return self._backend
 
+    @property
+    def retry_policy(self):
+        """The outage window of the database behind the checkpoints (None: not known)."""
+        return (getattr(self._backend, "retry_policy", None)
+                or getattr(self._database, "retry_policy", None))
+
     def get_connection(self):
         return FencedConnection(self, self._backend.get_connection())
 
     def _current_token(self) -> int | None:
+        retrying = getattr(self._database, "retrying", None)
+        if retrying is None:
+            return self._read_token()
+        return retrying(self._read_token, f"checking the fence of {self.fence['key']}")
+
+    def _read_token(self) -> int | None:
         engine = self._database.engine
         if engine.dialect.name != "sqlite":
             with self._database.session() as session:

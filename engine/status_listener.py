@@ -105,9 +105,18 @@ class ReservationStatusListener(listener_base.Listener):
         stmt = sa.update(model).where(model.id == reservation_id)
         if only_from is not None:
             stmt = stmt.where(model.status.in_(only_from))
+        database = self._db()
+
+        def write() -> int:
+            with database.session() as session:
+                return session.execute(stmt.values(status=status)).rowcount
+
+        # An outage is waited out (the write is absolute: running it twice is
+        # harmless); after the window the row is left as it was, logged.
+        retrying = getattr(database, "retrying", None)
         try:
-            with self._db().session() as session:
-                changed = session.execute(stmt.values(status=status)).rowcount
+            changed = (write() if retrying is None
+                       else retrying(write, f"writing status {status} of {reservation_id}"))
         except Exception:  # noqa: BLE001 - a status row must never break the flow
             LOG.exception("could not write status %s of %s %s", status,
                           model.__tablename__, reservation_id)

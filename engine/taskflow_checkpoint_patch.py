@@ -27,18 +27,33 @@ atom wins) and stored together, in one transaction where the backend can
   checkpoints are stored (the crash tests' ``after-checkpoint`` point).
 
 Saves from other threads (a task's progress) and engines not running through
-``run_iter`` are stored at once, as stock. Storage failures at a barrier are
-retried with storage's own policy (patch 11); when the last attempt fails,
-the held calls are cancelled and the failure goes to the engine as a
-scheduling failure would.
+``run_iter`` are stored at once, as stock. A lost database connection at a
+barrier is waited out within the database's outage window
+(``persistence.db_retry``), other storage failures are retried with
+storage's own policy (patch 11); when the last attempt fails, the held calls
+are cancelled and the failure goes to the engine as a scheduling failure would.
+
+**Withheld outcomes.** An atom that failed because the database stayed
+unreachable for the whole window (``DatabaseUnavailable``, raised by the
+task wrappers of ``flows.tasks.base``) failed through no fault of its own:
+recording its FAILURE would make the engine revert its flow (or retry the
+instance elsewhere) once the database is back. The buffer refuses to save
+that outcome: the save raises ``DatabaseUnavailable``, the engine stops with
+it (TaskFlow handles a failed completion so), the atom stays RUNNING in the
+logbook, and the conductor, for which it is a "do not consume" error, leaves
+the job for a resume. Once the buffer has refused an outcome, or met
+``DatabaseUnavailable`` storing checkpoints, it refuses the flow's FAILURE
+too: stored, it would make the flow look finished to whoever resumes it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from concurrent import futures
 
+from taskflow import states as tf_states
 from taskflow import storage as tf_storage
 from taskflow.engines.action_engine import builder as tf_builder
 from taskflow.engines.action_engine import engine as action_engine
@@ -49,6 +64,7 @@ from taskflow.types import failure
 
 from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
 from fleetflow.engine.taskflow_patch_table import Replacements
+from fleetflow.persistence import db_retry
 
 STOCK_WITH_CONNECTION = tf_storage.Storage._with_connection
 STOCK_RUN_ITER = action_engine.ActionEngine.run_iter
@@ -56,6 +72,8 @@ STOCK_SCHEDULE = tf_scheduler.Scheduler.schedule
 STOCK_BUILDER_INIT = tf_builder.MachineBuilder.__init__
 STOCK_TASK_ACTION_INIT = task_action.TaskAction.__init__
 STOCK_RETRY_ACTION_INIT = retry_action.RetryAction.__init__
+
+LOG = logging.getLogger(__name__)
 
 _BUFFER_ATTR = "_fleetflow_checkpoints"
 _get_ident = threading.get_ident
@@ -66,15 +84,25 @@ class CheckpointBuffer:
 
     Stands in for a backend connection inside ``Storage._with_connection``:
     ``update_atom_details`` is held; anything else stores what is held first,
-    then runs on a real connection.
+    then runs on a real connection. Outcomes caused by an unreachable
+    database are refused (see "Withheld outcomes" above).
     """
 
     def __init__(self, backend):
         self._backend = backend
         self._held: dict = {}
         self.owner = _get_ident()
+        self._policy = getattr(backend, "retry_policy", None)
+        # Why the engine stops for an outage, once it does (see the module doc).
+        self.withheld: str | None = None
 
     def update_atom_details(self, atom_detail, ignore_missing=False):
+        if _database_unavailable(atom_detail):
+            self.withheld = f"the outcome of {atom_detail.name}"
+            LOG.warning("%s failed because the database was unreachable: its outcome is "
+                        "not recorded, the flow stops to be resumed", atom_detail.name)
+            raise db_retry.DatabaseUnavailable(
+                f"{atom_detail.name}: the database was unreachable; outcome withheld")
         if ignore_missing:
             return self._call("update_atom_details", atom_detail, ignore_missing=True)
         # Re-inserted: the dict keeps the order of each atom's last save.
@@ -86,17 +114,34 @@ class CheckpointBuffer:
         return lambda *args, **kwargs: self._call(name, *args, **kwargs)
 
     def _call(self, name, *args, **kwargs):
+        if (self.withheld and name == "update_flow_details"
+                and getattr(args[0] if args else None, "state", None) == tf_states.FAILURE):
+            raise db_retry.DatabaseUnavailable(f"flow stopped: {self.withheld} was withheld")
         self.flush()
-        with contextlib.closing(self._backend.get_connection()) as conn:
-            return getattr(conn, name)(*args, **kwargs)
+        try:
+            with contextlib.closing(self._backend.get_connection()) as conn:
+                return getattr(conn, name)(*args, **kwargs)
+        except db_retry.DatabaseUnavailable:
+            self.withheld = self.withheld or f"a call to {name}"
+            raise
 
     def close(self):
         pass
 
     def flush(self) -> None:
         """Store every held save (retried as storage retries); kept when it fails."""
-        if self._held:
-            retry_storage_failures(self._store)
+        if not self._held:
+            return
+        try:
+            retry_storage_failures(self._store_retrying)
+        except db_retry.DatabaseUnavailable:
+            self.withheld = self.withheld or "storing checkpoints"
+            raise
+
+    def _store_retrying(self) -> None:
+        if self._policy is None:
+            return self._store()
+        return self._policy.run(self._store, "storing checkpoints")
 
     def _store(self) -> None:
         details = list(self._held.values())
@@ -108,6 +153,20 @@ class CheckpointBuffer:
                 for detail in details:
                     conn.update_atom_details(detail)
         self._held.clear()
+
+
+def _database_unavailable(atom_detail) -> bool:
+    """True for a FAILURE (or REVERT_FAILURE) caused by DatabaseUnavailable."""
+    state = atom_detail.state
+    if state == tf_states.FAILURE:
+        fail = atom_detail.failure
+    elif state == tf_states.REVERT_FAILURE:
+        fail = atom_detail.revert_failure
+    else:
+        return False
+    if fail is None:
+        return False
+    return any(f.check(db_retry.DatabaseUnavailable) for f in (fail, *fail.causes))
 
 
 def buffer_of(storage) -> CheckpointBuffer | None:

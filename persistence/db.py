@@ -8,6 +8,11 @@ Writing sessions start with ``BEGIN IMMEDIATE`` (SQLite's single write lock).
 Sessions that only read (:meth:`Database.read_session`) begin a deferred
 transaction instead: in WAL mode a consistent snapshot that takes no lock, so
 a client polling a large reservation never holds up the engine's writes.
+
+A lost PostgreSQL connection is waited out by the writers that matter
+(:meth:`Database.retrying`, ``persistence.db_retry``); the pool pings each
+connection it lends, so one that died in a server restart is replaced
+rather than handed to them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import event, orm
+
+from fleetflow.persistence import db_retry
 
 # Naming convention so alembic migrations can name (and later drop) constraints
 # the same way on SQLite and PostgreSQL.
@@ -88,6 +95,8 @@ def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.E
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
+    # pool_pre_ping: after a server restart every pooled connection is dead;
+    # the ping replaces each before it is lent instead of failing its user.
     return sa.create_engine(parsed, pool_size=pool_size, max_overflow=max_overflow,
                             pool_pre_ping=True)
 
@@ -95,21 +104,37 @@ def create_engine(url: str, pool_size: int = 10, max_overflow: int = 20) -> sa.E
 class Database:
     """An engine plus a session factory; share one per process and URL."""
 
-    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20):
+    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20,
+                 max_retry_seconds: float = db_retry.DEFAULT_MAX_RETRY_SECONDS,
+                 retry_interval: float = db_retry.DEFAULT_RETRY_INTERVAL):
         self.url = url
         self.engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow)
+        # Registered on the engine: the logbook backend shares it, not the conf.
+        self.retry_policy = db_retry.RetryPolicy(max_retry_seconds, retry_interval)
+        db_retry.register(self.engine, self.retry_policy)
         self.sessionmaker = orm.sessionmaker(self.engine, expire_on_commit=False)
         self.read_sessionmaker = orm.sessionmaker(
             self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
 
     @classmethod
     def from_conf(cls, conf) -> Database:
-        return cls(conf.database.connection, conf.database.pool_size,
-                   conf.database.max_overflow)
+        group = conf.database
+        return cls(group.connection, group.pool_size, group.max_overflow,
+                   getattr(group, "max_retry_seconds", db_retry.DEFAULT_MAX_RETRY_SECONDS),
+                   getattr(group, "retry_interval", db_retry.DEFAULT_RETRY_INTERVAL))
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    def retrying(self, fn, what: str):
+        """``fn()``, re-run while the database is unreachable, up to ``max_retry_seconds``.
+
+        ``fn`` must be safe to run again: it opens its own transaction (a
+        failed one rolled back; a commit whose answer was lost may have
+        happened). Raises ``db_retry.DatabaseUnavailable`` once the window is over.
+        """
+        return self.retry_policy.run(fn, what)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[orm.Session]:

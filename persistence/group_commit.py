@@ -12,6 +12,13 @@ batch. Nobody waits on a timer, so a lone writer pays nothing for it.
 returns before its row is stored could lose the row in a crash, and resume
 would not run the task again). When a batch fails, each of its writers writes
 its own item on its own, so one bad item fails only its own writer.
+
+A lost database connection is not a bad item: the leader runs its batch
+again, with backoff, within the database's outage window (``retrying``,
+by default that of the Database whose ``transaction`` or ``session`` is
+given), while later writers keep queueing for the next batch. Once the
+window is over every writer of the batch gets ``DatabaseUnavailable``;
+writing each item alone would only wait the window again.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from fleetflow.persistence.db_retry import DatabaseUnavailable
 
 _RETRY_ALONE = object()
 
@@ -38,12 +47,19 @@ class GroupCommit:
 
     ``transaction`` is a context manager factory giving a connection inside
     one transaction (``Database.transaction``); ``apply`` must write every
-    item it is given, and be correct for a batch of one.
+    item it is given, be correct for a batch of one, and store the same when
+    run twice (a commit whose answer the outage lost is run again).
+    ``retrying(fn, what)`` runs ``fn`` through outages (``Database.retrying``);
+    by default the one of ``transaction``'s Database, if it is bound to one.
     """
 
-    def __init__(self, transaction: Callable, apply: Callable[[Any, Sequence], None]):
+    def __init__(self, transaction: Callable, apply: Callable[[Any, Sequence], None],
+                 retrying: Callable | None = None):
         self._transaction = transaction
         self._apply = apply
+        if retrying is None:
+            retrying = getattr(getattr(transaction, "__self__", None), "retrying", None)
+        self._retrying = retrying if callable(retrying) else None
         self._lock = threading.Lock()
         self._queue: list[_Entry] = []
         self._leading = False
@@ -61,19 +77,30 @@ class GroupCommit:
         if entry.leads:
             self._lead()
         if entry.outcome is _RETRY_ALONE:
-            with self._transaction() as connection:
-                self._apply(connection, [item])
+            self._commit([item], "writing one item")
         elif entry.outcome is not None:
             raise entry.outcome
+
+    def _commit(self, items: list, what: str) -> None:
+        def commit():
+            with self._transaction() as connection:
+                self._apply(connection, items)
+
+        if self._retrying is None:
+            commit()
+        else:
+            self._retrying(commit, what)
 
     def _lead(self) -> None:
         with self._lock:
             batch, self._queue = self._queue, []
         outcome: Any = _RETRY_ALONE
         try:
-            with self._transaction() as connection:
-                self._apply(connection, [entry.item for entry in batch])
+            self._commit([entry.item for entry in batch],
+                         f"writing a batch of {len(batch)}")
             outcome = None
+        except DatabaseUnavailable as exc:
+            outcome = exc
         except Exception as exc:
             if len(batch) == 1:
                 outcome = exc

@@ -21,6 +21,17 @@ during-revert      revert undid its side effect; REVERTED is not saved
 :class:`FleetTask` and :class:`FleetRetry`; ``after-checkpoint`` needs a listener
 (:class:`CrashPointListener`), which conductors attach when the variable is set.
 Nothing happens when the variable is unset: production code pays one dict lookup.
+
+**Database outages.** Every task and retry here is idempotent by design (it
+may run twice after a crash), so one that meets a lost database connection
+is simply run again, whole, with backoff, for up to ``[database]
+max_retry_seconds`` (the runtime's database's window; with no runtime
+installed nothing is retried). ``before-execute`` fires at the start of each
+attempt, as it would before a re-run after a crash; ``after-effect`` and
+``during-revert`` fire once, after the attempt that succeeded. Once the
+window is over the task raises ``DatabaseUnavailable``, which the engine
+does not record as the task's failure: the flow stops unreverted and its job
+is left for another run (``persistence.db_retry`` says why).
 """
 
 from __future__ import annotations
@@ -33,6 +44,9 @@ import signal
 from taskflow import retry, task
 from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
+
+from fleetflow.flows import runtime
+from fleetflow.persistence import db_retry
 
 LOG = logging.getLogger(__name__)
 
@@ -69,12 +83,31 @@ def maybe_crash(atom_name: str, point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _with_crash_points(method, first: str | None, last: str | None):
+def _retry_policy() -> db_retry.RetryPolicy | None:
+    """The installed runtime's database retry window; None: no runtime, no retries."""
+    try:
+        rt = runtime.get()
+    except RuntimeError:
+        return None
+    policy = getattr(rt.database, "retry_policy", None)
+    if isinstance(policy, db_retry.RetryPolicy):
+        return policy
+    return db_retry.RetryPolicy.from_conf(rt.conf) if rt.conf is not None else None
+
+
+def _wrap(method, first: str | None, last: str | None, verb: str):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        if first:
-            maybe_crash(self.name, first)
-        result = method(self, *args, **kwargs)
+        def attempt():
+            if first:
+                maybe_crash(self.name, first)
+            return method(self, *args, **kwargs)
+
+        policy = _retry_policy()
+        if policy is None:
+            result = attempt()
+        else:
+            result = policy.run(attempt, f"{verb} {self.name}")
         if last:
             maybe_crash(self.name, last)
         return result
@@ -83,17 +116,17 @@ def _with_crash_points(method, first: str | None, last: str | None):
 
 def _add_crash_points(cls) -> None:
     if "execute" in cls.__dict__:
-        cls.execute = _with_crash_points(cls.__dict__["execute"], BEFORE_EXECUTE, AFTER_EFFECT)
+        cls.execute = _wrap(cls.__dict__["execute"], BEFORE_EXECUTE, AFTER_EFFECT, "running")
     if "revert" in cls.__dict__:
-        cls.revert = _with_crash_points(cls.__dict__["revert"], None, DURING_REVERT)
+        cls.revert = _wrap(cls.__dict__["revert"], None, DURING_REVERT, "reverting")
 
 
 class FleetTask(task.Task):
     """Base class of fleetflow tasks.
 
     Subclasses write ``execute`` / ``revert`` as usual; this class wraps them
-    with the crash points above (``functools.wraps`` keeps their signatures,
-    which TaskFlow reads to find a task's requirements).
+    with the crash points and the outage retries above (``functools.wraps``
+    keeps their signatures, which TaskFlow reads to find a task's requirements).
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -102,7 +135,7 @@ class FleetTask(task.Task):
 
 
 class FleetRetry(retry.Retry):
-    """Base class of fleetflow retry controllers: the same crash points as FleetTask.
+    """Base class of fleetflow retry controllers: the same wrapping as FleetTask.
 
     A retry is an atom with its own checkpoints (and its execute may write:
     a reschedule records why nothing was left), so crash tests stop there too.

@@ -14,6 +14,11 @@ flow's state changes. Here:
 - SQLite runs in WAL mode with ``synchronous=NORMAL`` and ``BEGIN IMMEDIATE``
   (``persistence.db.create_engine``), PostgreSQL through a connection pool.
 
+Outages: a write (checkpoint, flow or logbook save) that meets a lost
+connection runs again, with backoff, within the window of the engine's
+Database (``persistence.db_retry``); each is one transaction of absolute
+values, so running it twice stores the same.
+
 Durability: every save commits before it returns, so a checkpoint TaskFlow
 considers saved survives the death of the process (``kill -9``). With SQLite's
 ``synchronous=NORMAL`` a power loss may roll back the last commits; use
@@ -22,7 +27,8 @@ PostgreSQL (or ``synchronous=FULL``) when that matters.
 Configuration (``taskflow.persistence.backends.fetch`` or the constructor)::
 
     {"connection": "fleetflow+sqlite:///var/fleetflow.db"}    # or fleetflow+postgresql://...
-    {"connection": "fleetflow+postgresql://u@h/db", "pool_size": 10, "max_overflow": 20}
+    {"connection": "fleetflow+postgresql://u@h/db", "pool_size": 10, "max_overflow": 20,
+     "max_retry_seconds": 120, "retry_interval": 0.5}
     LogbookBackend({}, engine=shared_engine)                     # share a process's engine
 """
 
@@ -37,7 +43,7 @@ from sqlalchemy import exc as sa_exc
 from taskflow import exceptions as exc
 from taskflow.persistence import base, models
 
-from fleetflow.persistence import db, migrate
+from fleetflow.persistence import db, db_retry, migrate
 from fleetflow.persistence.logbook.checkpoint import AtomCheckpoint
 from fleetflow.persistence.logbook.models import (
     ATOM_COLUMNS,
@@ -183,8 +189,14 @@ class LogbookBackend(base.Backend):
                 url = url[len(SCHEME_PREFIX):]
             engine = db.create_engine(url, pool_size=int(self._conf.get("pool_size", 10)),
                                       max_overflow=int(self._conf.get("max_overflow", 20)))
+            db_retry.register(engine, db_retry.RetryPolicy(
+                float(self._conf.get("max_retry_seconds",
+                                     db_retry.DEFAULT_MAX_RETRY_SECONDS)),
+                float(self._conf.get("retry_interval", db_retry.DEFAULT_RETRY_INTERVAL))))
         self._engine = engine
         self._checkpoint = AtomCheckpoint(engine)
+        # A shared engine brings the window its Database was configured with.
+        self.retry_policy = db_retry.policy_for(engine)
 
     @property
     def engine(self) -> sa.Engine:
@@ -206,6 +218,7 @@ class LogbookConnection(base.Connection):
         self._backend = backend
         self._engine = backend.engine
         self._checkpoint = backend._checkpoint
+        self._retrying = backend.retry_policy.run
 
     @property
     def backend(self):
@@ -250,6 +263,10 @@ class LogbookConnection(base.Connection):
 
     def update_atom_details(self, atom_detail, ignore_missing=False):
         """Store an atom detail with one UPDATE (its checkpoint); returns it."""
+        return self._retrying(lambda: self._update_atom(atom_detail, ignore_missing),
+                              "saving a checkpoint")
+
+    def _update_atom(self, atom_detail, ignore_missing):
         values = _atom_values(atom_detail)
         if self._checkpoint({"b_uuid": atom_detail.uuid, **values}):
             return atom_detail
@@ -268,8 +285,10 @@ class LogbookConnection(base.Connection):
         NotFound names the others.
         """
         rows = [{"b_uuid": ad.uuid, **_atom_values(ad)} for ad in atom_details]
-        if not rows:
-            return
+        if rows:
+            self._retrying(lambda: self._update_atoms(rows), "saving checkpoints")
+
+    def _update_atoms(self, rows: list[dict]) -> None:
         matched = self._checkpoint.many(rows)
         if matched == len(rows):
             return
@@ -283,6 +302,10 @@ class LogbookConnection(base.Connection):
 
     def update_flow_details(self, flow_detail, ignore_missing=False):
         """Store a flow detail and its atom details; returns the stored whole."""
+        return self._retrying(lambda: self._update_flow(flow_detail, ignore_missing),
+                              f"saving flow details '{flow_detail.uuid}'")
+
+    def _update_flow(self, flow_detail, ignore_missing):
         with self._transaction(f"updating flow details '{flow_detail.uuid}'") as conn:
             extra = _write_flow(conn, flow_detail, None, insert_if_missing=ignore_missing)
         result = flow_detail.copy()
@@ -292,6 +315,9 @@ class LogbookConnection(base.Connection):
 
     def save_logbook(self, book):
         """Insert or update a logbook with all its flow and atom details."""
+        return self._retrying(lambda: self._save_book(book), f"saving logbook '{book.uuid}'")
+
+    def _save_book(self, book):
         with self._transaction(f"saving logbook '{book.uuid}'") as conn:
             values = _book_values(book)
             if conn.execute(UPDATE_BOOK, {"b_uuid": book.uuid, **values}).rowcount == 0:
