@@ -50,10 +50,12 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
 
     SIGTERM or SIGINT stops the workers: a running flow is suspended at its
     next atom boundary and its job handed back to the board for another
-    conductor to resume.
+    conductor to resume. Beside them a reconciler keeps the board in step
+    with the database (``[conductor] reconcile_interval``).
     """
     from fleetflow.engine.backend import get_backend
     from fleetflow.engine.conductor import ConductorPool, default_name
+    from fleetflow.engine.reconcile import Reconciler
     from fleetflow.persistence import migrate
     from fleetflow.persistence.db import get_database
 
@@ -78,6 +80,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     pool = ConductorPool(conf, workers=workers, name=name or default_name(conf),
                          persistence=persistence)
     pool.start()
+    reconciler = Reconciler(conf, persistence, name=name or default_name(conf)).start()
     gc_policy.for_service()
     click.echo(f"conductor {name or default_name(conf)}: {workers} worker(s) on the "
                f"{conf.jobboard.backend} jobboard '{conf.jobboard.board_name}'")
@@ -85,6 +88,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     # the main thread, which an unbounded wait would not reach promptly.
     while not stop.wait(0.5):
         pass
+    reconciler.stop()
     pool.stop()
     if agent is not None:
         agent.stop()

@@ -45,6 +45,7 @@ def _print_flow(flow: dict) -> None:
         ("name", flow["name"]), ("state", flow["state"]),
         ("owner_tenant", flow.get("owner_tenant")), ("on_error", flow.get("on_error")),
         ("submitted_at", flow.get("submitted_at")), ("paused_at", flow.get("paused_at")),
+        ("last_progress_at", flow.get("last_progress_at")),
         ("failure", _failure_text(flow.get("failure")))])
     atoms = flow.get("atoms") or []
     if atoms:
@@ -71,9 +72,10 @@ def list_cmd(state, tenant, as_json) -> None:
         remote.print_json({"flows": found})
         return
     remote.table(f"{len(found)} flows",
-                 ["id", "name", "state", "owner_tenant", "on_error", "submitted_at"],
+                 ["id", "name", "state", "owner_tenant", "on_error", "submitted_at",
+                  "last_progress_at"],
                  [[f["id"], f["name"], f["state"], f.get("owner_tenant"), f.get("on_error"),
-                   f.get("submitted_at")] for f in found])
+                   f.get("submitted_at"), f.get("last_progress_at")] for f in found])
 
 
 @flows.command("show")

@@ -44,6 +44,7 @@ class Cloud:
         self.agent = None  # the in-process fleet (agent_processes = 0)
         self.agents = None  # or its child processes
         self.pool = None
+        self.reconciler = None
         self.server = None
         self.compute = None  # the RPC client of the hosts, wherever they run
 
@@ -81,6 +82,10 @@ class Cloud:
         if conf.conductor.workers:
             self.pool = ConductorPool(conf, persistence=persistence)
             self.pool.start()
+        # Even without workers: the board is rebuilt from the database.
+        from fleetflow.engine.reconcile import Reconciler
+
+        self.reconciler = Reconciler(conf, persistence, self.database).start()
         hosts = HostOps(conf, self.database, getattr(rt.placement, "store", None), rt.compute)
         app = create_app(conf, self.database, services={
             "operations": Operations(conf, self.database, submit),
@@ -110,6 +115,8 @@ class Cloud:
     def stop(self):
         if self.server is not None:
             self.server.shutdown()
+        if self.reconciler is not None:
+            self.reconciler.stop()
         if self.pool is not None:
             self.pool.stop()
         if self.agent is not None:

@@ -98,6 +98,13 @@ CONDUCTOR_OPTS = [
                     "the pool starts a thread only when no worker is idle (TaskFlow "
                     "patch 12), so a flow gets as many as it has tasks running at once."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
+    cfg.FloatOpt("reconcile_interval", default=10.0, min=0.0,
+                 help="Seconds between two passes of the reconciler that rebuilds the "
+                      "jobboard from the database ('fleetflow serve' and 'fleetflow "
+                      "conductor' each run one; one process per board does the work of a "
+                      "period): committed submissions get their flow and job, unfinished "
+                      "flows whose job the board lost get it again, finished flows' jobs "
+                      "are consumed. 0: no reconciler in this process."),
 ]
 
 COMPUTE_OPTS = [

@@ -53,8 +53,8 @@ from taskflow import storage as tf_storage
 from taskflow.persistence import models as tf_models
 
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
+from fleetflow.engine import flow_progress, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine import taskflow_retry_fix
 from fleetflow.engine.conductor import META_KEY, ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
@@ -163,9 +163,17 @@ def list_flows(backend, state: str | None = None, tenant: str | None = None,
         if tenant is not None and summary["owner_tenant"] != tenant:
             continue
         if len(page) == limit:
-            return page, True
+            return _with_progress(backend, page), True
         page.append(summary)
-    return page, False
+    return _with_progress(backend, page), False
+
+
+def _with_progress(backend, flows: list[dict]) -> list[dict]:
+    """Each flow with when it was last written and last made progress."""
+    found = flow_progress.progress(backend, [f["id"] for f in flows])
+    for flow in flows:
+        flow.update(found[flow["id"]])
+    return flows
 
 
 # -- show ---------------------------------------------------------------------------
@@ -225,6 +233,7 @@ def show_flow(backend, flow_id: str, tenant: str | None = None) -> dict:
     view = _summary(flow_detail)
     if tenant is not None and view["owner_tenant"] != tenant:
         raise NotFound(f"flow {flow_id} not found", flow_id=flow_id)
+    _with_progress(backend, [view])
     atoms = sorted((_atom_view(ad) for ad in _atoms(flow_detail)), key=lambda a: a["name"])
     view["atoms"] = atoms
     failed = [a for a in atoms if a["state"] in (tf_states.FAILURE, tf_states.REVERT_FAILURE)]

@@ -15,13 +15,23 @@ from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
 4. the ``after-checkpoint`` crash point of the crash tests (flows/tasks/base.py);
 5. **wake-up on post**: an idle worker looks at the board every 0.5 s
    (TaskFlow's wait); a job posted in the same process (``fleetflow serve``)
-   wakes the process's workers at once (:func:`wake_local_conductors`).
+   wakes the process's workers at once (:func:`wake_local_conductors`);
+6. **consume only what is recorded**: after a run the flow detail is read
+   back, and the job is consumed only when it says the flow is over
+   (SUCCESS, REVERTED, FAILURE) or paused; otherwise, or when it cannot be
+   read, the job is abandoned for another run. The job finished is the one
+   the keep-alive holds: a replacement if the board lost the first;
+7. **one run per flow**: a job whose flow an older job, claimed by a live
+   conductor, is running already is a duplicate (a re-post raced with
+   another, engine/reconcile.py): it is consumed without running, rather
+   than fencing the running owner out.
 
 ``ENGINE_FACTORY`` is the one seam through which every engine is made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -155,6 +165,8 @@ class FleetConductor(impl_blocking.BlockingConductor):
                                          float(conf.jobboard.claim_expiry))
         self._pause_listeners: dict[str, PauseOnErrorListener] = {}
         self._job_options: dict[str, dict] = {}
+        # Job uuid -> the job the keep-alive posted in its place (board lost it).
+        self._replacements: dict[str, object] = {}
 
     @property
     def name(self) -> str:
@@ -178,24 +190,81 @@ class FleetConductor(impl_blocking.BlockingConductor):
     def _dispatch_job(self, job):
         if self._already_settled(job):
             return True
+        if self._runs_elsewhere(job):
+            return True
         # Extend the claim from the moment we run the job (rebuilding a big
         # flow takes time too) until the conductor has consumed/abandoned it.
         self._keepalive.hold(job)
         try:
             consume = super()._dispatch_job(job)
         finally:
+            current = self._keepalive.current(job)
             lost = self._keepalive.release(job)
             paused = self._pause_listeners.pop(job.uuid, None)
             self._job_options.pop(job.uuid, None)
+            if current is not job:
+                self._replacements[job.uuid] = current
         if lost:
             # Someone else runs it now; consuming would fail anyway.
             return False
-        if paused is not None and paused.paused:
-            # NOTE: consume a paused flow: abandoning would let the next
-            # conductor resume it, and resuming a paused flow reverts it.
-            # The operator's resume / revert re-posts a job for it.
+        # NOTE: a paused flow is consumed too: abandoning would let the next
+        # conductor resume it, and resuming a paused flow reverts it. The
+        # operator's resume / revert re-posts a job for it.
+        if not consume and not (paused is not None and paused.paused):
+            return False
+        return self._end_recorded(job)
+
+    def _end_recorded(self, job) -> bool:
+        """True when the stored flow detail says the flow is over or paused.
+
+        What the engine believes is not enough: its last write (SUCCESS, the
+        pause) may have failed, and a consumed job of an unfinished flow
+        would leave nobody to finish it.
+        """
+        flow_id = (job.details or {}).get("flow_uuid") or job.name
+        try:
+            with contextlib.closing(self._persistence.get_connection()) as conn:
+                flow_detail = conn.get_flow_details(flow_id, lazy=True)
+        except Exception:
+            LOG.warning("flow %s: its final state could not be read back; abandoning job "
+                        "%s for another run", flow_id, job.uuid, exc_info=True)
+            return False
+        paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        if flow_detail.state in SETTLED_FLOW_STATES or paused:
             return True
-        return consume
+        LOG.warning("flow %s is %s in storage after its run: abandoning job %s, not "
+                    "consuming it", flow_id, flow_detail.state, job.uuid)
+        return False
+
+    def _runs_elsewhere(self, job) -> bool:
+        """True when an older job of the same flow is claimed by another live conductor."""
+        try:
+            for other in self._jobboard.iterjobs(ensure_fresh=True):
+                if (other.name != job.name or other.uuid == job.uuid
+                        or _posting_order(other) >= _posting_order(job)):
+                    continue
+                owner = self._jobboard.find_owner(other)
+                if owner is not None and owner != self._name:
+                    LOG.info("flow %s runs under job %s (%s): job %s is a duplicate, "
+                             "consumed", job.name, other.uuid, owner, job.uuid)
+                    return True
+        except Exception:
+            LOG.debug("could not look for other jobs of flow %s", job.name, exc_info=True)
+        return False
+
+    def _try_finish_job(self, job, consume, trash=False):
+        """Consume (or abandon) the job the keep-alive ended up holding; never raise.
+
+        A board that cannot be reached is no reason to stop the conductor:
+        the claim expires and the job is run again, or the reconciler posts
+        one for the flow.
+        """
+        job = self._replacements.pop(job.uuid, job)
+        try:
+            super()._try_finish_job(job, consume, trash)
+        except Exception:
+            LOG.warning("could not %s job %s of flow %s", "consume" if consume else "abandon",
+                        job.uuid, job.name, exc_info=True)
 
     def _already_settled(self, job) -> bool:
         """True when the job's flow must not run again: consume the job instead.
@@ -248,6 +317,10 @@ class FleetConductor(impl_blocking.BlockingConductor):
         if CRASH_ENV in os.environ:
             listeners.append(CrashPointListener(engine))
         return listeners
+
+
+def _posting_order(job) -> tuple:
+    return (getattr(job, "sequence", 0) or 0, str(job.uuid))
 
 
 def make_conductor(conf, name: str | None = None, persistence=None,

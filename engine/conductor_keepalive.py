@@ -7,10 +7,19 @@ of every job its conductor is *running* — registered by the conductor around
 its own dispatch of the job, not read from ``conductor._dispatched``, which
 stays empty during a blocking conductor's run.
 
-When an extension fails, someone else holds the job now (our lease lapsed
-while we were paused or cut off): the keep-alive suspends our engine so it
-stops at the next atom boundary, and the fenced checkpoints
+When an extension fails because someone else holds the job now (our lease
+lapsed while we were paused or cut off), the keep-alive suspends our engine
+so it stops at the next atom boundary, and the fenced checkpoints
 (engine/fencing.py) refuse whatever it still tries to write.
+
+When it fails because the job is no longer on the board at all (a Redis
+restarted empty), nobody else holds it: losing the board's record is not
+losing the flow. The keep-alive takes another job of the same flow (one the
+reconciler posted), or posts one, claims it and carries on extending that
+one; the engine never stops. The conductor finishes the replacement
+(:meth:`ClaimKeepAlive.current`). If another conductor holds a job of the
+flow, the claim is lost. From then on the lease below is not trusted: a
+re-post may have raced ours, so every checkpoint looks the fence up.
 
 It also answers "can anyone else hold this job right now?" for the fenced
 checkpoints (:meth:`ClaimKeepAlive.lease_valid`): not while less than half
@@ -27,6 +36,9 @@ import logging
 import threading
 import time
 
+from taskflow import exceptions as tf_exc
+from taskflow.persistence import models as tf_models
+
 LOG = logging.getLogger(__name__)
 
 # Fraction of the claim expiry during which a fresh extension proves the job
@@ -40,7 +52,7 @@ def _now() -> float:
 
 
 class _Held:
-    __slots__ = ("job", "engine", "lost", "extended_at")
+    __slots__ = ("job", "engine", "lost", "extended_at", "replaced")
 
     def __init__(self, job):
         self.job = job
@@ -48,6 +60,9 @@ class _Held:
         self.lost = False
         # When the last successful extension was sent (None: not yet).
         self.extended_at: float | None = None
+        # Another job of the flow stands in for this one: a second job of the
+        # flow may exist (a re-post raced ours), so no lease is trusted.
+        self.replaced = False
 
 
 class ClaimKeepAlive:
@@ -60,6 +75,9 @@ class ClaimKeepAlive:
         self._expiry = expiry
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()
+        # One extension (or replacement) of a job at a time: hold() and the
+        # thread must not both post a replacement.
+        self._extending = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -93,7 +111,7 @@ class ClaimKeepAlive:
             return False
         with self._lock:
             held = self._held.get(job_uuid)
-            if held is None or held.lost or held.extended_at is None:
+            if held is None or held.lost or held.replaced or held.extended_at is None:
                 return False
             return _now() - held.extended_at < self._expiry * LEASE_SAFE_FRACTION
 
@@ -108,6 +126,12 @@ class ClaimKeepAlive:
                 lost = False
         if lost:
             _suspend(engine)
+
+    def current(self, job):
+        """The job now held for ``job``: itself, or the one that replaced it."""
+        with self._lock:
+            held = self._held.get(job.uuid)
+            return held.job if held is not None else job
 
     def release(self, job) -> bool:
         """Stop extending ``job``; returns True when its claim was lost meanwhile."""
@@ -133,14 +157,21 @@ class ClaimKeepAlive:
             self._extend(held)
 
     def _extend(self, held: _Held) -> None:
+        with self._extending:
+            self._extend_locked(held)
+
+    def _extend_locked(self, held: _Held) -> None:
         sent_at = _now()
+        job = held.job
         try:
-            still_ours = self._board.extend_claim(held.job, self._owner, self._expiry)
+            still_ours = self._board.extend_claim(job, self._owner, self._expiry)
+            gone = not still_ours and self._gone(job)
+            if gone:
+                still_ours = self._replace(held)
         except Exception:
             # A board hiccup (Redis failover, database busy) is not a lost
             # claim: try again next round; the lease has slack for that.
-            LOG.warning("could not extend the claim on job %s", held.job.uuid,
-                        exc_info=True)
+            LOG.warning("could not extend the claim on job %s", job.uuid, exc_info=True)
             return
         if still_ours:
             with self._lock:
@@ -153,6 +184,36 @@ class ClaimKeepAlive:
             engine = held.engine
         if engine is not None:
             _suspend(engine)
+
+    def _gone(self, job) -> bool:
+        exists = getattr(self._board, "job_exists", None)
+        return exists is not None and not exists(job)
+
+    def _replace(self, held: _Held) -> bool:
+        """Hold another job of ``held``'s flow, posted if need be; False if another owns one.
+
+        Board errors propagate: the next round tries again.
+        """
+        old = held.job
+        others = [j for j in self._board.iterjobs(ensure_fresh=True)
+                  if j.name == old.name and j.uuid != old.uuid]
+        if any(self._board.find_owner(j) not in (None, self._owner) for j in others):
+            return False  # another conductor runs the flow now
+        if not others:
+            book = (tf_models.LogBook(old.book_name, uuid=old.book_uuid)
+                    if old.book_uuid else None)
+            others = [self._board.post(old.name, book=book, details=dict(old.details or {}))]
+        for job in others:
+            try:
+                self._board.claim(job, self._owner, self._expiry)
+            except (tf_exc.UnclaimableJob, tf_exc.NotFound):
+                continue
+            LOG.warning("job %s of flow %s left the board while conductor %s ran it: "
+                        "carrying on under job %s", old.uuid, old.name, self._owner, job.uuid)
+            with self._lock:
+                held.job, held.replaced = job, True
+            return True
+        return False
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):

@@ -12,6 +12,7 @@ evacuation where it stands (see docs/evacuation.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ from fleetflow.common.exceptions import Conflict, FleetflowError, InvalidInput, 
 from fleetflow.flows import keys
 from fleetflow.flows.tasks.evacuation import HostAlive
 from fleetflow.persistence import evacuations as rows
+from fleetflow.persistence import intents
 from fleetflow.persistence.models import Evacuation, Host, Instance
 
 LOG = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ LOG = logging.getLogger(__name__)
 EVACUATE = "evacuate"
 MAX_PARALLEL_LIMIT = 256
 
-# submit(flow_name, flow_kwargs, store=, tenant_id=, on_error=, flow_id=) -> flow id
+# submit(flow_name, flow_kwargs, store=, tenant_id=, on_error=, flow_id=, session=) -> flow id
 Submitter = Callable[..., str]
 
 
@@ -58,7 +60,7 @@ class EvacuationOps:
                  on_host_state: Callable[[str, str], object] | None = None):
         self.conf = conf
         self.database = database
-        self.submit = submit
+        self.submit = intents.joining(submit)
         self.compute = compute
         # Called with (host name, state) after the evacuation fenced a host,
         # to keep its placement provider in step (engine.hosts).
@@ -162,14 +164,14 @@ class EvacuationOps:
                 # must not get work, a drained one must end empty.
                 session.execute(sa.update(Host).where(Host.name.in_(req.hosts)).values(
                     state=fenced, state_reason=req.reason or f"evacuation {evacuation_id}"))
-            # NOTE: the flow id is chosen and written with the rows, so a crash
-            # before the post leaves a PENDING evacuation whose run can be
-            # posted again (never a job without its rows).
+            # NOTE: the run's intent commits with the rows (the outbox): a
+            # crash after the commit leaves a run the reconciler posts.
             flow_id = ids.new_uuid()
             evacuation.flow_id, evacuation.runs = flow_id, [flow_id]
-            uuids = [s.id for s in servers]
-        self._after_fence(req.hosts, fenced)
-        self._post(evacuation_id, flow_id, uuids, int(req.max_parallel), run=0)
+            # Placement hears of the fenced hosts before the run is posted.
+            intents.on_commit(session, functools.partial(self._after_fence, req.hosts, fenced))
+            self._post(session, evacuation_id, flow_id, [s.id for s in servers],
+                       int(req.max_parallel), run=0)
         return self.show(evacuation_id)
 
     def _after_fence(self, hosts: list[str], state: str | None) -> None:
@@ -182,13 +184,14 @@ class EvacuationOps:
             except FleetflowError as exc:  # the state is written; the trait can follow
                 LOG.warning("host %s: could not mark its provider %s: %s", name, state, exc)
 
-    def _post(self, evacuation_id: str, flow_id: str, uuids: list[str], lanes: int,
+    def _post(self, session, evacuation_id: str, flow_id: str, uuids: list[str], lanes: int,
               run: int) -> None:
+        """Submit a run in ``session``'s transaction: posted once the rows commit."""
         self.submit(EVACUATE, {"evacuation_id": evacuation_id, "count": len(uuids),
                                "lanes": lanes, "run": run},
                     store={keys.EVACUATION_ID: evacuation_id, keys.INSTANCE_UUIDS: uuids,
                            keys.TENANT_ID: None},
-                    tenant_id=None, flow_id=flow_id)
+                    tenant_id=None, flow_id=flow_id, session=session)
 
     def dry_run(self, req: EvacuationRequest) -> dict:
         """``{"fits": bool, "instances": [{"id", "tenant_id", "source", "destination",
@@ -270,13 +273,13 @@ class EvacuationOps:
         with self.database.session() as session:
             evacuation = self._paused(session, evacuation_id, "resumed")
             run = self._next_run(session, evacuation)
-            lanes = evacuation.max_parallel
             if run is None:
                 from fleetflow.flows.tasks.evacuation import settle
 
                 settle(session, evacuation)
-        if run is not None:
-            self._post(evacuation_id, run[0], run[1], lanes, run[2])
+            else:
+                self._post(session, evacuation_id, run[0], run[1], evacuation.max_parallel,
+                           run[2])
         return self.show(evacuation_id)
 
     def skip(self, evacuation_id: str, instance_ids: list[str]) -> dict:
@@ -299,13 +302,13 @@ class EvacuationOps:
                 moves[uuid].status, moves[uuid].step = states.SKIPPED, None
             session.flush()
             run = self._next_run(session, evacuation)
-            lanes = evacuation.max_parallel
             if run is None:
                 from fleetflow.flows.tasks.evacuation import settle
 
                 settle(session, evacuation)
-        if run is not None:
-            self._post(evacuation_id, run[0], run[1], lanes, run[2])
+            else:
+                self._post(session, evacuation_id, run[0], run[1], evacuation.max_parallel,
+                           run[2])
         return self.show(evacuation_id)
 
     def revert(self, evacuation_id: str) -> dict:

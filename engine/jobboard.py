@@ -1,8 +1,9 @@
 """Choosing a jobboard: ``[jobboard] backend = sql | redis``.
 
 Both boards implement TaskFlow's ``JobBoard`` plus
-``extend_claim(job, who) -> bool`` and ``claim_expiry``, which the conductor's
-keep-alive relies on (engine/conductor_keepalive.py).
+``extend_claim(job, who) -> bool``, ``job_exists(job) -> bool`` and
+``claim_expiry``, which the conductor's keep-alive relies on
+(engine/conductor_keepalive.py).
 """
 
 from __future__ import annotations

@@ -16,12 +16,16 @@ from taskflow.jobs.backends import impl_redis
 from taskflow.utils import redis_utils
 
 DEFAULT_CLAIM_EXPIRY = 30.0
+CONNECT_TIMEOUT = 5.0
 
 
 def make_client(url: str) -> redis.Redis:
     """A TaskFlow-compatible Redis client for ``redis://host:port/db``."""
     return redis_utils.RedisClient.from_url(
         url,
+        # Bounded: a submitter posting to an unreachable Redis gives up (its
+        # flow is posted later by the reconciler) instead of hanging the API.
+        socket_connect_timeout=CONNECT_TIMEOUT,
         # Redis 7 does not know CLIENT MAINT_NOTIFICATIONS; skip redis-py's
         # probe of it on every new connection (TaskFlow does the same).
         maint_notifications_config=maint_notifications.MaintNotificationsConfig(enabled=False))
@@ -51,6 +55,16 @@ class ExpiringRedisJobBoard(impl_redis.RedisJobBoard):
         with impl_redis._translate_failures():
             raw_owner = self._client.get(owner_key)
         return None if raw_owner is None else self._decode_owner(raw_owner)
+
+    def job_exists(self, job) -> bool:
+        """True while ``job`` is listed on the board.
+
+        False after it was consumed or trashed, or when Redis lost it (a
+        restart without persistence): what tells a keep-alive "the job is
+        gone" from "someone else holds it".
+        """
+        with impl_redis._translate_failures():
+            return bool(self._client.hexists(self.listings_key, job.key))
 
     def extend_claim(self, job, who: str, expiry: float | None = None) -> bool:
         """Extend ``who``'s claim on ``job``; False when someone else holds it or it is gone.

@@ -190,6 +190,14 @@ class SqlJobBoard(base.JobBoard):
                 sa.select(sa.func.count()).select_from(JobRow)
                 .where(JobRow.board == self.name, JobRow.state == jobs_db.JOB_POSTED))
 
+    def job_exists(self, job) -> bool:
+        """True while ``job`` is on the board (posted, not consumed or trashed).
+
+        What tells a keep-alive "the job is gone" from "someone else holds it".
+        """
+        row = self._row(job.uuid)
+        return row is not None and row.state == jobs_db.JOB_POSTED
+
     def find_owner(self, job) -> str | None:
         row = self._row(job.uuid)
         if row is None:

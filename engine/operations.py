@@ -1,8 +1,9 @@
 """What tenants and operators ask the cloud to do, turned into rows and flow jobs.
 
 The API and the CLI call these; they validate against the database, write the
-domain rows in one transaction, and post the flow that does the work. They
-never wait for a flow: status is read back from the rows.
+domain rows and the intent to run their flow in one transaction, and the flow
+is posted once it commits (engine/submit.py). They never wait for a flow:
+status is read back from the rows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.flows import keys
 from fleetflow.persistence import groups as group_rows
+from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import (
     Evacuation,
@@ -32,7 +34,7 @@ TEARDOWN = "teardown"
 # The engine's on_error value that stops a failed flow for an operator.
 ON_ERROR_PAUSE = "pause"
 
-# submit(flow_name, flow_kwargs, store, tenant_id, on_error) -> flow id
+# submit(flow_name, flow_kwargs, store=, tenant_id=, on_error=, flow_id=, session=) -> flow id
 Submitter = Callable[..., str]
 
 
@@ -76,7 +78,7 @@ class Operations:
     def __init__(self, conf, database, submit: Submitter):
         self.conf = conf
         self.database = database
-        self.submit = submit
+        self.submit = intents.joining(submit)
 
     # -- reservations ------------------------------------------------------------
     def _check(self, session, req: ReservationRequest):
@@ -137,19 +139,18 @@ class Operations:
                 policy=req.policy, request=dataclasses.asdict(req) | {"spec": spec},
                 count=req.max_count, flavor_id=flavor.id, image_id=spec["image_id"],
                 group_id=req.group_id, idempotency_key=idempotency_key)
-            # NOTE: the flow id is chosen before the job exists and written in
-            # the same transaction as the rows, so a crash between the two
-            # leaves a PENDING reservation whose flow can be posted again
-            # (never a job without its reservation).
+            # NOTE: the flow's intent commits with the rows (the outbox): a
+            # crash after the commit leaves a flow the reconciler posts, never
+            # a PENDING reservation without one, nor a job without its rows.
             reservation.flow_id = ids.new_uuid()
-            flow_id = reservation.flow_id
             instance_uuids = rows.instance_ids(session, reservation.id)
-        self.submit(PROVISION, {"reservation_id": reservation.id, "count": req.max_count,
-                                "policy": req.policy,
-                                "with_volumes": bool(req.volume_gb)},
-                    store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
-                           keys.TENANT_ID: req.tenant_id, keys.INSTANCE_UUIDS: instance_uuids},
-                    tenant_id=req.tenant_id, flow_id=flow_id)
+            self.submit(PROVISION, {"reservation_id": reservation.id, "count": req.max_count,
+                                    "policy": req.policy,
+                                    "with_volumes": bool(req.volume_gb)},
+                        store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
+                               keys.TENANT_ID: req.tenant_id,
+                               keys.INSTANCE_UUIDS: instance_uuids},
+                        tenant_id=req.tenant_id, flow_id=reservation.flow_id, session=session)
         return reservation, True
 
     def dry_run(self, req: ReservationRequest) -> dict[str, Any]:
@@ -170,11 +171,13 @@ class Operations:
                                "delete it once it has settled")
             reservation.status = states.DELETING
             instance_ids = rows.instance_ids(session, reservation_id)
-        # NOTE: pause, not revert: a deletion is finished by resuming it once
-        # its cause is dealt with; a reverted teardown could never be resumed.
-        self.submit(TEARDOWN, {"instance_ids": instance_ids, "reservation_id": reservation_id},
-                    store={keys.TENANT_ID: reservation.tenant_id},
-                    tenant_id=reservation.tenant_id, flow_id=None, on_error=ON_ERROR_PAUSE)
+            # NOTE: pause, not revert: a deletion is finished by resuming it once
+            # its cause is dealt with; a reverted teardown could never be resumed.
+            self.submit(TEARDOWN, {"instance_ids": instance_ids,
+                                   "reservation_id": reservation_id},
+                        store={keys.TENANT_ID: reservation.tenant_id},
+                        tenant_id=reservation.tenant_id, flow_id=None,
+                        on_error=ON_ERROR_PAUSE, session=session)
         return reservation
 
     def delete_server(self, tenant_id: str | None, instance_id: str) -> Instance:
@@ -204,8 +207,9 @@ class Operations:
                                f"{' by evacuation ' + moving[0] if moving else ''}; delete it "
                                "once the move has ended", instance_id=instance_id)
             instance.status, instance.task_state = states.DELETING, states.TASK_DELETING
-        self.submit(TEARDOWN, {"instance_ids": [instance_id],
-                               "reservation_id": instance.reservation_id},
-                    store={keys.TENANT_ID: instance.tenant_id},
-                    tenant_id=instance.tenant_id, flow_id=None, on_error=ON_ERROR_PAUSE)
+            self.submit(TEARDOWN, {"instance_ids": [instance_id],
+                                   "reservation_id": instance.reservation_id},
+                        store={keys.TENANT_ID: instance.tenant_id},
+                        tenant_id=instance.tenant_id, flow_id=None, on_error=ON_ERROR_PAUSE,
+                        session=session)
         return instance

@@ -31,6 +31,7 @@ from fleetflow.engine import vcluster_views as views
 from fleetflow.engine.operations import resolve_flavor, resolve_image
 from fleetflow.flows import keys
 from fleetflow.flows.tasks import vcluster_schedule as vsched
+from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import StorageBackend, VCluster
@@ -79,7 +80,7 @@ class VClusterOps:
     def __init__(self, conf, database, submit: Submitter):
         self.conf = conf
         self.database = database
-        self.submit = submit
+        self.submit = intents.joining(submit)
 
     # -- validation ----------------------------------------------------------------
 
@@ -164,7 +165,7 @@ class VClusterOps:
             flow_id = ids.new_uuid()
             servers, volumes = self._write_members(session, vcluster, checked, flow_id)
             rows.record_run(vcluster, flow_id, states.RUN_CREATE)
-        self._post(BUILD, vcluster, states.RUN_CREATE, flow_id, servers, volumes)
+            self._post(session, BUILD, vcluster, states.RUN_CREATE, flow_id, servers, volumes)
         return vcluster, True
 
     def _write_members(self, session, vcluster: VCluster, checked: _Checked, flow_id: str,
@@ -185,14 +186,16 @@ class VClusterOps:
                     "volume_type": sizes[m.name]["volume_type"]} for m in volume_rows]
         return servers, volumes
 
-    def _post(self, flow_name: str, vcluster: VCluster, run: str, flow_id: str,
+    def _post(self, session, flow_name: str, vcluster: VCluster, run: str, flow_id: str,
               servers: list, volumes: list) -> None:
+        """Submit a run in ``session``'s transaction: posted once the rows commit."""
         on_error = ON_ERROR_PAUSE if flow_name == TEARDOWN else "revert"
         self.submit(flow_name, {"vcluster_id": vcluster.id, "run": run, "servers": servers,
                                 "volumes": volumes},
                     store={keys.VCLUSTER_ID: vcluster.id, keys.TENANT_ID: vcluster.tenant_id,
                            keys.VCLUSTER_RUN: run, keys.FLOW_ID: flow_id},
-                    tenant_id=vcluster.tenant_id, flow_id=flow_id, on_error=on_error)
+                    tenant_id=vcluster.tenant_id, flow_id=flow_id, on_error=on_error,
+                    session=session)
 
     def dry_run(self, req: VClusterRequest) -> dict:
         """Whether the cluster fits now and where each member would go; claims nothing."""
@@ -222,7 +225,7 @@ class VClusterOps:
             servers, volumes = self._write_members(session, vcluster, checked, flow_id, merged)
             rows.record_run(vcluster, flow_id, states.RUN_ADD, groupings_before=before,
                             added=[i["name"] for i in instances])
-        self._post(BUILD, vcluster, states.RUN_ADD, flow_id, servers, volumes)
+            self._post(session, BUILD, vcluster, states.RUN_ADD, flow_id, servers, volumes)
         return vcluster
 
     def remove(self, tenant_id: str | None, vcluster_id: str, name: str) -> VCluster:
@@ -240,7 +243,8 @@ class VClusterOps:
             rows.record_run(vcluster, flow_id, states.RUN_REMOVE, removed=[name])
             leaving = {"index": member.index, "id": member.resource_id}
             servers, volumes = ([leaving], []) if member.kind == SERVER else ([], [leaving])
-        self._post(TEARDOWN, vcluster, states.RUN_REMOVE, flow_id, servers, volumes)
+            self._post(session, TEARDOWN, vcluster, states.RUN_REMOVE, flow_id, servers,
+                       volumes)
         return vcluster
 
     @staticmethod
@@ -275,7 +279,8 @@ class VClusterOps:
                        if m.kind == SERVER]
             volumes = [{"index": m.index, "id": m.resource_id} for m in members
                        if m.kind == VOLUME]
-        self._post(TEARDOWN, vcluster, states.RUN_DELETE, flow_id, servers, volumes)
+            self._post(session, TEARDOWN, vcluster, states.RUN_DELETE, flow_id, servers,
+                       volumes)
         return vcluster
 
     # -- reading ---------------------------------------------------------------------

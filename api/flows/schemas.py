@@ -41,6 +41,12 @@ class FlowSummarySchema(ma.Schema):
     submitted_at = ma.fields.String(allow_none=True)
     paused_at = ma.fields.String(allow_none=True,
                                  metadata={"description": "Atom that paused the flow."})
+    updated_at = ma.fields.String(
+        allow_none=True, metadata={"description": "Last write of the flow itself (its "
+                                                  "state, a pause), ISO 8601 UTC."})
+    last_progress_at = ma.fields.String(
+        allow_none=True, metadata={"description": "Last checkpoint of the flow or any of "
+                                                  "its atoms: how long ago it last moved."})
 
 
 class FlowSchema(FlowSummarySchema):

@@ -50,7 +50,10 @@ class FlowDetailRow(Base):
         sa.String(UUID_LENGTH), sa.ForeignKey("tf_logbooks.uuid", ondelete="CASCADE"),
         nullable=True, index=True)
     name: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH), nullable=True)
-    state: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH), nullable=True)
+    # Indexed (migration 0007): the reconciler looks up the unfinished flows
+    # among every flow ever run (engine/reconcile.py).
+    state: Mapped[str | None] = mapped_column(sa.String(NAME_LENGTH), nullable=True,
+                                              index=True)
     meta: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=utcnow,

@@ -21,6 +21,8 @@ def test_admin_lists_and_shows_a_paused_flow(paused, client, admin_headers):
     assert listed.status_code == 200
     assert [f["id"] for f in listed.json["flows"]] == [paused]
     assert listed.json["flows"][0]["owner_tenant"] == "tenant-a"
+    # An in-memory logbook keeps no times; the SQL one does (unit tests).
+    assert {"updated_at", "last_progress_at"} <= set(listed.json["flows"][0])
     assert client.get("/v2/admin/flows?state=SUCCESS",
                       headers=admin_headers).json["flows"] == []
 

@@ -93,3 +93,100 @@ def test_fenced_backend_skips_the_lookup_only_under_a_lease(database, memory_bac
     lease[0] = False
     with pytest.raises(StaleCheckpoint):
         fenced.check()
+
+
+class Posting:
+    """A job of :class:`ForgetfulBoard`."""
+
+    def __init__(self, uuid, name="flow-1"):
+        self.uuid, self.name = uuid, name
+        self.details = {"flow_uuid": name}
+        self.book_uuid, self.book_name = name, f"toy-{name}"
+
+
+class ForgetfulBoard:
+    """A board that lost its jobs (a Redis restarted empty): claims, posts, owners."""
+
+    def __init__(self):
+        self.jobs: dict[str, Posting] = {}
+        self.owners: dict[str, str] = {}
+        self.posted = 0
+
+    def extend_claim(self, job, who, expiry):
+        return job.uuid in self.jobs and self.owners.get(job.uuid) == who
+
+    def job_exists(self, job):
+        return job.uuid in self.jobs
+
+    def iterjobs(self, ensure_fresh=False):
+        return list(self.jobs.values())
+
+    def find_owner(self, job):
+        return self.owners.get(job.uuid)
+
+    def post(self, name, book=None, details=None):
+        self.posted += 1
+        job = Posting(f"job-new-{self.posted}", name)
+        assert (book.uuid, book.name) == (name, f"toy-{name}")
+        self.jobs[job.uuid] = job
+        return job
+
+    def claim(self, job, who, expiry=None):
+        from taskflow import exceptions as tf_exc
+
+        if self.owners.setdefault(job.uuid, who) != who:
+            raise tf_exc.UnclaimableJob(f"{job.uuid} is {self.owners[job.uuid]}'s")
+
+
+def _held_on(board):
+    job = Posting("job-1")
+    board.jobs[job.uuid], board.owners[job.uuid] = job, "me"
+    return job
+
+
+def test_a_job_the_board_lost_is_posted_again_claimed_and_carried_on(clock):
+    board = ForgetfulBoard()
+    job = _held_on(board)
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    engine = Engine()
+    alive.hold(job)
+    alive.attach_engine(job, engine)
+    board.jobs.clear()
+    board.owners.clear()  # the board restarted empty
+    clock[0] += 6.0
+    alive.extend_now()
+    assert engine.suspended == 0 and not alive.lost(job)
+    replacement = alive.current(job)
+    assert replacement.uuid == "job-new-1" and board.owners[replacement.uuid] == "me"
+    # A re-post may have raced ours: checkpoints look the fence up from now on.
+    assert not alive.lease_valid("job-1")
+    alive.extend_now()
+    assert board.posted == 1  # kept up, not posted again
+    assert alive.release(job) is False
+
+
+def test_a_job_already_reposted_is_claimed_rather_than_posted_twice(clock):
+    board = ForgetfulBoard()
+    job = _held_on(board)
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    alive.hold(job)
+    board.jobs.clear()
+    reposted = Posting("job-reconciled")
+    board.jobs[reposted.uuid] = reposted  # the reconciler was first
+    alive.extend_now()
+    assert alive.current(job) is reposted and board.posted == 0
+
+
+def test_a_replacement_someone_else_claimed_is_a_lost_claim(clock):
+    board = ForgetfulBoard()
+    job = _held_on(board)
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    engine = Engine()
+    alive.hold(job)
+    alive.attach_engine(job, engine)
+    board.jobs.clear()
+    reposted = Posting("job-reconciled")
+    board.jobs[reposted.uuid], board.owners[reposted.uuid] = reposted, "rival"
+    alive.extend_now()
+    assert engine.suspended == 1 and alive.lost(job)
+    assert alive.current(job) is job
