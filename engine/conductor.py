@@ -64,6 +64,9 @@ ON_ERROR_PAUSE = "pause"
 ON_ERROR_CHOICES = (ON_ERROR_REVERT, ON_ERROR_PAUSE)
 # Flow states a conductor never runs again on its own (see _already_settled).
 SETTLED_FLOW_STATES = frozenset({tf_states.SUCCESS, tf_states.REVERTED, tf_states.FAILURE})
+# Ends that a stopped run may have written too early (see _ended_early).
+ENDED_EARLY_STATES = frozenset({tf_states.SUCCESS, tf_states.REVERTED})
+UNFINISHED_ATOM_STATES = frozenset({tf_states.RUNNING, tf_states.REVERTING})
 
 
 def default_engine_factory(flow_detail, store: dict, backend, conf):
@@ -230,11 +233,43 @@ class FleetConductor(impl_blocking.BlockingConductor):
                         "%s for another run", flow_id, job.uuid, exc_info=True)
             return False
         paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        if flow_detail.state in ENDED_EARLY_STATES and self._wait_timeout.is_stopped():
+            return not self._ended_early(flow_id)
         if flow_detail.state in SETTLED_FLOW_STATES or paused:
             return True
         LOG.warning("flow %s is %s in storage after its run: abandoning job %s, not "
                     "consuming it", flow_id, flow_detail.state, job.uuid)
         return False
+
+    def _ended_early(self, flow_id: str) -> bool:
+        """True (and the flow set back to SUSPENDED) when a stopped run wrote an end
+        that its atoms contradict.
+
+        A conductor stopped just as it resumed a flow that a dead conductor
+        left mid-atom ends the run before scheduling anything; TaskFlow's
+        end-of-run check does not count the atoms queued to resume, finds no
+        atom left to run, and records REVERTED (or SUCCESS) with an atom still
+        RUNNING and nothing undone. Consumed, that flow would never be
+        finished nor reverted; set back to SUSPENDED, the next conductor
+        resumes it.
+        """
+        try:
+            with contextlib.closing(self._persistence.get_connection()) as conn:
+                flow_detail = conn.get_flow_details(flow_id)
+                left = sorted(atom.name for atom in flow_detail
+                              if atom.state in UNFINISHED_ATOM_STATES)
+                if not left:
+                    return False
+                flow_detail.state = tf_states.SUSPENDED
+                conn.update_flow_details(flow_detail)
+        except Exception:
+            LOG.warning("flow %s: could not check its atoms after a stopped run; "
+                        "abandoning its job", flow_id, exc_info=True)
+            return True
+        LOG.warning("flow %s read %s after a stopped run with %s unfinished: set back to "
+                    "SUSPENDED for the next conductor", flow_id, flow_detail.state,
+                    ", ".join(left[:5]))
+        return True
 
     def _runs_elsewhere(self, job) -> bool:
         """True when an older job of the same flow is claimed by another live conductor."""

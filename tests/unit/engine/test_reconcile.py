@@ -241,3 +241,36 @@ def test_the_unfinished_flows_query_uses_the_state_index(database):
         plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql(
             f"EXPLAIN QUERY PLAN {compiled}"))
     assert "ix_tf_flowdetails_state" in plan, plan
+
+
+def test_a_stopped_run_that_wrote_an_end_its_atoms_contradict_is_resumed_later(
+        engine_conf, database, sql_board, sql_backend, submitter, effects_log):
+    """A conductor stopped just as it resumes a flow left mid-atom must not consume it.
+
+    TaskFlow then records REVERTED with the resumed atom still RUNNING and nothing
+    undone; the conductor sets it back to SUSPENDED and abandons its job.
+    """
+    import contextlib
+    import types
+
+    from taskflow.persistence import models as tf_models
+
+    flow_id = submitter("toy-linear", {"count": 2})
+    with contextlib.closing(sql_backend.get_connection()) as conn:
+        flow_detail = conn.get_flow_details(flow_id)
+        atom = tf_models.TaskDetail("left-running", uuid=f"{flow_id[:-4]}beef")
+        atom.state = tf_states.RUNNING
+        flow_detail.add(atom)
+        flow_detail.state = tf_states.REVERTED
+        conn.update_flow_details(flow_detail)
+    conductor = make_conductor(engine_conf, "stopping", persistence=sql_backend,
+                               wait_timeout=0.05)
+    try:
+        job = types.SimpleNamespace(name=flow_id, uuid="job-1",
+                                    details={"flow_uuid": flow_id})
+        assert conductor._end_recorded(job) is True  # not stopping: taken as the end
+        conductor.stop()
+        assert conductor._end_recorded(job) is False
+    finally:
+        conductor.close()
+    assert _state(sql_backend, flow_id) == tf_states.SUSPENDED
