@@ -187,6 +187,10 @@ class Operations:
                 raise NotFound(f"server {instance_id} not found")
             if instance.status in (states.DELETING, states.DELETED, states.REVERTED):
                 return instance
+            if instance.vcluster_id is not None:
+                raise Conflict(f"server {instance_id} belongs to vcluster "
+                               f"{instance.vcluster_id}: remove it through the vcluster",
+                               vcluster_id=instance.vcluster_id)
             if instance.status not in (states.ACTIVE, states.ERROR):
                 raise Conflict(f"server {instance_id} is {instance.status}; "
                                "delete it once it has settled")

@@ -321,3 +321,30 @@ def test_an_evacuation_keeps_every_group_of_a_cluster_server(evac_cloud):
             GroupMember.instance_id == found["a"]["id"]))}
     assert hosts == {found["a"]["host"]}
     assert_clean(evac_cloud)
+
+
+def test_a_cluster_server_being_moved_or_deleted_alone_is_refused(evac_cloud):
+    from fleetflow.engine.operations import Operations
+    from fleetflow.persistence.models import Instance
+
+    vcluster_id = create(evac_cloud, SEED_TWO)
+    assert run_last(evac_cloud) == "SUCCESS"
+    found = members(show(evac_cloud, vcluster_id))
+    server_id = found["db-server-1"]["id"]
+    posted = len(evac_cloud.posted)
+    # Its own delete would leave the cluster with a hole the cluster does not know.
+    with pytest.raises(Conflict, match=vcluster_id):
+        Operations(evac_cloud.conf, evac_cloud.database,
+                   submit=evac_cloud._record).delete_server("t1", server_id)
+    with evac_cloud.database.session() as session:
+        session.execute(sa.update(Instance).where(Instance.id == server_id)
+                        .values(task_state=states.TASK_MIGRATING))
+    for change in (lambda: ops(evac_cloud).delete("t1", vcluster_id),
+                   lambda: ops(evac_cloud).remove("t1", vcluster_id, "db-server-1")):
+        with pytest.raises(Conflict, match="being moved"):
+            change()
+    view = show(evac_cloud, vcluster_id)
+    assert view["status"] == states.ACTIVE
+    assert {m["status"] for m in view["instances"] if m["type"] == "server"} == {
+        states.ACTIVE}
+    assert len(evac_cloud.posted) == posted
