@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import os
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -77,7 +78,21 @@ def add(session: orm.Session, flow_id: str, board: str, flow_name: str, flow_mod
                         owner_tenant=owner_tenant, on_error=on_error, created_at=utcnow())
     session.add(intent)
     session.flush()
+    _crash_after_commit(session, flow_name)
     return intent
+
+
+def _crash_after_commit(session: orm.Session, flow_name: str) -> None:
+    """The ``<flow name>:after-commit`` crash point, for crash tests.
+
+    Registered as the intent is added, it is the first thing to follow the
+    commit: the rows and the intent are durable, the flow's materialization
+    (logbook saved, job posted) has not begun.
+    """
+    from fleetflow.flows.tasks import base  # flows import persistence, not the reverse
+
+    if base.CRASH_ENV in os.environ:
+        on_commit(session, functools.partial(base.maybe_crash, flow_name, base.AFTER_COMMIT))
 
 
 def get(session: orm.Session, flow_id: str) -> FlowIntent | None:

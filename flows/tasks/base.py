@@ -15,11 +15,15 @@ before-execute     the atom is RUNNING (checkpointed), its execute not begun
 after-effect       execute finished its side effect; the result is not saved
 after-checkpoint   the atom's SUCCESS and result are saved
 during-revert      revert undid its side effect; REVERTED is not saved
+after-commit       the submission's rows and intent are committed; its flow
+                   is not saved or posted yet (the atom name is the name of
+                   the flow submitted, e.g. ``provision``)
 =================  ========================================================
 
 ``before-execute``, ``after-effect`` and ``during-revert`` fire inside
 :class:`FleetTask` and :class:`FleetRetry`; ``after-checkpoint`` needs a listener
-(:class:`CrashPointListener`), which conductors attach when the variable is set.
+(:class:`CrashPointListener`), which conductors attach when the variable is set;
+``after-commit`` fires in the submitting process (persistence/intents.py).
 Nothing happens when the variable is unset: production code pays one dict lookup.
 
 **Database outages.** Every task and retry here is idempotent by design (it
@@ -55,7 +59,8 @@ BEFORE_EXECUTE = "before-execute"
 AFTER_EFFECT = "after-effect"
 AFTER_CHECKPOINT = "after-checkpoint"
 DURING_REVERT = "during-revert"
-CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT)
+AFTER_COMMIT = "after-commit"
+CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT)
 
 
 def crash_targets(environ=None) -> set[tuple[str, str]]:
