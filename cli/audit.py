@@ -1,4 +1,4 @@
-"""``fleetflow audit``: print every mismatch between placement, rows, hosts and groups.
+"""``fleetflow audit``: print every mismatch between placement, rows, hosts, groups and flows.
 
 Where it runs (``--mode``):
 
@@ -9,7 +9,9 @@ Where it runs (``--mode``):
 - ``direct``: reads the database and placement itself and asks the hosts over
   ``[messaging] transport_url``. When that transport is in-process (embedded
   mode) and the hosts are simulated, the simulated hosts' state file is read
-  instead, which is what those hosts would answer.
+  instead, which is what those hosts would answer. Unfinished flows are looked
+  up on the ``[jobboard]`` of the configuration; when it cannot be reached
+  that part is skipped, and said so.
 - ``auto`` (default): the API when it answers, otherwise direct; the choice is
   said on stderr.
 
@@ -55,10 +57,12 @@ def _api_client(url: str):
                   token=given.token, timeout=600)
 
 
-def audit_via_api(url: str, strict: bool, hosts) -> dict:
+def audit_via_api(url: str, strict: bool, hosts, flow_grace: float | None = None) -> dict:
     params = {"strict": "true" if strict else "false"}
     if hosts:
         params["host"] = list(hosts)
+    if flow_grace is not None:
+        params["flow_grace"] = flow_grace
     try:
         return _api_client(url).get("/v2/admin/audit", **params)["audit"]
     except requests.ConnectionError as exc:
@@ -86,8 +90,24 @@ class SimulatedHosts:
         self.driver.close()
 
 
-def audit_direct(conf, strict: bool, hosts, rpc_timeout: float) -> tuple[dict, str]:
+def open_board(conf):
+    """``(board, None)`` for the configuration's jobboard, or ``(None, why not)``.
+
+    Without it the audit cannot tell which unfinished flows have an owner;
+    the rest of it runs all the same.
+    """
+    from fleetflow.engine.jobboard import make_jobboard
+
+    try:
+        return make_jobboard(conf), None
+    except Exception as exc:  # noqa: BLE001 - any failure means "no board"
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def audit_direct(conf, strict: bool, hosts, rpc_timeout: float,
+                 flow_grace: float | None = None) -> tuple[dict, str]:
     from fleetflow.compute.rpcapi import ComputeAPI
+    from fleetflow.engine import audit_flows
     from fleetflow.engine.audit import audit
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
@@ -99,13 +119,20 @@ def audit_direct(conf, strict: bool, hosts, rpc_timeout: float) -> tuple[dict, s
     compute = SimulatedHosts(conf, database) if simulated else ComputeAPI(conf, database)
     how = ("database directly; guests from the simulated hosts' state file" if simulated
            else f"database directly; hosts over {conf.messaging.transport_url.split('@')[-1]}")
+    board, no_board = open_board(conf)
+    how += (f"; jobs on the {conf.jobboard.backend} jobboard {conf.jobboard.board_name!r}"
+            if board is not None else
+            f"; no jobboard ({no_board}): unfinished flows not checked")
     try:
         report = audit(database, placement, compute, hosts=list(hosts) or None,
                        strict=strict, rpc_timeout=rpc_timeout,
-                       service_down_time=conf.compute.service_down_time)
+                       service_down_time=conf.compute.service_down_time, board=board,
+                       flow_grace=audit_flows.grace(strict, flow_grace, conf))
     finally:
         if simulated:
             compute.close()
+        if board is not None:
+            board.close()
     return report.to_dict(), how
 
 
@@ -133,16 +160,21 @@ def print_report(result: dict, source: str) -> None:
 @click.option("--host", "hosts", multiple=True, help="Ask only this host (repeatable).")
 @click.option("--rpc-timeout", type=float, default=10.0, show_default=True,
               help="Seconds a host may take to list its guests (direct mode).")
+@click.option("--flow-grace", type=click.FloatRange(min=0), default=None,
+              help="Seconds a flow may go without progress and without a live job "
+                   "before it is stranded (default: 0 with --strict, else the larger of "
+                   "60, three reconcile intervals and two claim expiries).")
 @click.pass_obj
-def audit_cmd(conf, as_json, strict, mode, url, hosts, rpc_timeout) -> None:
-    """Reconcile placement, instances, hosts and group memberships.
+def audit_cmd(conf, as_json, strict, mode, url, hosts, rpc_timeout, flow_grace) -> None:
+    """Reconcile placement, instances, hosts, group memberships and flows.
 
-    Prints every mismatch; exit 0 only when the cloud is clean (1: mismatches,
-    2: the audit could not run).
+    Prints every mismatch (stranded flows and disagreeing statuses too); exit
+    0 only when the cloud is clean (1: mismatches, 2: the audit could not run).
     """
     ctx = click.get_current_context()
     try:
-        result, source = _run(conf, strict, mode, _api_url(conf, url), hosts, rpc_timeout)
+        result, source = _run(conf, strict, mode, _api_url(conf, url), hosts, rpc_timeout,
+                              flow_grace)
     except Exception as exc:  # noqa: BLE001 - any failure to audit is exit status 2
         click.echo(f"audit failed: {exc}", err=True)
         ctx.exit(2)
@@ -154,12 +186,12 @@ def audit_cmd(conf, as_json, strict, mode, url, hosts, rpc_timeout) -> None:
     ctx.exit(0 if result["clean"] else 1)
 
 
-def _run(conf, strict, mode, url, hosts, rpc_timeout) -> tuple[dict, str]:
+def _run(conf, strict, mode, url, hosts, rpc_timeout, flow_grace) -> tuple[dict, str]:
     if mode in ("auto", "api"):
         try:
-            return audit_via_api(url, strict, hosts), f"API {url}"
+            return audit_via_api(url, strict, hosts, flow_grace), f"API {url}"
         except ApiUnreachable:
             if mode == "api":
                 raise
             click.echo(f"no API answers at {url}; auditing directly", err=True)
-    return audit_direct(conf, strict, hosts, rpc_timeout)
+    return audit_direct(conf, strict, hosts, rpc_timeout, flow_grace)

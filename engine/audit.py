@@ -17,6 +17,12 @@ volumes in transitional states (and the members of a vcluster running a flow)
 are skipped unless ``strict=True`` — which tests use once every flow has
 settled, and which then reports the in-flight rows themselves. The volume and
 vcluster checks live in :mod:`.audit_volumes`.
+
+Work that should be moving and is not is checked too: flows that nothing
+runs any more (:mod:`.audit_flows`, with the jobboard when there is one) and
+rows whose status disagrees with their members or their flow
+(:mod:`.audit_status`). In flight there means "progressed within the grace
+period", which ``strict`` lowers to nothing.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ import dataclasses
 from collections import Counter
 
 from fleetflow.common import states
+from fleetflow.engine import audit_flows, audit_status, audit_volumes
 from fleetflow.engine import audit_sources as sources
-from fleetflow.engine import audit_volumes
 from fleetflow.engine.audit_volumes import GONE, VolumeChecks, fmt
 
 # Every kind of mismatch, with what it means (also the CLI's and API's legend).
@@ -52,6 +58,8 @@ KINDS = {
     "unsettled_instance": "strict audit: an instance is still in a transitional state",
     "unsettled_volume": "strict audit: a volume is still being created or deleted",
     **audit_volumes.KINDS,
+    **audit_flows.KINDS,
+    **audit_status.KINDS,
 }
 
 IN_FLIGHT = frozenset({states.PENDING, states.SCHEDULING, states.BUILDING, states.REVERTING,
@@ -105,14 +113,19 @@ class AuditReport:
 
 def audit(database, placement_client, compute_api, hosts=None, *, strict: bool = False,
           workers: int = 16, rpc_timeout: float | None = None,
-          service_down_time: float = 60) -> AuditReport:
-    """Compare placement, rows, hosts and groups; return every mismatch.
+          service_down_time: float = 60, board=None,
+          flow_grace: float | None = None) -> AuditReport:
+    """Compare placement, rows, hosts, groups and flows; return every mismatch.
 
     ``hosts``: host names to ask over RPC (default: every host of the fleet);
     guest checks only cover the hosts asked and answering, the other checks
     the whole cloud; storage backends are asked through the hosts that
     answered. ``compute_api`` None skips the hosts and backends altogether.
     ``strict``: flows have settled, so transitional states are mismatches too.
+    ``board``: the jobboard, to tell which unfinished flows have a live owner
+    (None skips that part: ``counts["jobboard"]`` is 0). ``flow_grace``:
+    seconds without progress before a flow or a status counts as stuck
+    (default: none when strict, else :data:`.audit_flows.DEFAULT_GRACE`).
     """
     rows = sources.read_rows(database, service_down_time)
     view = sources.read_placement(placement_client, database)
@@ -124,6 +137,9 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
                 if compute_api is not None else sources.BackendVolumes({}, {}))
     checker = _Checker(rows, view, guests, backends, strict)
     checker.run()
+    grace = audit_flows.grace(strict, flow_grace)
+    flow_counts = audit_flows.check_stranded(checker.add, database, board, grace)
+    flow_counts.update(audit_status.check_status(checker.add, database, grace))
     report = AuditReport(checker.found, {
         "hosts": len(rows.hosts), "hosts_asked": len(guests.by_host) + len(guests.unreachable),
         "hosts_unreachable": len(guests.unreachable),
@@ -135,7 +151,7 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
         "instances": len(rows.instances), "volumes": len(rows.volumes),
         "consumers": len(view.allocations), "memberships": len(rows.members),
         "vclusters": len(rows.vclusters), "groupings": len(rows.groupings),
-        "mismatches": len(checker.found)})
+        **flow_counts, "mismatches": len(checker.found)})
     return report
 
 

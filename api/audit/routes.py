@@ -1,4 +1,4 @@
-"""Admin route of the audit: do placement, rows, hosts and groups agree?"""
+"""Admin route of the audit: do placement, rows, hosts, groups and flows agree?"""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from flask.views import MethodView
 from fleetflow.api import common, policy
 from fleetflow.api.audit import schemas
 from fleetflow.api.state import current_state
+from fleetflow.engine import audit_flows
 from fleetflow.engine.audit import audit
 
 blp = common.Blueprint("audit", __name__, url_prefix="/v2/admin/audit",
@@ -34,11 +35,16 @@ class Audit(MethodView):
 
         Hosts are asked for their guests over RPC in parallel; a host that does
         not answer is an ``unreachable_host`` mismatch, never taken as empty.
+        Unfinished flows are looked up on the jobboard this API posts to, when
+        it has one (``counts.jobboard`` says whether it was listed).
         ``clean`` is true only when nothing disagrees.
         """
         state = current_state()
         report = audit(state.database, _placement_client(state),
                        state.service("compute_rpcapi"), hosts=args.get("host"),
                        strict=args["strict"],
-                       service_down_time=state.conf.compute.service_down_time)
+                       service_down_time=state.conf.compute.service_down_time,
+                       board=state.services.get("jobboard"),
+                       flow_grace=audit_flows.grace(args["strict"], args.get("flow_grace"),
+                                                    state.conf))
         return {"audit": report.to_dict()}

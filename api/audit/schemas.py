@@ -16,7 +16,15 @@ class AuditQueryArgsSchema(ma.Schema):
         load_default=False,
         metadata={"description": "Flows have settled: instances in transitional states "
                                  "(PENDING, SCHEDULING, BUILDING, REVERTING, DELETING) are "
-                                 "mismatches too."})
+                                 "mismatches too, and flows get no grace (flow_grace 0 "
+                                 "unless given)."})
+    flow_grace = ma.fields.Float(
+        load_default=None, validate=ma.validate.Range(min=0),
+        metadata={"description": "Seconds a flow may go without progress (and its job "
+                                 "unclaimed) before it is stranded, and a status may "
+                                 "disagree with its members before it is a mismatch. "
+                                 "Default: 0 when strict, else the larger of 60, three "
+                                 "reconcile intervals and two claim expiries."})
     host = ma.fields.List(
         ma.fields.String(), load_default=None,
         metadata={"description": "Ask only these hosts for their guests (repeatable); "
@@ -29,8 +37,10 @@ class MismatchSchema(ma.Schema):
     kind = ma.fields.String(required=True, metadata={"description": KIND_HELP})
     subject = ma.fields.String(required=True,
                                metadata={"description": "The uuid it is about (a consumer, "
-                                                        "instance, volume, host name, or "
-                                                        "group/instance of a member)."})
+                                                        "instance, volume, host name, "
+                                                        "group/instance of a member, flow, "
+                                                        "reservation, vcluster or "
+                                                        "evacuation)."})
     detail = ma.fields.String(required=True)
     host = ma.fields.String(allow_none=True)
 
@@ -44,7 +54,12 @@ class AuditSchema(ma.Schema):
                                                      "backends_asked, backends_unreachable, "
                                                      "backend_volumes, instances, volumes, "
                                                      "consumers, memberships, vclusters, "
-                                                     "groupings."})
+                                                     "groupings; jobboard (1 when its jobs "
+                                                     "were listed, 0 when there is none or "
+                                                     "jobboard_unreachable is 1: unfinished "
+                                                     "flows were then not checked), jobs, "
+                                                     "unfinished_flows, unstarted_intents, "
+                                                     "reservations, evacuations_busy."})
 
 
 class AuditResponseSchema(ma.Schema):
