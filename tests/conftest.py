@@ -51,15 +51,25 @@ def _reachable(host: str, port: int) -> bool:
         return False
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip the calling test, or fail it under FLEETFLOW_REQUIRE_SERVICES (what CI sets)."""
+    if services_required():
+        pytest.fail(reason + " and FLEETFLOW_REQUIRE_SERVICES is set", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def missing_tool():
+    """``missing_tool(reason)``: :func:`skip_or_fail` for tests that restart a server."""
+    return skip_or_fail
+
+
 def need_service(name: str) -> None:
     """Skip (or, under CI, fail) the calling test when ``name`` is not reachable."""
     host, port = SERVICES[name]
     if _reachable(host, port):
         return
-    reason = f"{name} is not reachable on {host}:{port}"
-    if services_required():
-        pytest.fail(reason + " and FLEETFLOW_REQUIRE_SERVICES is set", pytrace=False)
-    pytest.skip(reason)
+    skip_or_fail(f"{name} is not reachable on {host}:{port}")
 
 
 @pytest.fixture

@@ -45,12 +45,6 @@ FLEET = {
 }
 
 
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("FLEETFLOW_REQUIRE_SERVICES", "") not in ("", "0", "false"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
 def _rabbitmqctl(*args: str) -> None:
     subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
 
@@ -90,12 +84,12 @@ def _reservation(location: str) -> dict:
 
 
 @pytest.fixture
-def cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api):
+def cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api, missing_tool):
     if shutil.which("rabbitmqctl") is None:
-        _skip_or_fail("rabbitmqctl is needed to restart RabbitMQ")
+        missing_tool("rabbitmqctl is needed to restart RabbitMQ")
     if not rabbit_url.startswith(("rabbit://guest:guest@127.0.0.1:5672",
                                   "rabbit://guest:guest@localhost:5672")):
-        _skip_or_fail(f"this test restarts the local RabbitMQ, not {rabbit_url}")
+        missing_tool(f"this test restarts the local RabbitMQ, not {rabbit_url}")
     procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
                         wait_for_api, FLEETFLOW_COMPUTE_BOOT_SECONDS="4.0",
                         FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1")

@@ -88,11 +88,12 @@ def redis_down():
 
 
 @pytest.fixture
-def make_cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api):
+def make_cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api,
+               missing_tool):
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
-        pytest.skip("redis-server and redis-cli are needed to restart Redis")
+        missing_tool("redis-server and redis-cli are needed to restart Redis")
     if not redis_url.startswith(("redis://127.0.0.1:6379", "redis://localhost:6379")):
-        pytest.skip(f"these tests restart the local Redis, not {redis_url}")
+        missing_tool(f"these tests restart the local Redis, not {redis_url}")
     made = []
 
     def _make(**settings):

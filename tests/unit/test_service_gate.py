@@ -28,3 +28,13 @@ def test_missing_server_fails_when_services_are_required(service_gate, closed_po
     monkeypatch.setenv("FLEETFLOW_REQUIRE_SERVICES", "1")
     with pytest.raises(Failed, match="FLEETFLOW_REQUIRE_SERVICES"):
         need_service("nothing")
+
+
+def test_a_missing_restart_tool_skips_outside_ci_and_fails_under_it(missing_tool,
+                                                                      monkeypatch):
+    monkeypatch.delenv("FLEETFLOW_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(Skipped, match="rabbitmqctl"):
+        missing_tool("rabbitmqctl is needed")
+    monkeypatch.setenv("FLEETFLOW_REQUIRE_SERVICES", "1")
+    with pytest.raises(Failed, match="FLEETFLOW_REQUIRE_SERVICES"):
+        missing_tool("rabbitmqctl is needed")
