@@ -12,49 +12,14 @@ import time
 import pytest
 
 from fleetflow.common.exceptions import InvalidInput
-from fleetflow.scheduler import CloudSnapshot, HostState
+from fleetflow.scheduler import CloudSnapshot
 from fleetflow.scheduler.vcluster import (
-    BackendState,
     Grouping,
-    ServerMember,
-    VolumeMember,
     place_vcluster,
 )
 
-
-def host(name, rack="r0", zone="z0", vcpu=8, state="up", **extra):
-    return HostState(name, state=state, region="na", zone=zone, rack=rack,
-                     capacity={"VCPU": vcpu}, **extra)
-
-
-def shared(rack, zone="z0", gb=1000, types=("ssd", "hdd"), used=0):
-    return BackendState(f"rb-{zone}-{rack}", region="na", zone=zone, rack=rack, capacity_gb=gb,
-                        used_gb=used, volume_types=frozenset(types))
-
-
-def local(host_name, rack="r0", zone="z0", gb=1000, types=("ssd",), used=0):
-    return BackendState(f"lb-{host_name}", scope="host", host_name=host_name, region="na",
-                        zone=zone, rack=rack, capacity_gb=gb, used_gb=used,
-                        volume_types=frozenset(types))
-
-
-def cloud(racks=4, per_rack=2, zones=1):
-    """``racks`` racks per zone of ``per_rack`` hosts ``h<zone><rack><i>``, a backend per rack."""
-    hosts, backends = [], []
-    for z in range(zones):
-        for r in range(racks):
-            backends.append(shared(f"r{r}", zone=f"z{z}"))
-            for i in range(per_rack):
-                hosts.append(host(f"h{z}{r}{i}", rack=f"r{r}", zone=f"z{z}"))
-    return CloudSnapshot(hosts), backends
-
-
-def srv(name, vcpu=1, **extra):
-    return ServerMember(name, {"VCPU": vcpu}, **extra)
-
-
-def vol(name, gb=10, vtype=None, attach_to=None):
-    return VolumeMember(name, gb, vtype, attach_to)
+# The same small clouds and members as the fresh-placement tests.
+from fleetflow.tests.unit.test_scheduler_vcluster import cloud, host, local, shared, srv, vol
 
 
 def rack_of(snapshot, host_name):
