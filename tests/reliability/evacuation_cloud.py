@@ -41,6 +41,8 @@ from provision_cloud import (  # this directory is on sys.path (conftest, PYTHON
     CrashCase,
     PreloadingForkServer,
     ProvisionCloud,
+    run_staged_cases,
+    stop_process,
 )
 from test_provision_crash import flow_atoms  # noqa: F401  (the same enumeration, re-exported)
 
@@ -433,7 +435,7 @@ class EvacuationCase(CrashCase):
                                           crash_at=self.target)
                 self.stage = "doomed"
             elif cloud.settled(self.evacuation_id):
-                self.first_code = _stop(self.first)
+                self.first_code = stop_process(self.first)
                 self.done = True
             return
         if self.stage == "doomed":
@@ -449,7 +451,7 @@ class EvacuationCase(CrashCase):
                 self.stage = "survivor"
             elif cloud.settled(self.evacuation_id):
                 # The target never fired: the doomed conductor finished the work.
-                self.doomed_code = _stop(self.doomed)
+                self.doomed_code = stop_process(self.doomed)
                 self.done = True
             return
         if cloud.settled(self.evacuation_id):
@@ -472,36 +474,10 @@ class EvacuationCase(CrashCase):
         evacuation["tries"][move.instance_id] = 2
 
 
-def _stop(proc) -> int:
-    proc.terminate()
-    return proc.wait(30)
-
-
 def run_evacuation_cases(cloud: EvacuationCloud, cases: list[EvacuationCase],
                          parallel: int = 10, timeout: float = 600.0) -> None:
-    """Run every case, ``parallel`` at a time; each ends settled (or the run fails).
-
-    As provision_cloud.run_crash_cases: case i's conductors see only case i's
-    board, so its crash targets fire only in case i's evacuation; the next
-    conductor takes the job over once the dead one's claim expires.
-    """
-    pending, running = list(cases), []
-    deadline = time.monotonic() + timeout
-    while pending or running:
-        while pending and len(running) < parallel:
-            case = pending.pop(0)
-            case.start(cloud)
-            running.append(case)
-        for case in list(running):
-            case.advance(cloud)
-            if case.done:
-                running.remove(case)
-        if time.monotonic() > deadline:
-            names = {f"{stage}-{c.index}" for c in running
-                     for stage in ("first", "doomed", "survivor")}
-            raise AssertionError(f"cases not finished: {running + pending}\n"
-                                 + cloud.log_tail(names=names))
-        time.sleep(0.1)
+    """Run every case, ``parallel`` at a time (provision_cloud.run_staged_cases)."""
+    run_staged_cases(cloud, cases, parallel, timeout)
 
 
 def serve_forks() -> None:

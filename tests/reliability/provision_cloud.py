@@ -352,6 +352,39 @@ def run_crash_cases(cloud: ProvisionCloud, cases: list[CrashCase], parallel: int
         time.sleep(0.25)
 
 
+def stop_process(proc) -> int:
+    """Stop a conductor gracefully (SIGTERM) and return its exit status."""
+    proc.terminate()
+    return proc.wait(30)
+
+
+def run_staged_cases(cloud, cases: list, parallel: int, timeout: float = 600.0) -> None:
+    """Run cases that drive their own conductors (``start``, ``advance``, ``done``),
+    ``parallel`` at a time; each ends settled (or the run fails).
+
+    Case i's conductors ("first", "doomed", "survivor") see only case i's
+    board, so its crash targets fire only in case i's work; the next
+    conductor takes the job over once the dead one's claim expires.
+    """
+    pending, running = list(cases), []
+    deadline = time.monotonic() + timeout
+    while pending or running:
+        while pending and len(running) < parallel:
+            case = pending.pop(0)
+            case.start(cloud)
+            running.append(case)
+        for case in list(running):
+            case.advance(cloud)
+            if case.done:
+                running.remove(case)
+        if time.monotonic() > deadline:
+            names = {f"{stage}-{c.index}" for c in running
+                     for stage in ("first", "doomed", "survivor")}
+            raise AssertionError(f"cases not finished: {running + pending}\n"
+                                 + cloud.log_tail(names=names))
+        time.sleep(0.1)
+
+
 def _advance(cloud: ProvisionCloud, case: CrashCase) -> None:
     if case.survivor is None:
         code = case.doomed.poll()

@@ -266,34 +266,9 @@ def log_fired(cloud, name: str) -> str | None:
 
 
 def _stop(proc) -> int:
-    proc.terminate()
-    return proc.wait(30)
+    from provision_cloud import stop_process  # the harnesses' directory is on sys.path by now
 
-
-def run_cases(cloud, cases: list[VClusterCase], parallel: int, timeout: float = 600.0) -> None:
-    """Run every case, ``parallel`` at a time; each ends settled (or the run fails).
-
-    Case i's conductors see only case i's board, so its crash targets fire
-    only in case i's cluster; the next conductor takes the job over once the
-    dead one's claim expires.
-    """
-    pending, running = list(cases), []
-    deadline = time.monotonic() + timeout
-    while pending or running:
-        while pending and len(running) < parallel:
-            case = pending.pop(0)
-            case.start(cloud)
-            running.append(case)
-        for case in list(running):
-            case.advance(cloud)
-            if case.done:
-                running.remove(case)
-        if time.monotonic() > deadline:
-            names = {f"{stage}-{c.index}" for c in running
-                     for stage in ("first", "doomed", "survivor")}
-            raise AssertionError(f"cases not finished: {running + pending}\n"
-                                 + cloud.log_tail(names=names))
-        time.sleep(0.1)
+    return stop_process(proc)
 
 
 @pytest.mark.slow
@@ -308,7 +283,7 @@ def test_kill_at_every_atom_boundary_of_the_seed_cluster(
     cloud.break_lanes()
     cases = [VClusterCase(index, **kwargs) for index, kwargs in enumerate(plan)]
     started = time.monotonic()
-    run_cases(cloud, cases, parallel=PARALLEL)
+    h.provision_cloud.run_staged_cases(cloud, cases, parallel=PARALLEL)
     print(f"{len(cases)} cases, {PARALLEL} at a time: {time.monotonic() - started:.0f} s")
     missed = [why for case in cases for why in case.missed(cloud)]
     assert not missed, "these conductors did not die at their target:\n" \
