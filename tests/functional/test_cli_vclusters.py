@@ -108,7 +108,7 @@ def run(cloud, live_server):
 def run_json(run, *args, **identity):
     result = run(*args, "--json", **identity)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -218,8 +218,10 @@ def test_watch_exits_2_when_the_build_reverts(run, write, cloud):
                  "--interval", "0.05", "--json")
 
     assert result.exit_code == 2, result.output
-    final = json.loads(result.output)
+    final = json.loads(result.stdout)
     assert final["status"] == "REVERTED" and final["fault"] is not None
+    # The id came first, on stderr, so stdout stays one JSON document.
+    assert result.stderr.startswith(f"vcluster {final['id']} ")
     watched = run("vclusters", "watch", final["id"], "--interval", "0.05")
     assert watched.exit_code == 2 and "REVERTED" in watched.output
 
