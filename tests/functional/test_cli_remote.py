@@ -12,8 +12,10 @@ import urllib.parse
 import pytest
 from click.testing import CliRunner
 
+from fleetflow.cli import evacuations as evacuations_cli
 from fleetflow.cli import remote
 from fleetflow.cli import reservations as reservations_cli
+from fleetflow.cli import vclusters as vclusters_cli
 from fleetflow.cli.main import cli
 
 # Nothing listens here: a command that goes to it fails to connect.
@@ -157,3 +159,26 @@ def test_the_bar_of_a_reverted_reservation_is_not_full(monkeypatch):
 
     assert final["status"] == "REVERTED"
     assert seen == [(1, 2), (0, 2)]
+
+
+class Interrupted:
+    """A client whose every call is a Ctrl-C."""
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        return call
+
+
+@pytest.mark.parametrize(("watch", "again"), [
+    (vclusters_cli.watch, "fleetflow vclusters watch vc-1"),
+    (evacuations_cli.watch, "fleetflow evacuations watch vc-1"),
+])
+def test_ctrl_c_while_watching_clusters_and_evacuations(watch, again, capsys):
+    with pytest.raises(SystemExit) as exited:
+        watch(Interrupted(), "vc-1", 0)
+
+    assert exited.value.code == remote.INTERRUPTED_EXIT
+    err = capsys.readouterr().err
+    assert "vc-1 goes on" in err and again in err

@@ -202,6 +202,22 @@ def test_dry_run_shows_where_each_member_would_go(run, write, runs):
     assert runs == [] and run_json(run, "vclusters", "list") == []
 
 
+def test_a_dry_run_that_does_not_fit_exits_3(run, write, runs):
+    # Five servers each on a host of its own, and the cloud has four hosts.
+    apart = {"vcluster": {"name": "apart", "instances": [
+        {"name": f"s{i}", "type": "server", "spec": {"imageRef": "cirros",
+                                                     "flavorRef": "m1.small"}}
+        for i in range(5)], "groupings": [
+        {"name": "g", "membersRef": [f"s{i}" for i in range(5)],
+         "spec": {"rule": "anti-affinity"}}]}}
+
+    result = run("vclusters", "create", "-f", write("apart.json", apart), "--dry-run",
+                 "--json")
+
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["fits"] is False and runs == []
+
+
 def test_an_idempotency_key_makes_one_cluster(run, write, runs):
     args = ("vclusters", "create", "-f", write("db.json", SEED_TWO), "--idempotency-key", "k1")
 
