@@ -37,24 +37,8 @@ class ApiUnreachable(Exception):
     """Nothing answers at the API address (auto mode falls back to direct)."""
 
 
-def _api_url(conf, url: str | None) -> str:
-    if url:
-        return url
-    given = click.get_current_context().meta.get(remote.META_KEY)
-    if given is not None and given.url != remote.DEFAULT_URL:
-        return given.url
-    host = "127.0.0.1" if conf.api.host in ("0.0.0.0", "::", "") else conf.api.host
-    return f"http://{host}:{conf.api.port}"
-
-
 def _api_client(url: str):
-    from fleetflow.api.client import Client
-
-    given = click.get_current_context().meta.get(remote.META_KEY) or remote.Remote()
-    roles = given.roles if (given.token or given.roles != "member,reader") else "admin"
-    return Client(url, project_id=given.project or "admin", user_id=given.user or "admin",
-                  roles=[r.strip() for r in roles.split(",") if r.strip()],
-                  token=given.token, timeout=600)
+    return remote.admin_client(url, timeout=600)
 
 
 def audit_via_api(url: str, strict: bool, hosts, flow_grace: float | None = None) -> dict:
@@ -149,7 +133,7 @@ def print_report(result: dict, source: str) -> None:
 
 
 @click.command("audit")
-@click.option("--json", "as_json", is_flag=True, help="Print {\"audit\": ...} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the audit report as JSON.")
 @click.option("--strict", is_flag=True,
               help="Flows have settled: transitional states are mismatches too.")
 @click.option("--mode", type=click.Choice(MODES), default="auto", show_default=True,
@@ -164,6 +148,7 @@ def print_report(result: dict, source: str) -> None:
               help="Seconds a flow may go without progress and without a live job "
                    "before it is stranded (default: 0 with --strict, else the larger of "
                    "60, three reconcile intervals and two claim expiries).")
+@remote.identity_options
 @click.pass_obj
 def audit_cmd(conf, as_json, strict, mode, url, hosts, rpc_timeout, flow_grace) -> None:
     """Reconcile placement, instances, hosts, group memberships and flows.
@@ -173,14 +158,14 @@ def audit_cmd(conf, as_json, strict, mode, url, hosts, rpc_timeout, flow_grace) 
     """
     ctx = click.get_current_context()
     try:
-        result, source = _run(conf, strict, mode, _api_url(conf, url), hosts, rpc_timeout,
+        result, source = _run(conf, strict, mode, url or remote.settings().url, hosts, rpc_timeout,
                               flow_grace)
     except Exception as exc:  # noqa: BLE001 - any failure to audit is exit status 2
         click.echo(f"audit failed: {exc}", err=True)
         ctx.exit(2)
     click.echo(f"audit via {source}", err=True)
     if as_json:
-        click.echo(json.dumps({"audit": result}, indent=2, sort_keys=True))
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         print_report(result, source.split(";")[0])
     ctx.exit(0 if result["clean"] else 1)

@@ -51,7 +51,15 @@ def moves_table(evacuation: dict) -> Table:
 
 
 def watch(client, evacuation_id: str, interval: float, live: bool = True) -> dict:
-    """Poll until the evacuation stops (settled or paused); a live table meanwhile."""
+    """Poll until the evacuation stops (settled or paused); a live table meanwhile.
+
+    Ctrl-C stops the watching only: the evacuation goes on.
+    """
+    with remote.interruptible("evacuation", evacuation_id, "evacuations watch"):
+        return _watch(client, evacuation_id, interval, live)
+
+
+def _watch(client, evacuation_id: str, interval: float, live: bool) -> dict:
     evacuation = client.get_evacuation(evacuation_id)
     if not live:
         while evacuation["status"] not in STOPPED:
@@ -101,19 +109,21 @@ def _stopped_exit(evacuation: dict) -> None:
 @click.option("--target-host", "target_hosts", multiple=True,
               help="An allowed destination (repeatable; default: any host that fits).")
 @click.option("--reason", help="Why (kept with the evacuation).")
-@click.option("--dry-run", is_flag=True, help="Only say where each server would go now.")
+@click.option("--dry-run", is_flag=True,
+              help="Only say where each server would go now (exit 3 when one cannot).")
 @click.option("--watch", "watch_", is_flag=True,
               help="Show every server's move until the evacuation settles or pauses.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between polls with --watch.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def evacuate(hosts, mode, on_error, max_parallel, fallback, target_hosts, reason, dry_run,
              watch_, interval, as_json):
     """Move every server off HOSTS as one durable evacuation.
 
-    With --watch the exit status is 0 when the evacuation ends DONE and 2 when
-    it ends otherwise (PARTIAL, FAILED, REVERTED) or pauses.
+    With --watch the exit status is 0 when the evacuation ends DONE, 2 when it
+    ends otherwise (PARTIAL, FAILED, REVERTED) or pauses, and 130 on Ctrl-C
+    (the evacuation goes on). With --dry-run it is 0 when every server has a
+    destination now and 3 when one does not.
     """
     client = remote.client()
     body: dict = {"hosts": list(hosts), "mode": mode, "on_error": on_error,
@@ -126,24 +136,21 @@ def evacuate(hosts, mode, on_error, max_parallel, fallback, target_hosts, reason
         verdict = client.evacuate(body, dry_run=True)
         if as_json:
             remote.print_json(verdict)
+            remote.verdict_exit(verdict)
             return
         remote.table(f"dry run: {'fits' if verdict['fits'] else 'does not fit'}",
                      ["id", "tenant", "source", "destination", "explanation"],
                      [[i["id"], i.get("tenant_id"), i.get("source"), i.get("destination"),
                        i.get("explanation")] for i in verdict["instances"]])
+        remote.verdict_exit(verdict)
         return
     evacuation = client.evacuate(body)
+    remote.accepted("evacuation", evacuation, as_json, watch_)
     if watch_:
         final = watch(client, evacuation["id"], interval, live=not as_json)
         if as_json:
             remote.print_json(final)
         _stopped_exit(final)
-        return
-    if as_json:
-        remote.print_json(evacuation)
-    else:
-        click.echo(f"evacuation {evacuation['id']} {evacuation['status']}: "
-                   f"{evacuation['links'][0]['href']}")
 
 
 @click.group("evacuations")
@@ -154,8 +161,7 @@ def evacuations() -> None:
 @evacuations.command("list")
 @click.option("--status", type=click.Choice(STATUSES), help="Only evacuations in this status.")
 @click.option("--host", help="Only evacuations of this host.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(status, host, as_json):
     """List evacuations with their progress, newest first."""
     found = remote.client().list_evacuations(status=status, host=host)
@@ -172,8 +178,7 @@ def list_(status, host, as_json):
 
 @evacuations.command("show")
 @click.argument("evacuation_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show(evacuation_id, as_json):
     """Show an evacuation and every server's move."""
     evacuation = remote.client().get_evacuation(evacuation_id)
@@ -186,8 +191,7 @@ def show(evacuation_id, as_json):
 @evacuations.command("watch")
 @click.argument("evacuation_id")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def watch_command(evacuation_id, interval, as_json):
     """Show every server's move until the evacuation settles or pauses (exit 2 unless DONE)."""
     final = watch(remote.client(), evacuation_id, interval, live=not as_json)
@@ -205,8 +209,7 @@ def _answer(evacuation: dict, as_json: bool) -> None:
 
 @evacuations.command("resume")
 @click.argument("evacuation_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def resume(evacuation_id, as_json):
     """Try the failed and pending servers of a paused evacuation again."""
     _answer(remote.client().resume_evacuation(evacuation_id), as_json)
@@ -215,8 +218,7 @@ def resume(evacuation_id, as_json):
 @evacuations.command("skip")
 @click.argument("evacuation_id")
 @click.argument("instance_ids", nargs=-1, required=True, metavar="UUID...")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def skip(evacuation_id, instance_ids, as_json):
     """Leave the named servers where they are and go on with the rest."""
     _answer(remote.client().skip_evacuation(evacuation_id, instance_ids), as_json)
@@ -224,8 +226,7 @@ def skip(evacuation_id, instance_ids, as_json):
 
 @evacuations.command("revert")
 @click.argument("evacuation_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def revert(evacuation_id, as_json):
     """End a paused evacuation where it stands (finished moves stay)."""
     _answer(remote.client().revert_evacuation(evacuation_id), as_json)

@@ -26,12 +26,8 @@ STATES = ("PENDING", "RUNNING", "SUCCESS", "FAILURE", "REVERTED", "SUSPENDED", "
 
 
 def admin_client() -> Client:
-    """The client of the global options, as an administrator unless told otherwise."""
-    given = click.get_current_context().meta.get(remote.META_KEY) or remote.Remote()
-    roles = given.roles if (given.token or given.roles != "member,reader") else "admin"
-    return Client(given.url, project_id=given.project or "admin",
-                  user_id=given.user or "admin",
-                  roles=[r.strip() for r in roles.split(",") if r.strip()], token=given.token)
+    """The client of the command line, as an administrator unless told otherwise."""
+    return remote.admin_client()
 
 
 def _failure_text(failure: dict | None) -> str | None:
@@ -63,13 +59,12 @@ def flows() -> None:
 @click.option("--state", type=click.Choice(STATES, case_sensitive=False),
               help="Only flows in this state (PAUSED: stopped on error for an operator).")
 @click.option("--tenant", help="Only this owner tenant's flows.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_cmd(state, tenant, as_json) -> None:
     """List flows, sorted by id."""
     found = admin_client().list_flows(state=state.upper() if state else None, tenant=tenant)
     if as_json:
-        remote.print_json({"flows": found})
+        remote.print_json(found)
         return
     remote.table(f"{len(found)} flows",
                  ["id", "name", "state", "owner_tenant", "on_error", "submitted_at",
@@ -80,13 +75,12 @@ def list_cmd(state, tenant, as_json) -> None:
 
 @flows.command("show")
 @click.argument("flow_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show_cmd(flow_id, as_json) -> None:
     """Show a flow: every atom's state, intention, attempts and failure."""
     flow = admin_client().get_flow(flow_id)
     if as_json:
-        remote.print_json({"flow": flow})
+        remote.print_json(flow)
     else:
         _print_flow(flow)
 
@@ -95,7 +89,7 @@ def _act(action: str, flow_id: str, as_json: bool) -> None:
     client = admin_client()
     flow = client.resume_flow(flow_id) if action == "resume" else client.revert_flow(flow_id)
     if as_json:
-        remote.print_json({"flow": flow})
+        remote.print_json(flow)
     else:
         click.echo(f"flow {flow['id']} {action} accepted; now {flow['state']} "
                    f"(a conductor picks it up)")
@@ -103,8 +97,7 @@ def _act(action: str, flow_id: str, as_json: bool) -> None:
 
 @flows.command("resume")
 @click.argument("flow_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def resume_cmd(flow_id, as_json) -> None:
     """Resume a stopped flow (crashed, suspended, paused on error) from its checkpoint."""
     _act("resume", flow_id, as_json)
@@ -112,8 +105,7 @@ def resume_cmd(flow_id, as_json) -> None:
 
 @flows.command("revert")
 @click.argument("flow_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def revert_cmd(flow_id, as_json) -> None:
     """Revert a paused, suspended or failed flow."""
     _act("revert", flow_id, as_json)

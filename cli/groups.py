@@ -4,10 +4,28 @@ from __future__ import annotations
 
 import click
 
+from fleetflow.api.client import FleetflowApiError
 from fleetflow.cli import remote
 
 POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity",
             "network-proximity", "host-capabilities")
+
+
+def find_group(client, ref: str, param_hint: str = "GROUP") -> dict:
+    """The group whose id or name is ``ref`` (names need not be unique: then give the id)."""
+    try:
+        return client.get_group(ref)
+    except FleetflowApiError as exc:
+        if exc.status not in (400, 404):
+            raise
+        not_found = exc
+    found = client.list_groups(name=ref)
+    if not found:
+        raise not_found
+    if len(found) > 1:
+        raise click.BadParameter(f"{len(found)} groups are named {ref!r}; give its id",
+                                 param_hint=param_hint)
+    return found[0]
 
 
 def _print_group(group: dict) -> None:
@@ -41,8 +59,7 @@ def groups() -> None:
 @click.option("--capability", "capabilities", multiple=True, metavar="KEY=VALUE",
               help="Capability every member's host must have (host-capabilities); "
                    "repeatable.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def create(name, policies, scope, max_per_host, metadata, capabilities, as_json):
     """Create an empty group; instances join it through a reservation's --group."""
     body = {"policies": list(policies), "scope": scope,
@@ -57,8 +74,7 @@ def create(name, policies, scope, max_per_host, metadata, capabilities, as_json)
 
 @groups.command("list")
 @click.option("--name", help="Only groups of this name.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(name, as_json):
     """List the project's groups."""
     found = remote.client().list_groups(name=name)
@@ -71,16 +87,15 @@ def list_(name, as_json):
 
 
 @groups.command("show")
-@click.argument("group_id")
-@remote.json_option
-@remote.api_errors
-def show(group_id, as_json):
-    """Show one group with its members."""
-    _emit(remote.client().get_group(group_id), as_json)
+@click.argument("group")
+@remote.api_command
+def show(group, as_json):
+    """Show one group (by id or name) with its members."""
+    _emit(find_group(remote.client(), group), as_json)
 
 
 @groups.command("update")
-@click.argument("group_id")
+@click.argument("group")
 @click.option("--name", help="New name.")
 @click.option("--meta", "metadata", multiple=True, metavar="KEY=VALUE",
               help="Replace the metadata with these pairs; repeatable.")
@@ -90,11 +105,11 @@ def show(group_id, as_json):
 @click.option("--clear-policies", is_flag=True, help="No policy (only while empty).")
 @click.option("--max-per-host", type=click.IntRange(min=1),
               help="Members per host at most (only while empty).")
-@remote.json_option
-@remote.api_errors
-def update(group_id, name, metadata, clear_meta, policies, clear_policies, max_per_host,
+@remote.api_command
+def update(group, name, metadata, clear_meta, policies, clear_policies, max_per_host,
            as_json):
-    """Change name or metadata at any time; rules only while the group is empty."""
+    """Change a group's (id or name) name or metadata at any time; rules only while
+    it is empty."""
     changes: dict = {}
     if name is not None:
         changes["name"] = name
@@ -106,17 +121,19 @@ def update(group_id, name, metadata, clear_meta, policies, clear_policies, max_p
         changes["max_per_host"] = max_per_host
     if not changes:
         raise click.UsageError("nothing to change: give --name, --meta, --policy ...")
-    _emit(remote.client().update_group(group_id, changes), as_json)
+    client = remote.client()
+    _emit(client.update_group(find_group(client, group)["id"], changes), as_json)
 
 
 @groups.command("delete")
-@click.argument("group_id")
-@remote.json_option
-@remote.api_errors
-def delete(group_id, as_json):
-    """Delete an empty group."""
-    remote.client().delete_group(group_id)
+@click.argument("group")
+@remote.api_command
+def delete(group, as_json):
+    """Delete an empty group (by id or name); --json prints it as it was."""
+    client = remote.client()
+    found = find_group(client, group)
+    client.delete_group(found["id"])
     if as_json:
-        remote.print_json({"deleted": group_id})
+        remote.print_json(found)
     else:
-        click.echo(f"group {group_id} deleted")
+        click.echo(f"group {found['id']} deleted")

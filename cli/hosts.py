@@ -38,8 +38,7 @@ def hosts() -> None:
 @click.option("--region", help="Only hosts of this region.")
 @click.option("--zone", help="Only hosts of this zone.")
 @click.option("--rack", help="Only hosts of this rack.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(state, region, zone, rack, as_json):
     """List hosts with their effective state and instance count."""
     found = remote.client().list_hosts(state=state, region=region, zone=zone, rack=rack)
@@ -55,8 +54,7 @@ def list_(state, region, zone, rack, as_json):
 
 @hosts.command("show")
 @click.argument("name")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show(name, as_json):
     """Show one host."""
     host = remote.client().get_host(name)
@@ -70,8 +68,7 @@ def show(name, as_json):
 @click.argument("name")
 @click.argument("state", type=click.Choice(HOST_STATES))
 @click.option("--reason", help="Why (shown with the host).")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def set_state(name, state, reason, as_json):
     """Set a host up, down (at once: a forced down), maintenance or disabled."""
     host = remote.client().update_host(name, state, reason=reason)
@@ -85,15 +82,15 @@ def set_state(name, state, reason, as_json):
 @click.argument("name")
 @click.option("--dead/--alive", "dead", default=None,
               help="Make the simulated host stop answering, or bring it back.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def simulate(name, dead, as_json):
     """Kill or revive a simulated host (its agent must be simulated)."""
     if dead is None:
         raise click.UsageError("give --dead or --alive")
     answer = remote.client().simulate_host(name, dead)
     if as_json:
-        remote.print_json(answer)
+        # The host, like every host command, with the faults now injected into it.
+        remote.print_json({**answer["host"], "faults": answer.get("faults")})
     else:
         host = answer["host"]
         click.echo(f"host {host['name']} {'dead' if dead else 'alive'} "

@@ -23,7 +23,8 @@ from fleetflow.cli import vclusters as vclusters_cmd
 from fleetflow.cli import volumes as volumes_cmd
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=remote.ENVIRONMENT_HELP)
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="oslo.config file; may be given more than once.")
 @remote.global_options

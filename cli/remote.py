@@ -1,17 +1,27 @@
 """What every command that talks to the REST API shares: where, as whom, and output.
 
-Global options (before the subcommand, or from the environment)::
+Where and as whom, before or after the subcommand, or from the environment::
 
     fleetflow --url http://cloud:8774 --project p1 --roles member,reader reservations list
+    fleetflow reservations list --project p1
     FLEETFLOW_URL=... FLEETFLOW_PROJECT=p1 fleetflow servers list --reservation r-...
+
+The endpoint is resolved one way for every command: ``--url``, else
+``FLEETFLOW_URL``, else ``http://<[api] host>:<[api] port>`` of the configuration
+(file, then ``FLEETFLOW_API_HOST`` / ``FLEETFLOW_API_PORT``). A value given after
+the subcommand wins over one given before it.
 
 ``--project``/``--user``/``--roles`` are the noauth identity headers;
 ``--token`` is a Keystone token for an API running ``auth_strategy = keystone``.
-Every command takes ``--json`` and then prints exactly the API's objects.
+
+``--json`` prints the object a command is about, without the API's envelope
+(``{"id": ...}``, never ``{"reservation": {...}}``): create, show, update,
+delete, an action, a dry run's verdict; ``list`` prints a JSON list of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -24,19 +34,55 @@ from rich.table import Table
 
 from fleetflow.api.client import Client, FleetflowApiError
 
-DEFAULT_URL = "http://127.0.0.1:8774"
 META_KEY = "fleetflow.remote"
+DEFAULT_ROLES = "member,reader"
+# Exit status of a --watch interrupted by Ctrl-C (the shell's 128 + SIGINT).
+INTERRUPTED_EXIT = 130
+# Exit status of a --dry-run whose answer is "does not fit" (click's usage errors are 2).
+DOES_NOT_FIT_EXIT = 3
+
+ENVIRONMENT_HELP = """\b
+Environment:
+  FLEETFLOW_URL        API endpoint (default: http://[api] host:[api] port)
+  FLEETFLOW_API_HOST   [api] host, when FLEETFLOW_URL is unset (127.0.0.1)
+  FLEETFLOW_API_PORT   [api] port, when FLEETFLOW_URL is unset (8774)
+  FLEETFLOW_PROJECT    --project
+  FLEETFLOW_USER       --user
+  FLEETFLOW_ROLES      --roles
+  FLEETFLOW_TOKEN      --token
+  FLEETFLOW_<GROUP>_<OPTION>  any configuration option (wins over the file)
+
+\b
+--url, --project, --user, --roles and --token may also follow the subcommand.
+--json prints the object a command is about, without the API's envelope;
+list commands print a JSON list of such objects.
+--dry-run exits 3 when the request does not fit; --watch exits 2 when the
+operation does not end as asked, 130 when interrupted (it goes on)."""
+
+
+def api_url(conf) -> str:
+    """``http://<[api] host>:<[api] port>``: where this configuration's API listens."""
+    host = conf.api.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{conf.api.port}"
 
 
 @dataclasses.dataclass
 class Remote:
-    """The endpoint and identity the API commands use."""
+    """The endpoint and identity the API commands use (``url`` None: the configuration's)."""
 
-    url: str = DEFAULT_URL
+    url: str | None = None
     project: str | None = None
     user: str | None = None
-    roles: str = "member,reader"
+    roles: str = DEFAULT_ROLES
     token: str | None = None
+
+    @property
+    def roles_given(self) -> bool:
+        return self.roles != DEFAULT_ROLES
 
     def client(self) -> Client:
         if not self.project and not self.token:
@@ -56,40 +102,84 @@ def _store(name: str):
     return callback
 
 
+IDENTITY_OPTIONS = (
+    ("--project", "project", "FLEETFLOW_PROJECT", "Project to act in (noauth X-Project-Id)."),
+    ("--user", "user", "FLEETFLOW_USER", "User id (noauth X-User-Id)."),
+    ("--roles", "roles", "FLEETFLOW_ROLES",
+     f"Comma separated roles (noauth X-Roles; default {DEFAULT_ROLES})."),
+    ("--token", "token", "FLEETFLOW_TOKEN", "Keystone token (X-Auth-Token)."),
+)
+URL_HELP = "fleetflow API endpoint (default: FLEETFLOW_URL, else [api] host:port)."
+
+
+def _add(command, options):
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 def global_options(command):
     """Add --url, --project, --user, --roles, --token to the top-level group.
 
     NOTE: the values go to ``ctx.meta`` (shared by every sub-context), not to
     the group's parameters, so the group keeps ``ctx.obj`` for the configuration.
     """
-    options = [
-        click.option("--url", envvar="FLEETFLOW_URL", default=DEFAULT_URL, show_default=True,
-                     expose_value=False, callback=_store("url"),
-                     help="fleetflow API endpoint (API commands)."),
-        click.option("--project", envvar="FLEETFLOW_PROJECT", expose_value=False,
-                     callback=_store("project"),
-                     help="Project to act in (noauth X-Project-Id)."),
-        click.option("--user", envvar="FLEETFLOW_USER", expose_value=False,
-                     callback=_store("user"), help="User id (noauth X-User-Id)."),
-        click.option("--roles", envvar="FLEETFLOW_ROLES", default="member,reader",
-                     show_default=True, expose_value=False, callback=_store("roles"),
-                     help="Comma separated roles (noauth X-Roles)."),
-        click.option("--token", envvar="FLEETFLOW_TOKEN", expose_value=False,
-                     callback=_store("token"), help="Keystone token (X-Auth-Token)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    options = [click.option("--url", envvar="FLEETFLOW_URL", expose_value=False,
+                            callback=_store("url"), help=URL_HELP)]
+    options += [click.option(flag, envvar=envvar, expose_value=False, callback=_store(name),
+                             help=text) for flag, name, envvar, text in IDENTITY_OPTIONS]
+    return _add(command, options)
+
+
+def subcommand_options(command, url: bool = True):
+    """The same options after the subcommand (``fleetflow servers list --project p1``).
+
+    NOTE: no environment variable and no default here: the group already read
+    those, and only a value typed after the subcommand may override them.
+    """
+    rows = ([("--url", "url", None, URL_HELP)] if url else []) + list(IDENTITY_OPTIONS)
+    return _add(command, [click.option(flag, expose_value=False, callback=_store(name),
+                                       help=text) for flag, name, _, text in rows])
+
+
+def identity_options(command):
+    """--project, --user, --roles, --token after a subcommand that has its own --url."""
+    return subcommand_options(command, url=False)
+
+
+def settings() -> Remote:
+    """Endpoint and identity of the current command line, the endpoint resolved."""
+    ctx = click.get_current_context()
+    given = ctx.meta.setdefault(META_KEY, Remote())
+    if given.url:
+        return given
+    conf = ctx.find_root().obj
+    if conf is None:
+        from fleetflow.common import config
+
+        conf = config.load(args=[])
+    return dataclasses.replace(given, url=api_url(conf))
 
 
 def client() -> Client:
     """The API client of the current command line."""
-    ctx = click.get_current_context()
-    return ctx.meta.setdefault(META_KEY, Remote()).client()
+    return settings().client()
+
+
+def admin_client(url: str | None = None, **kwargs) -> Client:
+    """The client of operator verbs: project ``admin`` and role ``admin`` unless told
+    otherwise (``--roles`` or ``--token``)."""
+    given = settings()
+    roles = given.roles if (given.token or given.roles_given) else "admin"
+    return Client(url or given.url, project_id=given.project or "admin",
+                  user_id=given.user or "admin",
+                  roles=[r.strip() for r in roles.split(",") if r.strip()], token=given.token,
+                  **kwargs)
 
 
 json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print the API's JSON instead of a table.")
+                           help="Print JSON instead of a table: the object itself "
+                                "(a list of them for list commands).")
 
 
 def api_errors(command):
@@ -101,10 +191,46 @@ def api_errors(command):
         except FleetflowApiError as exc:
             raise click.ClickException(str(exc)) from None
         except requests.ConnectionError as exc:
-            url = click.get_current_context().meta.get(META_KEY, Remote()).url
-            raise click.ClickException(f"cannot reach the API at {url}: {exc}") from None
+            raise click.ClickException(
+                f"cannot reach the API at {settings().url}: {exc}") from None
 
     return wrapper
+
+
+def api_command(command):
+    """What every API command takes: --json, the endpoint and identity options, and
+    one-line errors."""
+    return json_option(subcommand_options(api_errors(command)))
+
+
+@contextlib.contextmanager
+def interruptible(kind: str, ident: str, again: str):
+    """Ctrl-C during a --watch: say that the operation goes on, and how to watch it again."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(f"\nstopped watching; {kind} {ident} goes on. Watch it again with: "
+                   f"fleetflow {again} {ident}", err=True)
+        raise SystemExit(INTERRUPTED_EXIT) from None
+
+
+def accepted(kind: str, obj: dict, as_json: bool, watching: bool) -> None:
+    """The first answer to a change the API took (202): its id, before any watching.
+
+    With --json and --watch stdout keeps only the final object, so the id goes to stderr.
+    """
+    links = [link["href"] for link in obj.get("links") or ()]
+    line = f"{kind} {obj['id']} {obj['status']}" + (f": {links[0]}" if links else "")
+    if as_json and not watching:
+        print_json(obj)
+    else:
+        click.echo(line, err=as_json)
+
+
+def verdict_exit(verdict: dict) -> None:
+    """A dry run's answer "does not fit" is a non-zero exit status."""
+    if not verdict.get("fits"):
+        raise SystemExit(DOES_NOT_FIT_EXIT)
 
 
 def console() -> Console:

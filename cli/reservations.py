@@ -2,7 +2,7 @@
 
 ::
 
-    fleetflow --project p1 reserve --count 100 --flavor m1.small --image cirros \\
+    fleetflow --project p1 reserve --count 10 --flavor m1.small --image cirros \\
         --capability gpu=true --capability region=north-america --group web --watch
 """
 
@@ -13,8 +13,8 @@ import time
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fleetflow.api.client import FleetflowApiError
 from fleetflow.cli import remote
+from fleetflow.cli.groups import find_group
 
 # Statuses after which a reservation no longer changes by itself (the API's
 # SETTLED set; the CLI does not import server code).
@@ -23,12 +23,17 @@ SETTLED = ("ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED")
 FAILED_EXIT = 2
 
 
-def _done(progress: dict) -> int:
-    return progress["active"] + progress["error"] + progress["reverted"]
-
-
 def watch(client, reservation_id: str, interval: float, show_bar: bool = True) -> dict:
-    """Poll until the reservation settles; a rich progress bar meanwhile."""
+    """Poll until the reservation settles; a rich progress bar meanwhile.
+
+    Ctrl-C stops the watching only: the reservation goes on, and the command to
+    watch it again is printed.
+    """
+    with remote.interruptible("reservation", reservation_id, "reservations watch"):
+        return _watch(client, reservation_id, interval, show_bar)
+
+
+def _watch(client, reservation_id: str, interval: float, show_bar: bool) -> dict:
     reservation = client.get_reservation(reservation_id)
     if not show_bar:
         while reservation["status"] not in SETTLED:
@@ -41,7 +46,9 @@ def watch(client, reservation_id: str, interval: float, show_bar: bool = True) -
         task = bar.add_task(reservation_id, total=None, status="", detail="")
         while True:
             counts = reservation["progress"]
-            bar.update(task, total=counts["total"] or None, completed=_done(counts),
+            # The bar is what stands built: a reverted or failed instance is not
+            # progress, so a REVERTED reservation never reads full.
+            bar.update(task, total=counts["total"] or None, completed=counts["active"],
                        status=reservation["status"],
                        detail=f"active {counts['active']}  building {counts['building']}  "
                               f"error {counts['error']}  reverted {counts['reverted']}")
@@ -88,18 +95,21 @@ def _settled_exit(reservation: dict) -> None:
 @click.option("--name", help="Name of the reservation (instances are NAME-0000, ...).")
 @click.option("--idempotency-key", help="Retrying with the same key returns the first "
                                         "reservation instead of making another.")
-@click.option("--dry-run", is_flag=True, help="Only say whether it fits now.")
+@click.option("--dry-run", is_flag=True,
+              help="Only say whether it fits now (exit 3 when it does not).")
 @click.option("--watch", "watch_", is_flag=True, help="Show progress until it settles.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between polls with --watch.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def reserve(count, min_count, max_count, flavor, image, capabilities, group, policy,
             volume_gb, name, idempotency_key, dry_run, watch_, interval, as_json):
     """Reserve N instances in one request: one flow places and boots them all.
 
-    With --watch the exit status is 0 when the reservation ends ACTIVE and 2
-    when it ends otherwise (PARTIAL, ERROR, REVERTED ...).
+    The reservation id is printed as soon as the API takes the request. With
+    --watch the exit status is 0 when the reservation ends ACTIVE, 2 when it
+    ends otherwise (PARTIAL, ERROR, REVERTED ...) and 130 on Ctrl-C (the
+    reservation goes on). With --dry-run it is 0 when the request fits now and
+    3 when it does not.
     """
     client = remote.client()
     body: dict = {"flavor_ref": flavor, "image_ref": image, "policy": policy,
@@ -116,7 +126,7 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
         if value is not None:
             body[key] = value
     if group:
-        body["group_id"] = _group_id(client, group)
+        body["group_id"] = find_group(client, group, "--group")["id"]
     if dry_run:
         verdict = client.reserve(body, dry_run=True)
         if as_json:
@@ -126,8 +136,10 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
                                       ("placed", verdict.get("placed")),
                                       ("explanation", verdict.get("explanation")),
                                       ("hosts", len(verdict.get("hosts") or {}))])
+        remote.verdict_exit(verdict)
         return
     reservation = client.reserve(body, idempotency_key=idempotency_key)
+    remote.accepted("reservation", reservation, as_json, watch_)
     if watch_:
         final = watch(client, reservation["id"], interval, show_bar=not as_json)
         if as_json:
@@ -135,26 +147,6 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
         else:
             _print_reservation({**final, "instances": None})
         _settled_exit(final)
-        return
-    if as_json:
-        remote.print_json(reservation)
-    else:
-        click.echo(f"reservation {reservation['id']} {reservation['status']}: "
-                   f"{reservation['links'][0]['href']}")
-
-
-def _group_id(client, ref: str) -> str:
-    """A group given by name becomes its id (names need not be unique: then it must be)."""
-    try:
-        return client.get_group(ref)["id"]
-    except FleetflowApiError as exc:
-        if exc.status != 404:
-            raise
-    found = client.list_groups(name=ref)
-    if len(found) != 1:
-        raise click.BadParameter(f"{len(found)} groups are named {ref!r}; give its id",
-                                 param_hint="--group")
-    return found[0]["id"]
 
 
 @click.group("reservations")
@@ -164,8 +156,7 @@ def reservations() -> None:
 
 @reservations.command("list")
 @click.option("--status", help="Only reservations in this status.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(status, as_json):
     """List the project's reservations with their progress."""
     found = remote.client().list_reservations(status=status)
@@ -181,8 +172,7 @@ def list_(status, as_json):
 
 @reservations.command("show")
 @click.argument("reservation_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show(reservation_id, as_json):
     """Show a reservation and each of its instances."""
     reservation = remote.client().get_reservation(reservation_id)
@@ -195,8 +185,7 @@ def show(reservation_id, as_json):
 @reservations.command("watch")
 @click.argument("reservation_id")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def watch_command(reservation_id, interval, as_json):
     """Show a reservation's progress until it settles (exit 2 unless ACTIVE or DELETED)."""
     final = watch(remote.client(), reservation_id, interval, show_bar=not as_json)
@@ -207,8 +196,7 @@ def watch_command(reservation_id, interval, as_json):
 
 @reservations.command("delete")
 @click.argument("reservation_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def delete(reservation_id, as_json):
     """Delete a reservation: a teardown flow deletes every instance."""
     reservation = remote.client().delete_reservation(reservation_id)

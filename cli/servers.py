@@ -21,8 +21,7 @@ def servers() -> None:
 @click.option("--reservation", "reservation_id", help="Only the servers of this reservation.")
 @click.option("--status", help="Only servers in this status (DELETED ones only this way).")
 @click.option("--host", help="Only servers on this host (administrators).")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(reservation_id, status, host, as_json):
     """List the project's servers."""
     found = remote.client().list_servers(reservation_id=reservation_id, status=status,
@@ -38,8 +37,7 @@ def list_(reservation_id, status, host, as_json):
 
 @servers.command("show")
 @click.argument("server_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show(server_id, as_json):
     """Show one server: host, attempts, hosts tried, fault."""
     server = remote.client().get_server(server_id)
@@ -56,8 +54,7 @@ def show(server_id, as_json):
 
 @servers.command("delete")
 @click.argument("server_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def delete(server_id, as_json):
     """Delete one server (frees its allocation and group membership)."""
     server = remote.client().delete_server(server_id)

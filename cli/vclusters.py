@@ -201,7 +201,16 @@ def _poll(client, vcluster_id: str, gone_is_deleted: bool) -> dict:
 
 def watch(client, vcluster_id: str, interval: float, live: bool = True,
           gone_is_deleted: bool = False) -> dict:
-    """Poll until the cluster settles; its members and groupings redrawn meanwhile."""
+    """Poll until the cluster settles; its members and groupings redrawn meanwhile.
+
+    Ctrl-C stops the watching only: the cluster's flow goes on.
+    """
+    with remote.interruptible("vcluster", vcluster_id, "vclusters watch"):
+        return _watch(client, vcluster_id, interval, live, gone_is_deleted)
+
+
+def _watch(client, vcluster_id: str, interval: float, live: bool,
+           gone_is_deleted: bool) -> dict:
     vcluster = _poll(client, vcluster_id, gone_is_deleted)
     if not live:
         while vcluster["status"] not in SETTLED:
@@ -229,15 +238,11 @@ def _watch_and_exit(client, vcluster_id: str, interval: float, as_json: bool,
 
 def _accepted(client, vcluster: dict, watch_: bool, interval: float, as_json: bool,
               wanted: tuple[str, ...] = ("ACTIVE",)) -> None:
-    """The answer of a change the API took (202): printed, or watched to its end."""
+    """The answer of a change the API took (202): its id at once, then watched to its
+    end if asked."""
+    remote.accepted("vcluster", vcluster, as_json, watch_)
     if watch_:
         _watch_and_exit(client, vcluster["id"], interval, as_json, wanted)
-    elif as_json:
-        remote.print_json(vcluster)
-    else:
-        links = [link["href"] for link in vcluster.get("links") or ()]
-        click.echo(f"vcluster {vcluster['id']} {vcluster['status']}"
-                   + (f": {links[0]}" if links else ""))
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -254,16 +259,17 @@ def vclusters() -> None:
 @click.option("--idempotency-key", help="Retrying with the same key returns the first "
                                         "cluster instead of making another.")
 @click.option("--dry-run", is_flag=True,
-              help="Only say whether it fits now and where each member would go.")
+              help="Only say whether it fits now and where each member would go "
+                   "(exit 3 when it does not fit).")
 @watch_option
 @interval_option
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
     """Create a cluster from a file: one flow places and builds every member.
 
-    With --watch the exit status is 0 when the cluster ends ACTIVE and 2 when
-    it ends otherwise (ERROR, REVERTED, PAUSED).
+    With --watch the exit status is 0 when the cluster ends ACTIVE, 2 when it
+    ends otherwise (ERROR, REVERTED, PAUSED) and 130 on Ctrl-C (the flow goes
+    on). With --dry-run it is 0 when the cluster fits now and 3 when it does not.
     """
     client = remote.client()
     cluster = read_cluster(path, name)
@@ -274,6 +280,7 @@ def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
             remote.print_json(verdict)
         else:
             _print_verdict(verdict)
+        remote.verdict_exit(verdict)
         return
     _accepted(client, send(cluster, idempotency_key=idempotency_key), watch_, interval,
               as_json)
@@ -281,8 +288,7 @@ def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
 
 @vclusters.command("list")
 @click.option("--status", type=click.Choice(STATUSES), help="Only clusters in this status.")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(status, as_json):
     """List the project's clusters with their progress."""
     found = remote.client().list_vclusters(status=status)
@@ -299,8 +305,7 @@ def list_(status, as_json):
 
 @vclusters.command("show")
 @click.argument("vcluster_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show(vcluster_id, as_json):
     """Show a cluster: where each member landed and whether each grouping holds."""
     vcluster = remote.client().get_vcluster(vcluster_id)
@@ -315,8 +320,7 @@ def show(vcluster_id, as_json):
 @file_option
 @watch_option
 @interval_option
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def add(vcluster_id, path, watch_, interval, as_json):
     """Add members and groupings from a file ({"instances": [...], "groupings": [...]}).
 
@@ -334,8 +338,7 @@ def add(vcluster_id, path, watch_, interval, as_json):
 @click.argument("member")
 @watch_option
 @interval_option
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def remove(vcluster_id, member, watch_, interval, as_json):
     """Delete one member (a volume is detached first; groupings lose it)."""
     client = remote.client()
@@ -346,8 +349,7 @@ def remove(vcluster_id, member, watch_, interval, as_json):
 @vclusters.command("rename")
 @click.argument("vcluster_id")
 @click.argument("name")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def rename(vcluster_id, name, as_json):
     """Rename a cluster (its members keep their names)."""
     vcluster = remote.client().rename_vcluster(vcluster_id, name)
@@ -361,8 +363,7 @@ def rename(vcluster_id, name, as_json):
 @click.argument("vcluster_id")
 @watch_option
 @interval_option
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def delete(vcluster_id, watch_, interval, as_json):
     """Delete a cluster: a teardown flow deletes every member.
 
@@ -377,8 +378,7 @@ def delete(vcluster_id, watch_, interval, as_json):
 @vclusters.command("watch")
 @click.argument("vcluster_id")
 @interval_option
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def watch_command(vcluster_id, interval, as_json):
     """Show every member until the cluster settles (exit 2 unless ACTIVE or DELETED)."""
     _watch_and_exit(remote.client(), vcluster_id, interval, as_json, ("ACTIVE", "DELETED"))

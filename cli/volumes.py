@@ -30,8 +30,7 @@ def volumes() -> None:
 @click.option("--vcluster-id", help="Only the volumes of this virtual cluster.")
 @click.option("--status", help="Only volumes in this status (DELETED ones are left out "
                                "unless asked for).")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def list_(vcluster_id, status, as_json):
     """List the project's volumes, where each is attached and (admins) its backend."""
     found = remote.client().list_volumes(vcluster_id=vcluster_id, status=status)
@@ -43,8 +42,7 @@ def list_(vcluster_id, status, as_json):
 
 @volumes.command("show")
 @click.argument("volume_id")
-@remote.json_option
-@remote.api_errors
+@remote.api_command
 def show(volume_id, as_json):
     """Show one volume."""
     volume = remote.client().get_volume(volume_id)

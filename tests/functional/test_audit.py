@@ -320,7 +320,7 @@ def test_cli_direct_exit_codes(small_cloud):
     result = _run_cli(small_cloud.conf, "--mode", "direct", "--json")
     assert result.exit_code == 1
     body = json.loads(result.stdout)
-    assert [m["kind"] for m in body["audit"]["mismatches"]] == ["leaked_allocation"]
+    assert [m["kind"] for m in body["mismatches"]] == ["leaked_allocation"]
 
 
 def test_cli_through_the_api_and_fallback(small_cloud, live_server, make_conf):

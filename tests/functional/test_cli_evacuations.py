@@ -121,7 +121,7 @@ def test_hosts_simulate_dead_and_alive(run, cloud):
     from fleetflow.compute.exceptions import HostDead
 
     dead = run_json(run, "hosts", "simulate", SOURCE, "--dead")
-    assert dead["faults"]["dead"] is True and dead["host"]["name"] == SOURCE
+    assert dead["faults"]["dead"] is True and dead["name"] == SOURCE
     with pytest.raises(HostDead):
         cloud.compute.ping(SOURCE)
 
@@ -205,7 +205,7 @@ def test_evacuate_watch_exits_2_when_it_pauses(run, cloud, outcome):
                  "--json")
 
     assert result.exit_code == 2
-    final = json.loads(result.output)
+    final = json.loads(result.stdout)
     assert final["status"] == "PAUSED"
     assert final["instances"][0]["fault"]["code"] == "NO_VALID_HOST"
 

@@ -34,14 +34,14 @@ def test_list_by_state_and_show(paused, flow_engine, run):
     other = flow_engine.submit("tenant-b", 1)
     result = run("flows", "list", "--state", "paused", "--json")
     assert result.exit_code == 0, result.output
-    assert [f["id"] for f in json.loads(result.output)["flows"]] == [paused]
+    assert [f["id"] for f in json.loads(result.output)] == [paused]
     listed = run("flows", "list")
     assert paused in listed.output and other in listed.output and "PAUSED" in listed.output
 
     shown = run("flows", "show", paused)
     assert shown.exit_code == 0, shown.output
     assert f"{STEP1}: RuntimeError: {STEP1} is broken" in shown.output
-    assert json.loads(run("flows", "show", paused, "--json").output)["flow"]["state"] == \
+    assert json.loads(run("flows", "show", paused, "--json").output)["state"] == \
         "PAUSED"
 
 
@@ -58,7 +58,7 @@ def test_resume_then_resume_again_is_refused(paused, flow_engine, run):
 def test_revert(paused, flow_engine, run):
     result = run("flows", "revert", paused, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["flow"]["on_error"] == "revert"
+    assert json.loads(result.output)["on_error"] == "revert"
     assert flow_engine.run_until(paused, "REVERTED") == "REVERTED"
 
 

@@ -69,3 +69,27 @@ def test_refusals(run):
     assert bad.exit_code == 1 and "capabilities" in bad.output
     mine = json.loads(run("groups", "create", "--name", "mine", "--json").output)
     assert run("groups", "show", mine["id"], project="tenant-b").exit_code == 1
+
+
+def test_show_update_delete_by_name(run):
+    group = json.loads(run("groups", "create", "--name", "cache", "--json").output)
+
+    shown = json.loads(run("groups", "show", "cache", "--json").output)
+    assert shown["id"] == group["id"]
+    renamed = json.loads(run("groups", "update", "cache", "--name", "cache2", "--json").output)
+    assert renamed["id"] == group["id"] and renamed["name"] == "cache2"
+    deleted = run("groups", "delete", "cache2", "--json")
+    assert deleted.exit_code == 0, deleted.output
+    assert json.loads(deleted.output)["id"] == group["id"]
+    assert run("groups", "show", group["id"]).exit_code == 1
+
+
+def test_a_name_two_groups_share_asks_for_the_id(run):
+    for _ in range(2):
+        run("groups", "create", "--name", "twin")
+
+    result = run("groups", "show", "twin")
+
+    assert result.exit_code == 2 and "2 groups are named 'twin'; give its id" in result.output
+    missing = run("groups", "delete", "no-such-group")
+    assert missing.exit_code == 1 and "404" in missing.output

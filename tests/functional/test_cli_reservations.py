@@ -121,6 +121,9 @@ def test_reserve_watch_until_active(run, outcome):
 
     assert result.exit_code == 0, result.output
     assert "ACTIVE" in result.output and "2/2" in result.output
+    # The id comes first, before any progress, so a Ctrl-C never loses it.
+    first = result.output.splitlines()[0]
+    assert first.startswith("reservation r-") and "PENDING" in first
 
 
 def test_reserve_watch_exits_2_when_it_fails(run, outcome):
@@ -130,7 +133,7 @@ def test_reserve_watch_exits_2_when_it_fails(run, outcome):
                  "--interval", "0.05")
 
     assert result.exit_code == 2
-    final = json.loads(result.output)
+    final = json.loads(result.stdout)
     assert final["status"] == "REVERTED"
     assert final["fault"]["code"] == "BUILD_FAILED"
 
@@ -159,12 +162,13 @@ def test_watch_polls_until_the_reservation_settles():
     assert client.calls == 3
 
 
-def test_dry_run_prints_the_verdict(run, jobs):
+def test_dry_run_that_does_not_fit_exits_3(run, jobs):
+    # The sample hosts have no DISK_GB inventory: m1.small fits nowhere.
     result = run("reserve", "--count", "1", "--flavor", "m1.small", "--dry-run", "--json")
 
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
     verdict = json.loads(result.output)
-    assert "fits" in verdict and "explanation" in verdict
+    assert verdict["fits"] is False and "explanation" in verdict
     assert jobs == []
 
 

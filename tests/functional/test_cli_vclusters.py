@@ -108,7 +108,7 @@ def run(cloud, live_server):
 def run_json(run, *args, **identity):
     result = run(*args, "--json", **identity)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -202,6 +202,22 @@ def test_dry_run_shows_where_each_member_would_go(run, write, runs):
     assert runs == [] and run_json(run, "vclusters", "list") == []
 
 
+def test_a_dry_run_that_does_not_fit_exits_3(run, write, runs):
+    # Five servers each on a host of its own, and the cloud has four hosts.
+    apart = {"vcluster": {"name": "apart", "instances": [
+        {"name": f"s{i}", "type": "server", "spec": {"imageRef": "cirros",
+                                                     "flavorRef": "m1.small"}}
+        for i in range(5)], "groupings": [
+        {"name": "g", "membersRef": [f"s{i}" for i in range(5)],
+         "spec": {"rule": "anti-affinity"}}]}}
+
+    result = run("vclusters", "create", "-f", write("apart.json", apart), "--dry-run",
+                 "--json")
+
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["fits"] is False and runs == []
+
+
 def test_an_idempotency_key_makes_one_cluster(run, write, runs):
     args = ("vclusters", "create", "-f", write("db.json", SEED_TWO), "--idempotency-key", "k1")
 
@@ -218,8 +234,10 @@ def test_watch_exits_2_when_the_build_reverts(run, write, cloud):
                  "--interval", "0.05", "--json")
 
     assert result.exit_code == 2, result.output
-    final = json.loads(result.output)
+    final = json.loads(result.stdout)
     assert final["status"] == "REVERTED" and final["fault"] is not None
+    # The id came first, on stderr, so stdout stays one JSON document.
+    assert result.stderr.startswith(f"vcluster {final['id']} ")
     watched = run("vclusters", "watch", final["id"], "--interval", "0.05")
     assert watched.exit_code == 2 and "REVERTED" in watched.output
 

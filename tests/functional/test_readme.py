@@ -1,0 +1,149 @@
+"""Every shell block of the README, run as pasted against a served cloud.
+
+One real ``fleetflow serve`` runs in a temporary directory on a free port; each
+``sh`` block of README.md runs in order in bash (``set -e -o pipefail``) in that
+directory, with the README's ``127.0.0.1:8774`` replaced by the server's
+address and the CLI pointed at it through the environment (``FLEETFLOW_API_PORT``,
+the same variable the server reads). ``curl`` fails on an error status there, so a
+4xx is a failed block, not a printed error body. Blocks that cannot run here are
+listed in EXCLUDED, each with its reason; every other block must exit 0, and some
+must also print what the README says they print (EXPECTED).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+README_ADDRESS = "127.0.0.1:8774"
+
+# Blocks left out, each found by a line it holds, and why.
+EXCLUDED = {
+    # Installs into a new virtualenv, then starts a server in the foreground.
+    "pip install -e . && fleetflow serve": "installs the package and starts a server",
+    # Installs the test extras and runs the whole test suite, this test included.
+    "pip install -e '.[test]' && pytest": "installs the package and runs every test",
+    # Needs PostgreSQL, Redis and RabbitMQ and starts conductors, agents and a server.
+    "fleetflow --config-file dist.conf db upgrade": "distributed mode: external services "
+                                                    "and long-running servers",
+    # Needs a flow stopped on error for an operator, and no step of the README makes
+    # one yet: only a reservation asking for on_error=pause would.
+    "fleetflow flows list --state PAUSED": "needs a flow paused on error, which the "
+                                           "README's earlier steps do not make",
+}
+
+# What a block must print besides exiting 0, found by a line the block holds.
+EXPECTED = {
+    "fleetflow $A audit": ["0 mismatches"],
+    "fleetflow audit --mode api": ["0 mismatches"],
+    "--dry-run || echo": ["exit 3: does not fit"],
+}
+
+# Each block gets this much time; the slowest (evacuations) takes a few seconds.
+BLOCK_TIMEOUT = 300
+STARTUP_TIMEOUT = 120
+
+PRELUDE = """set -e -o pipefail
+# An error status fails the command (and the block), printing the error body.
+curl() { command curl --fail-with-body "$@"; }
+"""
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def _excluded(block: str) -> str | None:
+    return next((why for marker, why in EXCLUDED.items() if marker in block), None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory):
+    """``(environment, directory)`` of a served cloud: ``fleetflow serve`` on a free port."""
+    if shutil.which("curl") is None:
+        pytest.fail("the README's examples need curl")
+    directory = tmp_path_factory.mktemp("readme")
+    port = _free_port()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("FLEETFLOW_")}
+    env.update({
+        "FLEETFLOW_API_PORT": str(port),
+        # The README's blocks run in order, as a reader pastes them; nothing waits on
+        # simulated time.
+        "FLEETFLOW_COMPUTE_BOOT_SECONDS": "0",
+        "FLEETFLOW_COMPUTE_MIGRATE_SECONDS": "0",
+        "FLEETFLOW_COMPUTE_LIVE_MIGRATE_SECONDS": "0",
+        # The fleetflow and python3 of this interpreter come first.
+        "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), env["PATH"]]),
+        "COLUMNS": "160",
+    })
+    log = (directory / "serve.log").open("wb")
+    server = subprocess.Popen([sys.executable, "-m", "fleetflow.cli.main", "serve"],
+                              cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_until_served(server, port, directory)
+        yield env, directory, port
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def _wait_until_served(server: subprocess.Popen, port: int, directory: pathlib.Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"fleetflow serve exited {server.returncode}:\n"
+                        + (directory / "serve.log").read_text(errors="replace"))
+        try:
+            requests.get(f"http://127.0.0.1:{port}/openapi.json", timeout=5)
+            return
+        except requests.ConnectionError:
+            time.sleep(0.25)
+    pytest.fail("fleetflow serve did not answer within "
+                f"{STARTUP_TIMEOUT} s:\n" + (directory / "serve.log").read_text(errors="replace"))
+
+
+BLOCKS = sh_blocks(README.read_text(encoding="utf-8"))
+RUN = [block for block in BLOCKS if _excluded(block) is None]
+
+
+def test_the_exclusions_match_blocks_of_the_readme():
+    for marker in [*EXCLUDED, *EXPECTED]:
+        assert sum(marker in block for block in BLOCKS) == 1, marker
+    assert len(RUN) == len(BLOCKS) - len(EXCLUDED)
+
+
+# NOTE: in README order: a block may use what an earlier one made (the group "db").
+@pytest.mark.parametrize("block", RUN, ids=[block.splitlines()[0][:50] for block in RUN])
+def test_readme_block(cloud, block):
+    env, directory, port = cloud
+    script = PRELUDE + block.replace(README_ADDRESS, f"127.0.0.1:{port}")
+    result = subprocess.run(["bash", "-c", script], cwd=directory, env=env,
+                            capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"block exited {result.returncode}:\n{block}\n---\n{output}"
+    for marker, texts in EXPECTED.items():
+        if marker in block:
+            for text in texts:
+                assert text in output, f"{text!r} not printed by:\n{block}\n---\n{output}"
