@@ -6,6 +6,8 @@ import marshmallow as ma
 
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
+from fleetflow.common.exceptions import InvalidInput
+from fleetflow.scheduler import capabilities as caps
 
 CAPABILITY_HELP = ("Host capabilities each instance needs: a value (\"true\") or an operator "
                    "and a value (\">= 4\", \"in a b\", \"s== blue\", \"!= old\").")
@@ -28,6 +30,22 @@ class CapabilityValue(ma.fields.Field):
     default_error_messages = {"invalid": "Must be a string, a number or a boolean."}
 
 
+def valid_requirements(value: dict) -> None:
+    """Refuse a requirement the scheduler could not parse, naming its key.
+
+    Checked when the request arrives, so a malformed one is a 400 at once
+    rather than a flow that fails at its schedule step.
+    """
+    errors = {}
+    for key, raw in value.items():
+        try:
+            caps.parse_requirement(str(key), raw)
+        except InvalidInput as exc:
+            errors[key] = [exc.message.removeprefix(f"capabilities.{key}: ")]
+    if errors:
+        raise ma.ValidationError(errors)
+
+
 class ReservationFieldsSchema(ma.Schema):
     """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``."""
 
@@ -47,6 +65,7 @@ class ReservationFieldsSchema(ma.Schema):
                                  metadata={"description": "Image name or id."})
     capabilities = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(min=1)),
                                   values=CapabilityValue(), load_default=dict,
+                                  validate=valid_requirements,
                                   metadata={"description": CAPABILITY_HELP})
     group_id = ma.fields.String(allow_none=True,
                                 metadata={"description": "Server group uuid (the scheduler "

@@ -1,0 +1,107 @@
+"""Reservations refuse at once what their flow could never do, and a dry run says the same.
+
+A request the scheduler cannot parse is a 400 on a dry run and on a real
+POST alike (nothing written, no flow posted), as it is wherever capability
+requirements are accepted: server groups and virtual cluster servers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from fleetflow.persistence.models import Instance, Reservation, ServerGroup
+
+URL = "/v2/tenant-a/reservations"
+
+
+@pytest.fixture
+def jobs():
+    """Every job the API posted: (flow name, flow kwargs, submit options)."""
+    return []
+
+
+@pytest.fixture
+def api_services(conf, db, jobs):
+    from fleetflow.engine.operations import Operations
+
+    def submit(flow_name, flow_kwargs, **options):
+        jobs.append((flow_name, flow_kwargs, options))
+        return options.get("flow_id") or "flow"
+
+    return {"operations": Operations(conf, db, submit=submit)}
+
+
+def row_count(db, model) -> int:
+    with db.session() as session:
+        return session.scalar(sa.select(sa.func.count()).select_from(model))
+
+
+def nothing_written(db, jobs) -> bool:
+    return (jobs == [] and row_count(db, Reservation) == 0
+            and row_count(db, Instance) == 0)
+
+
+def details(response) -> str:
+    return " ".join(e["detail"] for e in response.json["errors"])
+
+
+@pytest.fixture
+def reserve(client, member_headers, sample_catalog):
+    def _reserve(query="", **fields):
+        fields.setdefault("flavor_ref", "m1.small")
+        fields.setdefault("image_ref", "cirros")
+        return client.post(URL + query, json={"reservation": fields}, headers=member_headers)
+
+    return _reserve
+
+
+# -- capability requirements ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query", ["", "?dry_run=true"])
+@pytest.mark.parametrize("wanted, problem", [
+    (">= lots", "needs a number"),
+    (">=", "needs an operand"),
+])
+def test_a_malformed_capability_is_400_on_post_and_dry_run_alike(reserve, jobs, db, query,
+                                                                wanted, problem):
+    response = reserve(count=1, capabilities={"cores": wanted}, query=query)
+
+    assert response.status_code == 400, response.json
+    assert "'reservation.capabilities.cores'" in details(response)
+    assert problem in details(response)
+    assert nothing_written(db, jobs)
+
+
+def test_a_group_with_a_malformed_capability_is_refused(client, member_headers, db):
+    body = {"group": {"name": "gpu", "policies": ["host-capabilities"],
+                      "capabilities": {"cores": ">= lots"}}}
+    response = client.post("/v2/tenant-a/groups", json=body, headers=member_headers)
+
+    assert response.status_code == 400, response.json
+    assert "'group.capabilities.cores'" in details(response)
+    assert row_count(db, ServerGroup) == 0
+
+
+def test_a_group_update_with_a_malformed_capability_is_refused(client, member_headers, db):
+    created = client.post("/v2/tenant-a/groups", json={"group": {"name": "g"}},
+                          headers=member_headers).json["group"]
+    response = client.put(f"/v2/tenant-a/groups/{created['id']}",
+                          json={"group": {"capabilities": {"ram": "< "}}},
+                          headers=member_headers)
+
+    assert response.status_code == 400, response.json
+    assert "'group.capabilities.ram'" in details(response)
+
+
+def test_a_vcluster_server_with_a_malformed_capability_is_refused(client, member_headers,
+                                                                  sample_catalog):
+    body = {"vcluster": {"name": "db", "groupings": [], "instances": [
+        {"name": "s1", "type": "server",
+         "spec": {"imageRef": "cirros", "flavorRef": "m1.small",
+                  "capabilities": {"cores": ">= lots"}}}]}}
+    response = client.post("/v2/tenant-a/vclusters", json=body, headers=member_headers)
+
+    assert response.status_code == 400, response.json
+    assert "'vcluster.instances.0.spec.capabilities.cores'" in details(response)
