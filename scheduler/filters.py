@@ -10,7 +10,8 @@ filter left, which is the explanation a ``NO_VALID_HOST`` carries.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fleetflow.common import states
 from fleetflow.scheduler import capabilities as caps
@@ -22,19 +23,47 @@ HostPredicate = Callable[[HostState], bool]
 
 @dataclasses.dataclass(frozen=True)
 class FilterStep:
-    """One filter's effect: it was given ``before`` hosts and kept ``after``."""
+    """One filter's effect: it was given ``before`` hosts and kept ``after``.
+
+    ``short_of``: for the resources filter, the resource classes the removed
+    hosts lacked room for, most often lacking first (an operator frees or
+    adds that class, not "resources").
+    """
 
     name: str
     before: int
     after: int
     note: str = ""
+    short_of: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A list when rebuilt from JSON (a flow's store, a NoValidHost's details).
+        object.__setattr__(self, "short_of", tuple(self.short_of))
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["short_of"] = list(self.short_of)
+        return data
 
     def __str__(self) -> str:
-        text = f"{self.name}: {self.before} -> {self.after}"
+        label = f"{self.name} ({', '.join(self.short_of)})" if self.short_of else self.name
+        text = f"{label}: {self.before} -> {self.after}"
         return f"{text} ({self.note})" if self.note else text
+
+
+def short_of(hosts: Iterable[tuple[Mapping[str, int], Mapping[str, int]]],
+             wanted: Iterable[tuple[str, int]]) -> tuple[str, ...]:
+    """Resource classes some of ``hosts`` (``(capacity, used)`` pairs) lack room for.
+
+    Ordered by how many hosts lack each, most first, then by name.
+    """
+    wanted = tuple(wanted)
+    lacking: Counter = Counter()
+    for capacity, used in hosts:
+        for rc, amount in wanted:
+            if capacity.get(rc, 0) - used.get(rc, 0) < amount:
+                lacking[rc] += 1
+    return tuple(sorted(lacking, key=lambda rc: (-lacking[rc], rc)))
 
 
 def state_filter(spec: RequestSpec) -> HostPredicate:
@@ -138,6 +167,13 @@ def run_filters(spec: RequestSpec, hosts: Sequence[HostState],
         if predicate is None:
             continue
         before = len(survivors)
-        survivors = [host for host in survivors if predicate(host)]
-        steps.append(FilterStep(name, before, len(survivors)))
+        kept = [host for host in survivors if predicate(host)]
+        lacking: tuple[str, ...] = ()
+        if build is resources_filter and len(kept) < before:
+            passed = {id(host) for host in kept}
+            overlay = usage or {}
+            lacking = short_of(((h.capacity, overlay.get(h.name, h.used)) for h in survivors
+                                if id(h) not in passed), spec.resources.items())
+        survivors = kept
+        steps.append(FilterStep(name, before, len(survivors), short_of=lacking))
     return survivors, steps

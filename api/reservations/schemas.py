@@ -204,9 +204,11 @@ class DryRunSchema(ma.Schema):
     max_count = ma.fields.Integer()
     explanation = ma.fields.String(
         allow_none=True, metadata={"description": "Which filter removed how many hosts, "
-                                                  "e.g. 'capabilities: 128 -> 9'."})
-    filters = ma.fields.List(ma.fields.Dict(), metadata={"description": "The filter chain: "
-                                                         "name, before, after, note."})
+                                                  "e.g. 'capabilities: 128 -> 9; "
+                                                  "resources (DISK_GB): 9 -> 0'."})
+    filters = ma.fields.List(ma.fields.Dict(), metadata={
+        "description": "The filter chain: name, before, after, note, short_of (for "
+                       "resources: the resource classes the removed hosts lacked)."})
     hosts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(),
                            metadata={"description": "Instances per chosen host."})
 
