@@ -141,6 +141,30 @@ def resources_filter(spec: RequestSpec,
     return fits
 
 
+def storage_filter(spec: RequestSpec,
+                   backend_free: Mapping[str, int] | None = None) -> HostPredicate | None:
+    """A reachable storage backend holds one more of the request's volumes.
+
+    ``backend_free``: free GB by backend uuid (the snapshot's, or what is
+    left of it during a pass).
+    """
+    size = spec.volume_gb
+    if not size:
+        return None
+    free = backend_free or {}
+    return lambda host: any(free.get(uuid, 0) >= size for uuid in host.backends)
+
+
+def storage_note(spec: RequestSpec, removed: Iterable[HostState],
+                 backend_free: Mapping[str, int] | None) -> str:
+    """What the removed hosts' storage lacked: the most any of their backends has free."""
+    free = backend_free or {}
+    best = max((free.get(uuid, 0) for host in removed for uuid in host.backends), default=None)
+    if best is None:
+        return f"{spec.volume_gb} GB volumes: no storage backend reachable"
+    return f"{spec.volume_gb} GB volumes: at most {max(best, 0)} GB free on a reachable backend"
+
+
 # Cheap and most selective first is not needed for correctness; the order is
 # the order the explanation reads in, resources last because the scheduler
 # re-checks it as usage grows.
@@ -152,28 +176,44 @@ FILTERS: tuple[tuple[str, Callable[[RequestSpec], HostPredicate | None]], ...] =
     ("traits", traits_filter),
     ("capabilities", capabilities_filter),
     ("host-capabilities", group_capabilities_filter),
+    ("storage", storage_filter),
     ("resources", resources_filter),
 )
 
 
 def run_filters(spec: RequestSpec, hosts: Sequence[HostState],
                 usage: Mapping[str, Mapping[str, int]] | None = None,
+                backend_free: Mapping[str, int] | None = None,
                 ) -> tuple[list[HostState], list[FilterStep]]:
-    """Apply every filter that the request makes relevant, in order."""
+    """Apply every filter that the request makes relevant, in order.
+
+    ``usage`` and ``backend_free`` stand for the snapshot's when a pass
+    explains why its next instance found no host.
+    """
     steps: list[FilterStep] = []
     survivors = list(hosts)
     for name, build in FILTERS:
-        predicate = resources_filter(spec, usage) if build is resources_filter else build(spec)
+        if build is resources_filter:
+            predicate = resources_filter(spec, usage)
+        elif build is storage_filter:
+            predicate = storage_filter(spec, backend_free)
+        else:
+            predicate = build(spec)
         if predicate is None:
             continue
         before = len(survivors)
         kept = [host for host in survivors if predicate(host)]
         lacking: tuple[str, ...] = ()
-        if build is resources_filter and len(kept) < before:
+        note = ""
+        if len(kept) < before and build in (resources_filter, storage_filter):
             passed = {id(host) for host in kept}
-            overlay = usage or {}
-            lacking = short_of(((h.capacity, overlay.get(h.name, h.used)) for h in survivors
-                                if id(h) not in passed), spec.resources.items())
+            removed = [host for host in survivors if id(host) not in passed]
+            if build is storage_filter:
+                note = storage_note(spec, removed, backend_free)
+            else:
+                overlay = usage or {}
+                lacking = short_of(((h.capacity, overlay.get(h.name, h.used))
+                                    for h in removed), spec.resources.items())
         survivors = kept
-        steps.append(FilterStep(name, before, len(survivors), short_of=lacking))
+        steps.append(FilterStep(name, before, len(survivors), note=note, short_of=lacking))
     return survivors, steps

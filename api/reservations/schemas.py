@@ -9,6 +9,8 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import capabilities as caps
 
+# The volume size column is a 32-bit integer on PostgreSQL.
+MAX_VOLUME_GB = 2**31 - 1
 CAPABILITY_HELP = ("Host capabilities each instance needs: a value (\"true\") or an operator "
                    "and a value (\">= 4\", \"in a b\", \"s== blue\", \"!= old\").")
 
@@ -72,9 +74,10 @@ class ReservationFieldsSchema(ma.Schema):
                                                          "hint group=UUID)."})
     policy = ma.fields.String(load_default=states.ALL_OR_NOTHING,
                               validate=ma.validate.OneOf(states.FAILURE_POLICIES))
-    volume_gb = ma.fields.Integer(allow_none=True, validate=ma.validate.Range(min=1),
-                                  metadata={"description": "A data volume of this size per "
-                                                           "instance."})
+    volume_gb = ma.fields.Integer(
+        allow_none=True, validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),
+        metadata={"description": "A data volume of this size per instance, on a storage "
+                                 "backend its host reaches (a dry run counts it too)."})
 
     @ma.validates_schema
     def check_counts(self, data, **kwargs):

@@ -105,3 +105,38 @@ def test_a_vcluster_server_with_a_malformed_capability_is_refused(client, member
 
     assert response.status_code == 400, response.json
     assert "'vcluster.instances.0.spec.capabilities.cores'" in details(response)
+
+
+# -- data volumes -------------------------------------------------------------------------
+
+
+def test_volume_gb_above_what_a_volume_row_holds_is_400(reserve, jobs, db):
+    response = reserve(count=1, volume_gb=2**31)
+
+    assert response.status_code == 400, response.json
+    assert "'reservation.volume_gb'" in details(response)
+    assert nothing_written(db, jobs)
+
+
+def test_dry_run_counts_the_volume_each_instance_needs(reserve, jobs, db, sample_catalog):
+    from fleetflow.persistence import fleet
+    from fleetflow.persistence.models import Host, StorageBackend
+
+    with db.session() as session:
+        for host in session.scalars(sa.select(Host)):
+            host.inventory = {**host.inventory, "DISK_GB": {"total": 2000}}
+        session.add(StorageBackend(uuid="00000000-0000-0000-0000-0000000000b1",
+                                   name="na-1-r1-storage", scope="rack", region="north-america",
+                                   zone="na-1", rack="r1", capacity_gb=50000,
+                                   volume_types=["ssd"]))
+        session.flush()
+        fleet.register_providers(session)
+
+    fits = reserve(count=1, volume_gb=50000, query="?dry_run=true").json["dry_run"]
+    too_big = reserve(count=1, volume_gb=100000, query="?dry_run=true").json["dry_run"]
+
+    assert fits["fits"] is True and fits["hosts"] == {"host-001": 1}
+    assert too_big["fits"] is False
+    assert ("storage: 3 -> 0 (100000 GB volumes: at most 50000 GB free on a reachable "
+            "backend)") in too_big["explanation"]
+    assert nothing_written(db, jobs)

@@ -139,3 +139,44 @@ def test_data_volumes_are_created_near_the_host_and_attached(cloud):
         assert {v.status for v in volumes} == {states.VOLUME_IN_USE}
     for v in volumes:
         assert list(_allocations(cloud, v.id).values()) == [{"DISK_GB": 10}]
+
+
+def _dry_run(cloud, count, **fields):
+    from fleetflow.engine.operations import Operations, ReservationRequest
+
+    ops = Operations(cloud.conf, cloud.database, submit=lambda *a, **k: None)
+    return ops.dry_run(ReservationRequest(tenant_id="t1", user_id="u1", flavor_ref="m1.small",
+                                          image_ref="cirros", min_count=count,
+                                          max_count=count, **fields))
+
+
+def test_a_volume_no_backend_holds_fails_at_schedule_as_the_dry_run_says(cloud):
+    # Each rack's shared backend holds 1,000 GB; nothing bigger can be attached.
+    verdict = _dry_run(cloud, 1, volume_gb=5000)
+    assert verdict["fits"] is False
+    assert "storage: 6 -> 0 (5000 GB volumes: at most 1000 GB free" in verdict["explanation"]
+    rid, job = cloud.reserve(1, volume_gb=5000)
+    assert cloud.run(job) == tf_states.REVERTED
+    status, fault = _status(cloud, rid)
+    assert fault["code"] == "NO_VALID_HOST" and fault["step"] == "schedule"
+    assert "storage: 6 -> 0" in fault["message"]
+    for uuid, *_ in _instances(cloud, rid):
+        assert cloud.driver.spawn_count(uuid) == 0  # no host was ever tried
+
+
+def test_volumes_sharing_a_rack_backend_are_counted_in_the_pass(cloud):
+    # 600 GB each: one per rack's 1,000 GB backend, so two fit and a third does not,
+    # though the hosts have CPU and memory for all three.
+    assert _dry_run(cloud, 2, volume_gb=600)["fits"] is True
+    verdict = _dry_run(cloud, 3, volume_gb=600)
+    assert verdict["fits"] is False and verdict["placed"] == 2
+    assert "storage: 6 -> 0 (600 GB volumes: at most 400 GB free" in verdict["explanation"]
+    rid, job = cloud.reserve(3, volume_gb=600)
+    assert cloud.run(job) == tf_states.REVERTED
+    assert _status(cloud, rid)[1]["code"] == "NO_VALID_HOST"
+    rid, job = cloud.reserve(2, volume_gb=600)
+    assert cloud.run(job) == tf_states.SUCCESS
+    with cloud.database.session() as s:
+        backends = {v.backend for v in s.scalars(sa.select(Volume).where(
+            Volume.reservation_id == rid))}
+    assert len(backends) == 2
