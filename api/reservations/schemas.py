@@ -140,11 +140,15 @@ class ReservationInstanceSchema(ma.Schema):
 
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
-    host = ma.fields.String(allow_none=True)
+    host = ma.fields.String(allow_none=True, metadata={
+        "description": "Where it is; null while unplaced and once every try was undone "
+                       "(ERROR in a PARTIAL reservation)."})
     status = ma.fields.String(required=True)
     task_state = ma.fields.String(allow_none=True)
     attempts = ma.fields.Integer(required=True)
-    hosts_tried = ma.fields.List(ma.fields.String(), required=True)
+    hosts_tried = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "Hosts it was claimed on and sent to, in order (a claim lost to "
+                       "another request is no try)."})
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
 
 
@@ -173,7 +177,9 @@ class ReservationListItemSchema(ma.Schema):
     created_at = ma.fields.DateTime()
     updated_at = ma.fields.DateTime()
     progress = ma.fields.Nested(ProgressSchema, required=True)
-    fault = ma.fields.Nested(FaultSchema, allow_none=True)
+    fault = ma.fields.Nested(FaultSchema, allow_none=True, metadata={
+        "description": "ERROR or REVERTED: the fault that caused it; PARTIAL: how many "
+                       "instances failed and why, by fault code."})
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
 
 

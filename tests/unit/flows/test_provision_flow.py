@@ -108,10 +108,14 @@ def test_best_effort_keeps_what_booted(cloud):
     active = [i for i in instances if i[2] == states.ACTIVE]
     failed = [i for i in instances if i[2] == states.ERROR]
     assert len(active) == 4 and len(failed) == 2
-    for uuid, _host, _state, _attempts, _tried, fault in failed:
+    for uuid, host, _state, _attempts, tried, fault in failed:
         assert fault is not None
         assert _allocations(cloud, uuid) == {}
+        # On no host now; the broken host it was built on is among its tries.
+        assert host is None and "z1-r1-h01" in tried
     assert all(host != "z1-r1-h01" for _uuid, host, *_ in active)
+    summary = _status(cloud, rid)[1]
+    assert summary["message"].startswith("2 of 6 instances did not become ACTIVE: 2 ")
 
 
 def test_group_membership_follows_the_instances(cloud):
@@ -180,3 +184,31 @@ def test_volumes_sharing_a_rack_backend_are_counted_in_the_pass(cloud):
         backends = {v.backend for v in s.scalars(sa.select(Volume).where(
             Volume.reservation_id == rid))}
     assert len(backends) == 2
+
+
+def test_best_effort_partial_shows_where_instances_really_went(cloud, monkeypatch):
+    from fleetflow.persistence.placement.errors import PlacementConflict
+
+    rid, job = cloud.reserve(3, min_count=2, policy=states.BEST_EFFORT)
+    with cloud.database.session() as s:
+        never_placed = rows.instance_ids(s, rid)[2]
+    claim = cloud.runtime.placement.claim
+
+    def claim_but_one(consumer, *args, **kwargs):
+        # Every host fills up under this instance before it can claim.
+        if consumer == never_placed:
+            raise PlacementConflict("the host filled up meanwhile")
+        return claim(consumer, *args, **kwargs)
+
+    monkeypatch.setattr(cloud.runtime.placement, "claim", claim_but_one)
+    assert cloud.run(job) == tf_states.SUCCESS
+    status, fault = _status(cloud, rid)
+    assert status == states.PARTIAL
+    by_id = {i[0]: i for i in _instances(cloud, rid)}
+    _uuid, host, state, attempts, tried, instance_fault = by_id.pop(never_placed)
+    assert (host, state, attempts, tried) == (None, states.ERROR, 0, [])
+    assert instance_fault["code"] == "NO_VALID_HOST"
+    for _uuid, host, state, attempts, tried, _fault in by_id.values():
+        assert state == states.ACTIVE and tried == [host] and attempts == 1
+    assert fault["code"] == "NO_VALID_HOST"
+    assert fault["message"].startswith("1 of 3 instances did not become ACTIVE")
