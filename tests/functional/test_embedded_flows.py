@@ -2,8 +2,8 @@
 
 Real parts throughout: fleetflow's logbook backend on SQLite, the SQL jobboard,
 conductor threads, the simulated fleet. A provision flow submitted with
-``on_error = pause`` stops at a failed boot; the operator resumes it over the
-API and the reservation goes ACTIVE.
+``on_error = pause`` stops once its instance has run out of hosts; the
+operator resumes it over the API and the reservation goes ACTIVE.
 """
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ def _reserve_paused(cloud) -> tuple[str, str]:
 
 
 def test_an_operator_resumes_a_paused_provision_over_http(cloud):
-    for host in HOSTS:  # the chosen host's next boot fails once
+    # Both hosts' next boot fails once: the instance runs out of hosts, and the
+    # retry's failure to find another one is what pauses the flow.
+    for host in HOSTS:
         cloud.compute.set_faults(host, fail_next=1)
     rid, flow_id = _reserve_paused(cloud)
     assert flow_id
@@ -91,7 +93,7 @@ def test_an_operator_resumes_a_paused_provision_over_http(cloud):
 
     paused = _until(flow, lambda f: f["state"] == "PAUSED")
     assert paused["name"] == "provision" and paused["owner_tenant"] == "demo"
-    assert paused["failure"]["step"] == "inst-0000-boot"
+    assert paused["failure"]["step"] == "inst-0000-retry"
     listed = requests.get(f"{cloud.url}/v2/admin/flows", params={"state": "PAUSED"},
                           headers=ADMIN, timeout=10).json()["flows"]
     assert [f["id"] for f in listed] == [flow_id]
