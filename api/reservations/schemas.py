@@ -7,6 +7,7 @@ import marshmallow as ma
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
+from fleetflow.engine.conductor import ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.scheduler import capabilities as caps
 
 # The volume size column is a 32-bit integer on PostgreSQL.
@@ -74,6 +75,13 @@ class ReservationFieldsSchema(ma.Schema):
                                                          "hint group=UUID)."})
     policy = ma.fields.String(load_default=states.ALL_OR_NOTHING,
                               validate=ma.validate.OneOf(states.FAILURE_POLICIES))
+    on_error = ma.fields.String(
+        load_default=ON_ERROR_REVERT, validate=ma.validate.OneOf(ON_ERROR_CHOICES),
+        metadata={"description": "What a failure that no other host absorbs does: "
+                                 "'revert' undoes the reservation (all-or-nothing; "
+                                 "best-effort keeps what booted); 'pause' stops its flow "
+                                 "before anything is undone (status PAUSED) for an "
+                                 "operator to resume or revert at /v2/admin/flows/{id}."})
     volume_gb = ma.fields.Integer(
         allow_none=True, validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),
         metadata={"description": "A data volume of this size per instance, on a storage "

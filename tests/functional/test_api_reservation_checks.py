@@ -2,7 +2,9 @@
 
 A request the scheduler cannot parse is a 400 on a dry run and on a real
 POST alike (nothing written, no flow posted), as it is wherever capability
-requirements are accepted: server groups and virtual cluster servers.
+requirements are accepted: server groups and virtual cluster servers. A
+reservation chooses what a final failure does (``on_error``), from the API
+and the CLI.
 """
 
 from __future__ import annotations
@@ -140,3 +142,54 @@ def test_dry_run_counts_the_volume_each_instance_needs(reserve, jobs, db, sample
     assert ("storage: 3 -> 0 (100000 GB volumes: at most 50000 GB free on a reachable "
             "backend)") in too_big["explanation"]
     assert nothing_written(db, jobs)
+
+
+# -- on_error ---------------------------------------------------------------------------
+
+
+def test_on_error_defaults_to_revert_and_pause_is_posted_with_the_flow(reserve, jobs):
+    assert reserve(count=1).status_code == 202
+    assert reserve(count=1, on_error="pause").status_code == 202
+
+    assert [options["on_error"] for _name, _kwargs, options in jobs] == ["revert", "pause"]
+
+
+def test_an_unknown_on_error_is_400(reserve, jobs, db):
+    response = reserve(count=1, on_error="continue")
+
+    assert response.status_code == 400
+    assert "'reservation.on_error'" in details(response)
+    assert nothing_written(db, jobs)
+
+
+def test_an_idempotency_key_replayed_with_another_on_error_is_422(client, member_headers,
+                                                                  sample_catalog, jobs):
+    headers = {**member_headers, "Idempotency-Key": "k-1"}
+    body = {"count": 1, "flavor_ref": "m1.small", "image_ref": "cirros"}
+    first = client.post(URL, json={"reservation": body}, headers=headers)
+    again = client.post(URL, json={"reservation": body}, headers=headers)
+    other = client.post(URL, json={"reservation": {**body, "on_error": "pause"}},
+                        headers=headers)
+
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert other.status_code == 422 and "on_error" in details(other)
+    assert len(jobs) == 1
+
+
+def test_the_cli_asks_for_pause(live_server, sample_catalog, jobs):
+    from click.testing import CliRunner
+
+    from fleetflow.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["--url", live_server, "--project", "tenant-a",
+                                      "--roles", "member", "reserve", "--count", "1",
+                                      "--flavor", "m1.small", "--on-error", "pause",
+                                      "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    ((_name, _kwargs, options),) = jobs
+    assert options["on_error"] == "pause"
+    refused = CliRunner().invoke(cli, ["--url", live_server, "reserve", "--count", "1",
+                                       "--flavor", "m1.small",
+                                       "--on-error", "skip"])
+    assert refused.exit_code == 2 and "'skip' is not one of" in refused.output
