@@ -92,6 +92,9 @@ def _settled_exit(reservation: dict) -> None:
 @click.option("--policy", type=click.Choice(["all-or-nothing", "best-effort"]),
               default="all-or-nothing", show_default=True, help="What a failure does.")
 @click.option("--volume-gb", type=click.IntRange(min=1), help="A data volume per instance.")
+@click.option("--on-error", type=click.Choice(["revert", "pause"]), default=None,
+              help="When an instance runs out of hosts: revert (the default) undoes the "
+                   "reservation; pause stops it, PAUSED, for 'fleetflow flows resume|revert'.")
 @click.option("--name", help="Name of the reservation (instances are NAME-0000, ...).")
 @click.option("--idempotency-key", help="Retrying with the same key returns the first "
                                         "reservation instead of making another.")
@@ -102,7 +105,7 @@ def _settled_exit(reservation: dict) -> None:
               help="Seconds between polls with --watch.")
 @remote.api_command
 def reserve(count, min_count, max_count, flavor, image, capabilities, group, policy,
-            volume_gb, name, idempotency_key, dry_run, watch_, interval, as_json):
+            volume_gb, on_error, name, idempotency_key, dry_run, watch_, interval, as_json):
     """Reserve N instances in one request: one flow places and boots them all.
 
     The reservation id is printed as soon as the API takes the request. With
@@ -122,7 +125,7 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
         body["max_count"] = max_count
     if count is None and min_count is None and max_count is None:
         raise click.UsageError("give --count, or --min-count and/or --max-count")
-    for key, value in (("name", name), ("volume_gb", volume_gb)):
+    for key, value in (("name", name), ("volume_gb", volume_gb), ("on_error", on_error)):
         if value is not None:
             body[key] = value
     if group:

@@ -31,6 +31,7 @@ import dataclasses
 from collections import Counter
 
 from fleetflow.common import states
+from fleetflow.common.exceptions import NotFound
 from fleetflow.engine import audit_flows, audit_status, audit_volumes
 from fleetflow.engine import audit_sources as sources
 from fleetflow.engine.audit_volumes import GONE, VolumeChecks, fmt
@@ -117,7 +118,8 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
           flow_grace: float | None = None) -> AuditReport:
     """Compare placement, rows, hosts, groups and flows; return every mismatch.
 
-    ``hosts``: host names to ask over RPC (default: every host of the fleet);
+    ``hosts``: host names to ask over RPC (default: every host of the fleet;
+    a name not in the fleet raises NotFound before anything is asked);
     guest checks only cover the hosts asked and answering, the other checks
     the whole cloud; storage backends are asked through the hosts that
     answered. ``compute_api`` None skips the hosts and backends altogether.
@@ -128,8 +130,13 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
     (default: none when strict, else :data:`.audit_flows.DEFAULT_GRACE`).
     """
     rows = sources.read_rows(database, service_down_time)
-    view = sources.read_placement(placement_client, database)
     asked = list(rows.hosts) if hosts is None else list(hosts)
+    unknown = [name for name in asked if name not in rows.hosts]
+    if unknown:
+        # NOTE: asked over RPC, a host nobody serves only times out, and then
+        # reads "unreachable" as if it were a real host that went silent.
+        raise NotFound(f"host {', '.join(unknown)} is not in the fleet", hosts=unknown)
+    view = sources.read_placement(placement_client, database)
     guests = (sources.ask_hosts(compute_api, asked, workers=workers, timeout=rpc_timeout)
               if compute_api is not None else sources.Guests({}, {}))
     backends = (sources.ask_backends(compute_api, rows, guests, asked, workers=workers,

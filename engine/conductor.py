@@ -9,9 +9,10 @@ from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
 2. **fencing**: a new token from ``fences.advance(flow id, owner)`` is injected
    into the store under ``keys.FENCE`` for every task to hand to its side
    effects, and the engine checkpoints through engine/fencing.py;
-3. **on_error = pause**: the flow stops (SUSPENDED) at its first failure,
-   before anything is reverted, and its job is consumed so no other conductor
-   resumes (and so reverts) it; an operator decides;
+3. **on_error = pause**: the flow stops (SUSPENDED) at its first final
+   failure (not one a retry absorbs), before anything is reverted, and its
+   job is consumed so no other conductor resumes (and so reverts) it; an
+   operator decides;
 4. the ``after-checkpoint`` crash point of the crash tests (flows/tasks/base.py);
 5. **wake-up on post**: an idle worker looks at the board every 0.5 s
    (TaskFlow's wait); a job posted in the same process (``fleetflow serve``)
@@ -48,6 +49,7 @@ from taskflow.types import timing
 
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
+from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
 from fleetflow.engine.jobboard import make_jobboard
 from fleetflow.flows import keys
@@ -94,13 +96,16 @@ def default_name(conf) -> str:
 
 
 class PauseOnErrorListener(listener_base.Listener):
-    """Suspends the engine at the first failed atom, before any revert runs.
+    """Suspends the engine at the first final failure, before any revert runs.
 
     TaskFlow notifies FAILURE after saving it and before deciding what to
     revert; suspending then leaves the failed atom FAILURE, the others as
     they were (their revert intentions recorded, nothing reverted) and the
     flow SUSPENDED. Resuming that flow as it stands reverts it; an operator
     "resume" resets the failed atoms first.
+
+    A failure that a retry controller absorbs (an instance's boot fails and
+    its next candidate host is tried) is not final: the flow goes on.
     """
 
     def __init__(self, engine):
@@ -118,11 +123,17 @@ class PauseOnErrorListener(listener_base.Listener):
         self._engine.storage.update_flow_metadata({META_KEY: options})
         self._engine.suspend()
 
+    def _receive(self, name: str, details: dict) -> None:
+        if absorbed_by_retry(self._engine, name, details.get("result")):
+            LOG.info("atom %s failed; its retry tries again, no pause", name)
+            return
+        self._pause(name)
+
     def _task_receiver(self, state, details):
-        self._pause(details["task_name"])
+        self._receive(details["task_name"], details)
 
     def _retry_receiver(self, state, details):
-        self._pause(details["retry_name"])
+        self._receive(details["retry_name"], details)
 
 
 class WakeableTimeout(timing.Timeout):

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
+from fleetflow.engine.conductor import ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents
@@ -53,6 +54,8 @@ class ReservationRequest:
     group_id: str | None = None
     policy: str = states.ALL_OR_NOTHING
     volume_gb: int | None = None
+    # The provision flow's on_error: revert, or pause for an operator.
+    on_error: str = ON_ERROR_REVERT
 
 
 def resolve_flavor(session, ref: str) -> Flavor:
@@ -91,6 +94,9 @@ class Operations:
         if req.policy not in states.FAILURE_POLICIES:
             raise InvalidInput(f"policy: one of {', '.join(states.FAILURE_POLICIES)}",
                                field="policy")
+        if req.on_error not in ON_ERROR_CHOICES:
+            raise InvalidInput(f"on_error: one of {', '.join(ON_ERROR_CHOICES)}",
+                               field="on_error")
         flavor = resolve_flavor(session, req.flavor_ref)
         image = resolve_image(session, req.image_ref)
         group = None
@@ -150,7 +156,8 @@ class Operations:
                         store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
                                keys.TENANT_ID: req.tenant_id,
                                keys.INSTANCE_UUIDS: instance_uuids},
-                        tenant_id=req.tenant_id, flow_id=reservation.flow_id, session=session)
+                        tenant_id=req.tenant_id, on_error=req.on_error,
+                        flow_id=reservation.flow_id, session=session)
         return reservation, True
 
     def dry_run(self, req: ReservationRequest) -> dict[str, Any]:

@@ -40,7 +40,10 @@ def explain_server(run: MovePass, steps: Sequence[FilterStep], eligibility: Elig
     if survivors is None:
         survivors = fitting[cache] = [p for p in eligibility.positions
                                       if run.fits(p, resources)]
-    found.append(FilterStep("resources", len(eligibility.positions), len(survivors)))
+    kept = set(survivors)
+    lacking = run.short_of((p for p in eligibility.positions if p not in kept), resources)
+    found.append(FilterStep("resources", len(eligibility.positions), len(survivors),
+                            short_of=lacking))
     if rule is not None:
         before = len(survivors)
         survivors = [p for p in survivors if rule.allows(run.hosts[p])]

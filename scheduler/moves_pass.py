@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetflow.scheduler.filters import FilterStep
+from fleetflow.scheduler.filters import FilterStep, short_of
 from fleetflow.scheduler.policies import GroupRule
 from fleetflow.scheduler.snapshot import CloudSnapshot
 from fleetflow.scheduler.weighers import host_key_function
@@ -110,6 +110,11 @@ class MovePass:
             if capacity.get(rc, 0) - used.get(rc, 0) < amount:
                 return False
         return True
+
+    def short_of(self, positions: Iterable[int], wanted: Mapping[str, int]) -> tuple[str, ...]:
+        """Resource classes the hosts at ``positions`` lack room for (see filters.short_of)."""
+        return short_of(((self.hosts[p].capacity, self.usage.get(p, self.hosts[p].used))
+                         for p in positions), wanted.items())
 
     def current_key(self, position: int):
         if position in self.placed_on:

@@ -41,7 +41,7 @@ def schedule(spec: RequestSpec, snapshot: CloudSnapshot, alternates: int = 2,
     instance moved there instead of its primary.
     """
     run = _Pass(spec, snapshot, weigher)
-    hosts, steps = run_filters(spec, snapshot.hosts)
+    hosts, steps = run_filters(spec, snapshot.hosts, backend_free=snapshot.backend_free)
     hosts, group_steps = run.rule.filter(hosts)
     steps += group_steps
     if run.rule.affinity:
@@ -82,6 +82,11 @@ class _Pass:
         self.usage: dict[str, dict[str, int]] = {}
         self.placed_on: Counter = Counter()  # host name -> instances placed this pass
         self.start_keys: list = []  # host key per position at the start of the pass
+        # Data volumes: backends are shared by a rack's hosts, so placing on one
+        # host can leave its neighbours without room; free GB by backend uuid.
+        self.volume_gb = spec.volume_gb or 0
+        self.backend_free: dict[str, int] = (dict(snapshot.backend_free) if self.volume_gb
+                                             else {})
 
     def used(self, host: HostState) -> Mapping[str, int]:
         return self.usage.get(host.name, host.used)
@@ -92,7 +97,17 @@ class _Pass:
         for rc, amount in self.wanted:
             if capacity.get(rc, 0) - used.get(rc, 0) < amount:
                 return False
-        return True
+        return not self.volume_gb or self._volume_backend(host) is not None
+
+    def _volume_backend(self, host: HostState) -> str | None:
+        """The reachable backend with the most free space that holds a volume (as the
+        volume task picks it), or None."""
+        best, best_free = None, self.volume_gb - 1
+        for uuid in host.backends:
+            free = self.backend_free.get(uuid, 0)
+            if free > best_free:
+                best, best_free = uuid, free
+        return best
 
     def consume(self, host: HostState) -> None:
         self.placed_on[host.name] += 1
@@ -101,6 +116,10 @@ class _Pass:
             used = self.usage[host.name] = dict(host.used)
         for rc, amount in self.wanted:
             used[rc] = used.get(rc, 0) + amount
+        if self.volume_gb:
+            backend = self._volume_backend(host)
+            if backend is not None:
+                self.backend_free[backend] -= self.volume_gb
 
     def place(self, hosts: Sequence[HostState], count: int) -> list[HostState]:
         """Greedy placement of up to ``count`` instances; returns their hosts in order."""
@@ -122,6 +141,9 @@ class _Pass:
         while len(placed) < count and top:
             position = top[0][1][-1]
             host = hosts[position]
+            if self.volume_gb and not self.fits(host):
+                heapq.heappop(top)  # a neighbour took its storage: never again this pass
+                continue
             self.consume(host)
             rule.record(host)
             placed.append(host)
@@ -158,6 +180,11 @@ class _Pass:
             _, best, slot = heapq.heappop(top)
             heap, position = heaps[slot], best[-1]
             host = hosts[position]
+            if self.volume_gb and not self.fits(host):
+                heapq.heappop(heap)  # a neighbour took its storage: never again this pass
+                if heap:
+                    heapq.heappush(top, (rule.soft_score(domains[slot]), heap[0], slot))
+                continue
             self.consume(host)
             rule.record(host)
             placed.append(host)
@@ -173,7 +200,8 @@ class _Pass:
 
     def explain_next(self) -> list[FilterStep]:
         """The filter chain as it stands for the next instance, with this pass's usage."""
-        hosts, steps = run_filters(self.spec, self.snapshot.hosts, usage=self.usage)
+        hosts, steps = run_filters(self.spec, self.snapshot.hosts, usage=self.usage,
+                                   backend_free=self.backend_free or None)
         _, group_steps = self.rule.filter(hosts)
         return steps + group_steps
 
@@ -196,7 +224,7 @@ class _Pass:
             return (rule.soft_score(host.domain(rule.scope)), key)
 
         fitting = [(rank(p, h), h) for p, h in enumerate(hosts)
-                   if h.name not in self.placed_on or self.fits(h)]
+                   if (h.name not in self.placed_on and not self.volume_gb) or self.fits(h)]
         fitting.sort(key=lambda item: item[0])
         # Open to anybody: domains below the anti-affinity limit.
         shared = [h for _, h in fitting if rule.allows(h)]

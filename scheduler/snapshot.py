@@ -43,9 +43,13 @@ class HostState:
     capacity: dict[str, int] = dataclasses.field(default_factory=dict)
     used: dict[str, int] = dataclasses.field(default_factory=dict)
     recent_failures: int = 0
+    # Uuids of the storage backends this host reaches (its own disk, its
+    # rack's shared storage); read only for requests with a volume each.
+    backends: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.traits = frozenset(self.traits)
+        self.backends = tuple(self.backends)
         # Topology answers capability questions too ("region=north-america")
         # unless the host states that capability itself.
         merged = {"region": self.region, "zone": self.zone, "rack": self.rack}
@@ -85,13 +89,20 @@ class HostState:
                    capabilities=dict(data.get("capabilities") or {}),
                    traits=frozenset(data.get("traits") or ()), capacity=capacity,
                    used={k: int(v) for k, v in (data.get("used") or {}).items()},
-                   recent_failures=int(data.get("recent_failures", 0) or 0))
+                   recent_failures=int(data.get("recent_failures", 0) or 0),
+                   backends=tuple(data.get("backends") or ()))
 
 
 class CloudSnapshot:
-    """Hosts by name, in a stable order (the scheduler's final tie-break)."""
+    """Hosts by name, in a stable order (the scheduler's final tie-break).
 
-    def __init__(self, hosts: Iterable[HostState]):
+    ``backend_free``: free GB of each storage backend by uuid, for requests
+    that give every instance a data volume (see ``HostState.backends``).
+    """
+
+    def __init__(self, hosts: Iterable[HostState],
+                 backend_free: Mapping[str, int] | None = None):
+        self.backend_free: dict[str, int] = dict(backend_free or {})
         self.hosts: list[HostState] = sorted(hosts, key=lambda h: h.name)
         self.by_name: dict[str, HostState] = {h.name: h for h in self.hosts}
         if len(self.by_name) != len(self.hosts):
@@ -112,16 +123,31 @@ class CloudSnapshot:
 
 
 def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None = None,
-                     failures: Mapping[str, int] | None = None) -> CloudSnapshot:
+                     failures: Mapping[str, int] | None = None,
+                     storage: bool = False) -> CloudSnapshot:
     """Read every Host row into a snapshot.
 
-    ``usage`` is ``{host_uuid: {resource_class: used}}`` from the placement
+    ``usage`` is ``{provider_uuid: {resource_class: used}}`` from the placement
     store, and ``failures`` ``{host_name: recent build failures}``; the caller
     reads both in the same transaction as ``session`` so the view is consistent.
+    ``storage``: also read the storage backends, their free space and which
+    hosts reach each (as the volume task picks one: the host's own, its rack's).
     """
-    from fleetflow.persistence.models import Host  # the only DB dependency
+    from fleetflow.persistence.models import Host, StorageBackend  # the only DB dependency
 
     usage, failures = usage or {}, failures or {}
+    by_host: dict[str, list[str]] = {}
+    by_rack: dict[tuple, list[str]] = {}
+    backend_free: dict[str, int] = {}
+    if storage:
+        for backend in session.query(StorageBackend).order_by(StorageBackend.name):
+            backend_free[backend.uuid] = (backend.capacity_gb
+                                          - usage.get(backend.uuid, {}).get("DISK_GB", 0))
+            if backend.host_name:
+                by_host.setdefault(backend.host_name, []).append(backend.uuid)
+            if backend.scope == "rack":
+                by_rack.setdefault((backend.region, backend.zone, backend.rack),
+                                   []).append(backend.uuid)
     hosts = []
     for row in session.query(Host).order_by(Host.name):
         hosts.append(HostState(
@@ -129,5 +155,8 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
             rack=row.rack, capabilities=dict(row.capabilities or {}),
             traits=frozenset(row.traits or ()),
             capacity={rc: capacity_of(rec) for rc, rec in (row.inventory or {}).items()},
-            used=dict(usage.get(row.uuid, {})), recent_failures=failures.get(row.name, 0)))
-    return CloudSnapshot(hosts)
+            used=dict(usage.get(row.uuid, {})), recent_failures=failures.get(row.name, 0),
+            backends=tuple(dict.fromkeys(
+                by_host.get(row.name, []) + by_rack.get((row.region, row.zone, row.rack),
+                                                        [])))))
+    return CloudSnapshot(hosts, backend_free)

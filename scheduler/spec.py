@@ -98,7 +98,8 @@ class RequestSpec:
     Give ``count`` (exactly N) or ``min_count``/``max_count``; ``resources``
     per instance by resource class; ``capabilities`` in the syntax of
     :mod:`fleetflow.scheduler.capabilities`; ``instance_uuids`` (or names)
-    key the result, one per instance up to ``max_count``.
+    key the result, one per instance up to ``max_count``; ``volume_gb``: each
+    instance's host must reach a storage backend with that much free.
     """
 
     resources: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -114,8 +115,14 @@ class RequestSpec:
     excluded_hosts: list[str] = dataclasses.field(default_factory=list)
     instance_uuids: list[str] = dataclasses.field(default_factory=list)
     instance_names: list[str] = dataclasses.field(default_factory=list)
+    # GB of the data volume each instance gets on a backend its host reaches.
+    volume_gb: int | None = None
 
     def __post_init__(self) -> None:
+        if self.volume_gb is not None:
+            self.volume_gb = int(self.volume_gb)
+            if self.volume_gb < 1:
+                raise InvalidInput("volume_gb must be at least 1", field="volume_gb")
         if isinstance(self.group, Mapping):
             self.group = GroupSpec.from_dict(self.group)
         if self.count is not None:

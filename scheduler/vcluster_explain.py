@@ -28,6 +28,11 @@ class Step:
         return f"{self.name}: {self.before} {self.noun}s -> {self.after}"
 
 
+def resources_label(short_of: Sequence[str]) -> str:
+    """``resources (VCPU, DISK_GB)``: the step named with the classes that ran out."""
+    return f"resources ({', '.join(short_of)})" if short_of else "resources"
+
+
 def chain(steps: Sequence[Step]) -> str:
     """Only the steps that removed candidates; the last one when none did."""
     removing = [s for s in steps if s.after < s.before]
@@ -55,7 +60,8 @@ def explain_unit(placer: Placer, hsets: Sequence[str], bsets: Sequence[str]) -> 
             steps = placer.eligibility[root].steps
         fitting = [p for p in positions if run.fits(p, placer.total[root])]
         if not fitting:
-            steps = [*steps, Step("resources", len(positions), 0, "host")]
+            steps = [*steps, Step(resources_label(run.short_of(positions, placer.total[root])),
+                                  len(positions), 0, "host")]
             return f"{subject}: {chain(steps)}"
         reason = _anti(subject,
                        [(rule, rule.ss, rule.server_counts) for s in members

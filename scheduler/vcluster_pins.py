@@ -32,7 +32,7 @@ from fleetflow.scheduler.moves import canonical
 from fleetflow.scheduler.moves_explain import domain_text
 from fleetflow.scheduler.snapshot import HostState
 from fleetflow.scheduler.spec import AFFINITY
-from fleetflow.scheduler.vcluster_explain import Step
+from fleetflow.scheduler.vcluster_explain import Step, resources_label
 from fleetflow.scheduler.vcluster_pool import Pool, types_ok
 from fleetflow.scheduler.vcluster_rules import Rules
 
@@ -249,7 +249,8 @@ class Pins:
                          else f"reaches volume_type {'+'.join(types)}")
                 return f"{subject}: {Step(label, 1, 0, 'host')}"
         if fresh and not placer.run.fits(position, placer.total[root]):
-            return f"{subject}: {Step('resources', 1, 0, 'host')}"
+            label = resources_label(placer.run.short_of([position], placer.total[root]))
+            return f"{subject}: {Step(label, 1, 0, 'host')}"
         return None
 
     def backend_set_reason(self, placer: Placer, root: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import marshmallow as ma
 
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.api.reservations.schemas import valid_requirements
 from fleetflow.persistence import groups as group_rows
 
 POLICIES_HELP = ("Placement rules of the members: " + ", ".join(group_rows.POLICIES)
@@ -72,7 +73,8 @@ class GroupFieldsSchema(ma.Schema):
     metadata = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(max=255)),
                               values=ma.fields.String(validate=ma.validate.Length(max=255)),
                               allow_none=True)
-    capabilities = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.String())
+    capabilities = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.String(),
+                                  validate=valid_requirements)
     # NOTE: declared only to refuse them with a message that says why; an
     # unknown-field error would hide that the attribute exists but is read-only.
     id = ma.fields.Raw(load_only=True, metadata={"description": "Read-only."})

@@ -24,6 +24,7 @@ from fleetflow.api import auth, common, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.common import states
+from fleetflow.engine.conductor import ON_ERROR_REVERT
 from fleetflow.engine.operations import ReservationRequest
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance, Reservation
@@ -36,7 +37,9 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_IDEMPOTENCY_KEY = 255  # the column's size
 # Request fields that must match for a replayed Idempotency-Key.
 _COMPARED = ("name", "flavor_ref", "image_ref", "min_count", "max_count", "capabilities",
-             "group_id", "policy", "volume_gb")
+             "group_id", "policy", "volume_gb", "on_error")
+# What a field compared above meant in a request stored before it existed.
+_STORED_DEFAULTS = {"on_error": ON_ERROR_REVERT}
 
 
 def _self_link(tenant_id: str, reservation_id: str) -> str:
@@ -138,7 +141,8 @@ def _idempotency_key() -> str | None:
 def _check_same_request(reservation: Reservation, req: ReservationRequest) -> None:
     first = reservation.request or {}
     asked = vars(req)
-    changed = [name for name in _COMPARED if first.get(name) != asked.get(name)]
+    changed = [name for name in _COMPARED
+               if first.get(name, _STORED_DEFAULTS.get(name)) != asked.get(name)]
     if changed:
         abort(422, code="fleetflow.idempotency_key_reused",
               message=f"{IDEMPOTENCY_HEADER} was already used for reservation "

@@ -6,7 +6,12 @@ import marshmallow as ma
 
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
+from fleetflow.common.exceptions import InvalidInput
+from fleetflow.engine.conductor import ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.scheduler import capabilities as caps
 
+# The volume size column is a 32-bit integer on PostgreSQL.
+MAX_VOLUME_GB = 2**31 - 1
 CAPABILITY_HELP = ("Host capabilities each instance needs: a value (\"true\") or an operator "
                    "and a value (\">= 4\", \"in a b\", \"s== blue\", \"!= old\").")
 
@@ -28,6 +33,22 @@ class CapabilityValue(ma.fields.Field):
     default_error_messages = {"invalid": "Must be a string, a number or a boolean."}
 
 
+def valid_requirements(value: dict) -> None:
+    """Refuse a requirement the scheduler could not parse, naming its key.
+
+    Checked when the request arrives, so a malformed one is a 400 at once
+    rather than a flow that fails at its schedule step.
+    """
+    errors = {}
+    for key, raw in value.items():
+        try:
+            caps.parse_requirement(str(key), raw)
+        except InvalidInput as exc:
+            errors[key] = [exc.message.removeprefix(f"capabilities.{key}: ")]
+    if errors:
+        raise ma.ValidationError(errors)
+
+
 class ReservationFieldsSchema(ma.Schema):
     """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``."""
 
@@ -47,15 +68,24 @@ class ReservationFieldsSchema(ma.Schema):
                                  metadata={"description": "Image name or id."})
     capabilities = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(min=1)),
                                   values=CapabilityValue(), load_default=dict,
+                                  validate=valid_requirements,
                                   metadata={"description": CAPABILITY_HELP})
     group_id = ma.fields.String(allow_none=True,
                                 metadata={"description": "Server group uuid (the scheduler "
                                                          "hint group=UUID)."})
     policy = ma.fields.String(load_default=states.ALL_OR_NOTHING,
                               validate=ma.validate.OneOf(states.FAILURE_POLICIES))
-    volume_gb = ma.fields.Integer(allow_none=True, validate=ma.validate.Range(min=1),
-                                  metadata={"description": "A data volume of this size per "
-                                                           "instance."})
+    on_error = ma.fields.String(
+        load_default=ON_ERROR_REVERT, validate=ma.validate.OneOf(ON_ERROR_CHOICES),
+        metadata={"description": "What a failure that no other host absorbs does: "
+                                 "'revert' undoes the reservation (all-or-nothing; "
+                                 "best-effort keeps what booted); 'pause' stops its flow "
+                                 "before anything is undone (status PAUSED) for an "
+                                 "operator to resume or revert at /v2/admin/flows/{id}."})
+    volume_gb = ma.fields.Integer(
+        allow_none=True, validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),
+        metadata={"description": "A data volume of this size per instance, on a storage "
+                                 "backend its host reaches (a dry run counts it too)."})
 
     @ma.validates_schema
     def check_counts(self, data, **kwargs):
@@ -118,11 +148,15 @@ class ReservationInstanceSchema(ma.Schema):
 
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
-    host = ma.fields.String(allow_none=True)
+    host = ma.fields.String(allow_none=True, metadata={
+        "description": "Where it is; null while unplaced and once every try was undone "
+                       "(ERROR in a PARTIAL reservation)."})
     status = ma.fields.String(required=True)
     task_state = ma.fields.String(allow_none=True)
     attempts = ma.fields.Integer(required=True)
-    hosts_tried = ma.fields.List(ma.fields.String(), required=True)
+    hosts_tried = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "Hosts it was claimed on and sent to, in order (a claim lost to "
+                       "another request is no try)."})
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
 
 
@@ -151,7 +185,9 @@ class ReservationListItemSchema(ma.Schema):
     created_at = ma.fields.DateTime()
     updated_at = ma.fields.DateTime()
     progress = ma.fields.Nested(ProgressSchema, required=True)
-    fault = ma.fields.Nested(FaultSchema, allow_none=True)
+    fault = ma.fields.Nested(FaultSchema, allow_none=True, metadata={
+        "description": "ERROR or REVERTED: the fault that caused it; PARTIAL: how many "
+                       "instances failed and why, by fault code."})
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
 
 
@@ -185,9 +221,11 @@ class DryRunSchema(ma.Schema):
     max_count = ma.fields.Integer()
     explanation = ma.fields.String(
         allow_none=True, metadata={"description": "Which filter removed how many hosts, "
-                                                  "e.g. 'capabilities: 128 -> 9'."})
-    filters = ma.fields.List(ma.fields.Dict(), metadata={"description": "The filter chain: "
-                                                         "name, before, after, note."})
+                                                  "e.g. 'capabilities: 128 -> 9; "
+                                                  "resources (DISK_GB): 9 -> 0'."})
+    filters = ma.fields.List(ma.fields.Dict(), metadata={
+        "description": "The filter chain: name, before, after, note, short_of (for "
+                       "resources: the resource classes the removed hosts lacked)."})
     hosts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(),
                            metadata={"description": "Instances per chosen host."})
 

@@ -18,7 +18,12 @@ import marshmallow as ma
 
 from fleetflow.api import xml
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
-from fleetflow.api.reservations.schemas import CAPABILITY_HELP, CapabilityValue, FaultSchema
+from fleetflow.api.reservations.schemas import (
+    CAPABILITY_HELP,
+    CapabilityValue,
+    FaultSchema,
+    valid_requirements,
+)
 from fleetflow.api.state import current_state
 from fleetflow.common import states
 
@@ -82,7 +87,7 @@ class VClusterMemberSpecSchema(ma.Schema):
     flavorRef = _name("Servers (required): flavor name or id.")
     capabilities = ma.fields.Dict(
         keys=ma.fields.String(validate=[ma.validate.Length(min=1), no_nul]),
-        values=CapabilityValue(),
+        values=CapabilityValue(), validate=valid_requirements,
         metadata={"description": "Servers: " + CAPABILITY_HELP})
     size = WholeNumber(
         validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),

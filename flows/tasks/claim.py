@@ -19,9 +19,10 @@ from fleetflow.flows import keys, runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Host
+from fleetflow.persistence.models import Host, Instance
 from fleetflow.persistence.placement.errors import PlacementConflict
 from fleetflow.scheduler.policies import GroupRule
+from fleetflow.scheduler.result import NoValidHost
 from fleetflow.scheduler.snapshot import CloudSnapshot, HostState
 from fleetflow.scheduler.spec import GroupSpec
 
@@ -156,18 +157,20 @@ class ClaimResources(FleetTask):
         instance_uuid = instance_uuids[index]
         if host is None:
             with rt.database.session() as session:
+                # Every try was undone, so it is on no host; hosts_tried keeps
+                # the hosts it was built on, for the operator.
+                current = session.get(Instance, instance_uuid)
+                fault = None
+                if current is not None and current.fault is None:
+                    fault = rows.fault(NoValidHost.code, "no host left to try", step="claim")
                 rows.update_instance(session, instance_uuid, status=states.ERROR,
-                                     task_state=None)
+                                     task_state=None, host=None,
+                                     **({"fault": fault} if fault else {}))
             return None
         primary = placements["hosts"].get(str(index), [None])[0]
         if host == primary and str(index) in primaries_claimed:
             # Claimed, and its attempt recorded, by claim-primaries.
             return {"host": host, "fast_path": True}
-        with rt.database.session() as session:
-            # The boot follows at once: say "spawning" now rather than pay a
-            # second write for a claim that takes milliseconds.
-            rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
-                                task_state=states.TASK_SPAWNING)
         group_id = (request_spec.get("group") or {}).get("id")
         if group_id:
             with rt.database.session() as session:
@@ -181,6 +184,13 @@ class ClaimResources(FleetTask):
                 with rt.database.session() as session:
                     groups.leave(session, instance_uuid, group_id, host=host)
             raise ClaimRace(f"{host}: {exc}", host=host) from exc
+        with rt.database.session() as session:
+            # NOTE: recorded once the claim holds, so a claim lost to another
+            # reservation leaves no host nor attempt the instance never reached.
+            # The boot follows at once: say "spawning" now rather than pay a
+            # second write for a claim that takes milliseconds.
+            rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
+                                task_state=states.TASK_SPAWNING)
         return {"host": host, "fast_path": False}
 
     def revert(self, result, instance_uuids: list, index: int, host: str | None,

@@ -32,6 +32,31 @@ def _first_fault(session, reservation_id: str) -> dict | None:
         .order_by(Instance.updated_at.desc()).limit(1)).scalar_one_or_none()
 
 
+def failure_summary(session, reservation_id: str) -> dict | None:
+    """One fault for the instances that did not become ACTIVE, or None when all did.
+
+    Its code is their most common fault's; its message counts them and quotes
+    one message per code, e.g. ``2 of 10 instances did not become ACTIVE:
+    2 NO_VALID_HOST (No valid host for instance 9 ...)``.
+    """
+    total, failed, by_code, example = 0, 0, {}, {}
+    for status, fault in session.execute(sa.select(Instance.status, Instance.fault).where(
+            Instance.reservation_id == reservation_id).order_by(Instance.index)):
+        total += 1
+        if status == states.ACTIVE:
+            continue
+        failed += 1
+        code = (fault or {}).get("code") or "UNKNOWN"
+        by_code[code] = by_code.get(code, 0) + 1
+        example.setdefault(code, (fault or {}).get("message") or status)
+    if not failed:
+        return None
+    codes = sorted(by_code, key=lambda c: (-by_code[c], c))
+    causes = "; ".join(f"{by_code[c]} {c} ({example[c]})" for c in codes)
+    return rows.fault(codes[0], f"{failed} of {total} instances did not become ACTIVE: "
+                                f"{causes}")
+
+
 class MarkReservationRevertedOnRevert(FleetTask):
     """Nothing on execute.
 
@@ -59,6 +84,8 @@ class MarkReservationRevertedOnRevert(FleetTask):
 class FinishReservation(FleetTask):
     """ACTIVE when every instance is; PARTIAL (best-effort) when at least min_count are.
 
+    A PARTIAL reservation's fault sums up why the others failed (failure_summary).
+
     Fewer than min_count: raises, and the whole reservation reverts.
 
     Revert: nothing of its own (the marker writes REVERTED).
@@ -76,5 +103,7 @@ class FinishReservation(FleetTask):
                     + (f" (last fault: {fault['message']})" if fault else ""))
             status = (states.ACTIVE if progress["active"] == progress["total"]
                       else states.PARTIAL)
-            rows.set_status(session, reservation_id, status, clear_fault=status == states.ACTIVE)
+            fault = failure_summary(session, reservation_id) if status == states.PARTIAL else None
+            rows.set_status(session, reservation_id, status, fault=fault,
+                            clear_fault=status == states.ACTIVE)
         return status

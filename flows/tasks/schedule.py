@@ -57,7 +57,8 @@ def request_spec(session, spec: dict, instance_uuids: list[str],
         forbidden_traits=list(spec.get("forbidden_traits") or []),
         region=spec.get("region"), zone=spec.get("zone"),
         group=group_spec(session, spec, instance_uuids),
-        excluded_hosts=list(excluded_hosts), instance_uuids=list(instance_uuids))
+        excluded_hosts=list(excluded_hosts), instance_uuids=list(instance_uuids),
+        volume_gb=spec.get("volume_gb"))
 
 
 def place(spec: dict, instance_uuids: list[str], excluded_hosts: list[str] = (),
@@ -66,7 +67,8 @@ def place(spec: dict, instance_uuids: list[str], excluded_hosts: list[str] = (),
     rt = runtime.get()
     usage = rt.placement.usages_by_provider()
     with rt.database.session() as session:
-        snapshot = snapshot_from_db(session, usage, recent_failures(session))
+        snapshot = snapshot_from_db(session, usage, recent_failures(session),
+                                    storage=bool(spec.get("volume_gb")))
         req = request_spec(session, spec, instance_uuids, excluded_hosts, count)
     return scheduler.schedule(req, snapshot, alternates=rt.conf.scheduler.alternates,
                               weigher=rt.conf.scheduler.weigher)
@@ -77,7 +79,8 @@ def dry_run(session, spec: dict, conf) -> dict:
     from fleetflow.persistence.placement import allocations
 
     usage = allocations.usages_by_provider(session)
-    snapshot = snapshot_from_db(session, usage, recent_failures(session))
+    snapshot = snapshot_from_db(session, usage, recent_failures(session),
+                                storage=bool(spec.get("volume_gb")))
     req = request_spec(session, spec, [], count=None)
     try:
         result = scheduler.schedule(req, snapshot, alternates=0, weigher=conf.scheduler.weigher)

@@ -300,6 +300,21 @@ def test_api_route_admin_only(small_cloud, client, admin_headers, member_headers
     assert r.status_code == 403
 
 
+def test_api_unknown_host_is_404_without_asking_any_host(small_cloud, client, admin_headers,
+                                                        monkeypatch):
+    from fleetflow.engine import audit_sources
+
+    def ask_hosts(*args, **kwargs):
+        raise AssertionError("a host was asked over RPC")
+
+    monkeypatch.setattr(audit_sources, "ask_hosts", ask_hosts)
+    r = client.get(f"/v2/admin/audit?host={H1}&host=no-such-host", headers=admin_headers)
+    assert r.status_code == 404, r.get_json()
+    error = r.get_json()["errors"][0]
+    assert error["code"] == "fleetflow.not_found"
+    assert "no-such-host" in error["detail"] and H1 not in error["detail"]
+
+
 # -- the CLI -------------------------------------------------------------------------
 
 def _run_cli(conf, *args):

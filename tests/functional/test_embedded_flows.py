@@ -2,8 +2,8 @@
 
 Real parts throughout: fleetflow's logbook backend on SQLite, the SQL jobboard,
 conductor threads, the simulated fleet. A provision flow submitted with
-``on_error = pause`` stops at a failed boot; the operator resumes it over the
-API and the reservation goes ACTIVE.
+``on_error = pause`` stops once its instance has run out of hosts; the
+operator resumes it over the API and the reservation goes ACTIVE.
 """
 
 from __future__ import annotations
@@ -56,31 +56,28 @@ def _until(get, predicate, timeout=120.0):
         time.sleep(0.2)
 
 
+MEMBER = {"X-Project-Id": "demo", "X-Roles": "member"}
+
+
 def _reserve_paused(cloud) -> tuple[str, str]:
-    """A one-instance reservation whose provision flow pauses on error."""
-    from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
-    from fleetflow.engine.operations import Operations, ReservationRequest
-    from fleetflow.engine.submit import Submitter
+    """A one-instance reservation that asks for its flow to pause on error."""
+    answer = requests.post(f"{cloud.url}/v2/demo/reservations", headers=MEMBER, timeout=10,
+                           json={"reservation": {"count": 1, "flavor_ref": "m1.small",
+                                                 "image_ref": "cirros", "on_error": "pause"}})
+    assert answer.status_code == 202, answer.text
+    rid = answer.json()["reservation"]["id"]
+    return rid, _reservation(cloud, rid)["flow_id"]
 
-    board = make_jobboard(cloud.conf, get_backend(cloud.conf))
-    submitter = Submitter(board, get_backend(cloud.conf))
 
-    def submit_paused(flow_name, flow_kwargs, **options):
-        options["on_error"] = "pause"
-        return submitter(flow_name, flow_kwargs, **options)
-
-    try:
-        reservation, _ = Operations(cloud.conf, cloud.database, submit_paused).reserve(
-            ReservationRequest(tenant_id="demo", user_id="u1", flavor_ref="m1.small",
-                               image_ref="cirros", min_count=1, max_count=1))
-    finally:
-        board.close()
-    return reservation.id, reservation.flow_id
+def _reservation(cloud, rid) -> dict:
+    return requests.get(f"{cloud.url}/v2/demo/reservations/{rid}", headers=MEMBER,
+                        timeout=10).json()["reservation"]
 
 
 def test_an_operator_resumes_a_paused_provision_over_http(cloud):
-    for host in HOSTS:  # the chosen host's next boot fails once
+    # Both hosts' next boot fails once: the instance runs out of hosts, and the
+    # retry's failure to find another one is what pauses the flow.
+    for host in HOSTS:
         cloud.compute.set_faults(host, fail_next=1)
     rid, flow_id = _reserve_paused(cloud)
     assert flow_id
@@ -91,7 +88,7 @@ def test_an_operator_resumes_a_paused_provision_over_http(cloud):
 
     paused = _until(flow, lambda f: f["state"] == "PAUSED")
     assert paused["name"] == "provision" and paused["owner_tenant"] == "demo"
-    assert paused["failure"]["step"] == "inst-0000-boot"
+    assert paused["failure"]["step"] == "inst-0000-retry"
     listed = requests.get(f"{cloud.url}/v2/admin/flows", params={"state": "PAUSED"},
                           headers=ADMIN, timeout=10).json()["flows"]
     assert [f["id"] for f in listed] == [flow_id]
@@ -101,10 +98,7 @@ def test_an_operator_resumes_a_paused_provision_over_http(cloud):
     assert answer.status_code == 202, answer.text
     assert _until(flow, lambda f: f["state"] in ("SUCCESS", "REVERTED", "PAUSED"))[
         "state"] == "SUCCESS"
-    reservation = requests.get(f"{cloud.url}/v2/demo/reservations/{rid}",
-                               headers={"X-Project-Id": "demo", "X-Roles": "member"},
-                               timeout=10).json()["reservation"]
-    assert reservation["status"] == "ACTIVE"
+    assert _reservation(cloud, rid)["status"] == "ACTIVE"
 
     # The owner sees it under its own path; another tenant does not.
     mine = requests.get(f"{cloud.url}/v2/demo/flows/{flow_id}",
@@ -113,3 +107,24 @@ def test_an_operator_resumes_a_paused_provision_over_http(cloud):
     other = requests.get(f"{cloud.url}/v2/other/flows/{flow_id}",
                          headers={"X-Project-Id": "other", "X-Roles": "reader"}, timeout=10)
     assert other.status_code == 404
+
+
+def test_an_operator_reverts_a_paused_reservation_over_http(cloud):
+    for host in HOSTS:
+        cloud.compute.set_faults(host, fail_next=1)
+    rid, flow_id = _reserve_paused(cloud)
+
+    def flow():
+        return requests.get(f"{cloud.url}/v2/admin/flows/{flow_id}", headers=ADMIN,
+                            timeout=10).json()["flow"]
+
+    assert _until(flow, lambda f: f["state"] == "PAUSED")["on_error"] == "pause"
+    assert _until(lambda: _reservation(cloud, rid), lambda r: r["status"] == "PAUSED")
+    answer = requests.post(f"{cloud.url}/v2/admin/flows/{flow_id}/revert", headers=ADMIN,
+                           timeout=10)
+    assert answer.status_code == 202, answer.text
+    assert _until(flow, lambda f: f["state"] in ("SUCCESS", "REVERTED"))["state"] == "REVERTED"
+    reservation = _until(lambda: _reservation(cloud, rid),
+                         lambda r: r["status"] == "REVERTED")
+    assert [i["status"] for i in reservation["instances"]] == ["REVERTED"]
+    assert reservation["fault"] is not None

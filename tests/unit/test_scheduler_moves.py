@@ -54,7 +54,7 @@ def test_target_hosts_restrict_destinations_and_the_explanation_names_each_filte
     assert primaries(result) == {"small": "h1"}
     assert set(result.candidates["small"]) == {"h1", "h2"}
     assert result.unplaced == {"big": "no host fits: state: 11 -> 10, source-hosts: 10 -> 9, "
-                                      "target_hosts: 9 -> 2, resources: 2 -> 0"}
+                                      "target_hosts: 9 -> 2, resources (VCPU): 2 -> 0"}
 
 
 def test_no_destination_at_all_is_explained():
@@ -89,7 +89,7 @@ def test_heterogeneous_flavors_fit_with_usage_growing_through_the_pass():
     # 10 VCPUs were free after wide and tall; two of the three small ones fit.
     assert len(result.unplaced) == 1
     (reason,) = result.unplaced.values()
-    assert reason.endswith("resources: 2 -> 0")
+    assert reason.endswith("resources (VCPU): 2 -> 0")
     # The snapshot handed in is untouched: the pass used its own copy of usage.
     assert all(h.used == {} for h in snapshot.hosts)
 

@@ -113,10 +113,40 @@ def test_no_valid_host_explains_each_filter():
 def test_no_valid_host_names_resources_when_hosts_fill_up():
     with pytest.raises(NoValidHost) as err:
         schedule(RequestSpec(count=5, resources={"VCPU": 4}), fleet(2))
-    assert str(err.value).endswith("resources: 2 -> 0")
+    assert str(err.value).endswith("resources (VCPU): 2 -> 0")
     with pytest.raises(NoValidHost) as err:
         schedule(RequestSpec(count=1), CloudSnapshot([]))
     assert "0 hosts passed every filter" in str(err.value)
+
+
+def test_no_valid_host_names_the_resource_classes_that_ran_out():
+    # 128 hosts with CPU and memory to spare; a disk too small on every one,
+    # memory short on three of them: disk first, as more hosts lack it.
+    snapshot = CloudSnapshot(
+        HostState(f"h{i:03d}", capacity={"VCPU": 64, "MEMORY_MB": 1024 if i < 3 else 65536,
+                                         "DISK_GB": 100})
+        for i in range(128))
+    spec = RequestSpec(count=1, resources={"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 500})
+    with pytest.raises(NoValidHost) as err:
+        schedule(spec, snapshot)
+    assert str(err.value).endswith("resources (DISK_GB, MEMORY_MB): 128 -> 0")
+    step = err.value.details["filters"][-1]
+    assert step["name"] == "resources" and step["short_of"] == ["DISK_GB", "MEMORY_MB"]
+
+
+def test_the_classes_a_pass_used_up_are_named_and_survive_json():
+    # Memory is plentiful, CPU runs out as the pass places instances.
+    snapshot = fleet(2, vcpus=4)
+    with pytest.raises(NoValidHost) as err:
+        schedule(RequestSpec(count=3, resources={"VCPU": 4, "MEMORY_MB": 1}), snapshot)
+    assert "resources (VCPU): 2 -> 0" in str(err.value)
+    small = CloudSnapshot([HostState("a", capacity={"VCPU": 4}),
+                           HostState("b", capacity={"VCPU": 1})])
+    placement = schedule(RequestSpec(count=1, resources={"VCPU": 2}), small)
+    assert placement.explanation == "resources (VCPU): 2 -> 1"
+    again = Placement.from_dict(json.loads(json.dumps(placement.to_dict())))
+    assert again.filters == placement.filters
+    assert again.explanation == placement.explanation
 
 
 def test_alternates_fit_differ_from_primary_and_rotate():

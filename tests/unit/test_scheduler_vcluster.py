@@ -199,7 +199,7 @@ def test_host_affinity_needs_one_host_with_room_for_all():
     assert place([srv("a", 5), srv("b", 3)], [], groupings, snapshot, backends).fits
     result = place([srv("a", 5), srv("b", 4)], [], groupings, snapshot, backends)
     assert not result.fits and result.hosts == {}
-    assert result.explanation == "servers a, b: resources: 4 hosts -> 0"
+    assert result.explanation == "servers a, b: resources (VCPU): 4 hosts -> 0"
 
 
 @pytest.mark.parametrize("scope", [None, "backend", "rack", "zone"])
@@ -371,7 +371,7 @@ def test_host_filters_are_explained():
     assert result.hosts == {"g": ["h0"]}
     result = place([srv("g", vcpu=9, capabilities={"gpu": "true"})], [], [], snapshot, [])
     assert result.explanation == ("server g: state: 3 hosts -> 2, capabilities: 2 hosts -> 1, "
-                                  "resources: 1 hosts -> 0")
+                                  "resources (VCPU): 1 hosts -> 0")
     result = place([srv("s")], [vol("v", attach_to="s")], [], snapshot, [])
     assert result.explanation == "volume v: capacity: 0 backends -> 0"
 
@@ -383,7 +383,7 @@ def test_capacity_counts_what_the_pass_placed():
     result = place(servers, [vol("a", 60), vol("b", 40)], [], snapshot, backends)
     assert Counter(result.host_of(s.name) for s in servers) == {"h0": 2, "h1": 2}
     result = place([*servers, srv("s4")], [], [], snapshot, backends)
-    assert not result.fits and result.explanation == "server s4: resources: 2 hosts -> 0"
+    assert not result.fits and result.explanation == "server s4: resources (VCPU): 2 hosts -> 0"
     result = place([], [vol("a", 60), vol("b", 41)], [], snapshot, backends)
     assert not result.fits and result.explanation == "volume b: capacity: 1 backends -> 0"
 
@@ -469,7 +469,7 @@ def test_explanations_list_members_by_name_whatever_the_input_order():
     groupings = [Grouping("g", ["c", "a", "b"], "affinity"), Grouping("v", ["z", "x"], "affinity")]
     for order in (list, reversed):
         result = place(list(order(servers)), [], groupings[:1], snapshot, backends)
-        assert result.explanation == "servers a, b, c: resources: 4 hosts -> 0"
+        assert result.explanation == "servers a, b, c: resources (VCPU): 4 hosts -> 0"
         result = place([], list(order(volumes)), groupings[1:], snapshot, backends)
         assert result.explanation == ("grouping v (affinity, backend): no backend holds x, z "
                                       "together (1200 GB): 2 backends -> 0")

@@ -122,7 +122,7 @@ def test_a_full_host_still_holds_its_pinned_server_and_only_new_members_need_roo
                             [Grouping("g", ["a", "b"], "affinity")], snapshot, [],
                             pinned_hosts={"a": "h0"})
     assert not result.fits
-    assert result.explanation == "server b: host h0 of pinned a: resources: 1 hosts -> 0"
+    assert result.explanation == "server b: host h0 of pinned a: resources (VCPU): 1 hosts -> 0"
     # Nothing new at all: the full host holds the whole cluster as it is.
     result = place_vcluster([srv("a", 8)], [], [], snapshot, [], pinned_hosts={"a": "h0"})
     assert result.fits and result.hosts == {"a": ["h0"]}

@@ -108,10 +108,14 @@ def test_best_effort_keeps_what_booted(cloud):
     active = [i for i in instances if i[2] == states.ACTIVE]
     failed = [i for i in instances if i[2] == states.ERROR]
     assert len(active) == 4 and len(failed) == 2
-    for uuid, _host, _state, _attempts, _tried, fault in failed:
+    for uuid, host, _state, _attempts, tried, fault in failed:
         assert fault is not None
         assert _allocations(cloud, uuid) == {}
+        # On no host now; the broken host it was built on is among its tries.
+        assert host is None and "z1-r1-h01" in tried
     assert all(host != "z1-r1-h01" for _uuid, host, *_ in active)
+    summary = _status(cloud, rid)[1]
+    assert summary["message"].startswith("2 of 6 instances did not become ACTIVE: 2 ")
 
 
 def test_group_membership_follows_the_instances(cloud):
@@ -139,3 +143,72 @@ def test_data_volumes_are_created_near_the_host_and_attached(cloud):
         assert {v.status for v in volumes} == {states.VOLUME_IN_USE}
     for v in volumes:
         assert list(_allocations(cloud, v.id).values()) == [{"DISK_GB": 10}]
+
+
+def _dry_run(cloud, count, **fields):
+    from fleetflow.engine.operations import Operations, ReservationRequest
+
+    ops = Operations(cloud.conf, cloud.database, submit=lambda *a, **k: None)
+    return ops.dry_run(ReservationRequest(tenant_id="t1", user_id="u1", flavor_ref="m1.small",
+                                          image_ref="cirros", min_count=count,
+                                          max_count=count, **fields))
+
+
+def test_a_volume_no_backend_holds_fails_at_schedule_as_the_dry_run_says(cloud):
+    # Each rack's shared backend holds 1,000 GB; nothing bigger can be attached.
+    verdict = _dry_run(cloud, 1, volume_gb=5000)
+    assert verdict["fits"] is False
+    assert "storage: 6 -> 0 (5000 GB volumes: at most 1000 GB free" in verdict["explanation"]
+    rid, job = cloud.reserve(1, volume_gb=5000)
+    assert cloud.run(job) == tf_states.REVERTED
+    status, fault = _status(cloud, rid)
+    assert fault["code"] == "NO_VALID_HOST" and fault["step"] == "schedule"
+    assert "storage: 6 -> 0" in fault["message"]
+    for uuid, *_ in _instances(cloud, rid):
+        assert cloud.driver.spawn_count(uuid) == 0  # no host was ever tried
+
+
+def test_volumes_sharing_a_rack_backend_are_counted_in_the_pass(cloud):
+    # 600 GB each: one per rack's 1,000 GB backend, so two fit and a third does not,
+    # though the hosts have CPU and memory for all three.
+    assert _dry_run(cloud, 2, volume_gb=600)["fits"] is True
+    verdict = _dry_run(cloud, 3, volume_gb=600)
+    assert verdict["fits"] is False and verdict["placed"] == 2
+    assert "storage: 6 -> 0 (600 GB volumes: at most 400 GB free" in verdict["explanation"]
+    rid, job = cloud.reserve(3, volume_gb=600)
+    assert cloud.run(job) == tf_states.REVERTED
+    assert _status(cloud, rid)[1]["code"] == "NO_VALID_HOST"
+    rid, job = cloud.reserve(2, volume_gb=600)
+    assert cloud.run(job) == tf_states.SUCCESS
+    with cloud.database.session() as s:
+        backends = {v.backend for v in s.scalars(sa.select(Volume).where(
+            Volume.reservation_id == rid))}
+    assert len(backends) == 2
+
+
+def test_best_effort_partial_shows_where_instances_really_went(cloud, monkeypatch):
+    from fleetflow.persistence.placement.errors import PlacementConflict
+
+    rid, job = cloud.reserve(3, min_count=2, policy=states.BEST_EFFORT)
+    with cloud.database.session() as s:
+        never_placed = rows.instance_ids(s, rid)[2]
+    claim = cloud.runtime.placement.claim
+
+    def claim_but_one(consumer, *args, **kwargs):
+        # Every host fills up under this instance before it can claim.
+        if consumer == never_placed:
+            raise PlacementConflict("the host filled up meanwhile")
+        return claim(consumer, *args, **kwargs)
+
+    monkeypatch.setattr(cloud.runtime.placement, "claim", claim_but_one)
+    assert cloud.run(job) == tf_states.SUCCESS
+    status, fault = _status(cloud, rid)
+    assert status == states.PARTIAL
+    by_id = {i[0]: i for i in _instances(cloud, rid)}
+    _uuid, host, state, attempts, tried, instance_fault = by_id.pop(never_placed)
+    assert (host, state, attempts, tried) == (None, states.ERROR, 0, [])
+    assert instance_fault["code"] == "NO_VALID_HOST"
+    for _uuid, host, state, attempts, tried, _fault in by_id.values():
+        assert state == states.ACTIVE and tried == [host] and attempts == 1
+    assert fault["code"] == "NO_VALID_HOST"
+    assert fault["message"].startswith("1 of 3 instances did not become ACTIVE")

@@ -65,7 +65,9 @@ def _reservation(cloud, rid):
 
 def _paused_reservation(cloud, operator):
     board, backend, submit, run_until = operator
-    for host in HOSTS:  # whichever host is chosen, its next boot fails once
+    # Every host's next boot fails once: the instance tries its candidates and
+    # its reschedules, all fail, and that last failure is final.
+    for host in HOSTS:
         cloud.driver.set_faults(host, fail_next=1)
     rid, job = cloud.reserve(1)
     flow_id = submit(job)
@@ -104,6 +106,49 @@ def test_revert_of_a_paused_reservation_frees_everything(cloud, operator):
     assert cloud.runtime.placement.get_allocations(uuid).allocations == {}
     for host in HOSTS:
         assert cloud.runtime.compute.get_instance(host, uuid) is None
+
+
+def test_a_failure_another_host_absorbs_does_not_pause(cloud, operator):
+    _board, backend, submit, run_until = operator
+    healthy = "z1-r1-h03"
+    # Load the healthy gpu host a little so spreading tries a broken one first.
+    cloud.runtime.placement.claim("00000000-0000-0000-0000-00000000beef",
+                                  {stable_uuid(healthy): {"VCPU": 1}}, "other", "other")
+    for host in ("z1-r1-h01", "z1-r1-h02"):
+        cloud.driver.set_faults(host, fail_next=5)
+    rid, job = cloud.reserve(1, capabilities={"gpu": "true"})
+    flow_id = submit(job)
+
+    assert run_until(flow_id, "SUCCESS", actions.PAUSED) == "SUCCESS"
+    assert actions.show_flow(backend, flow_id)["paused_at"] is None
+    status, instances = _reservation(cloud, rid)
+    assert status == states.ACTIVE and instances == [(states.ACTIVE, healthy)]
+    with cloud.database.session() as session:
+        (instance,) = rows.instances(session, rid)
+        assert instance.attempts >= 2 and instance.hosts_tried[0] != healthy
+
+
+def test_a_failure_with_no_host_left_pauses(cloud, operator):
+    _board, backend, submit, run_until = operator
+    for host in ("z1-r1-h01", "z1-r1-h02", "z1-r1-h03"):  # every gpu host is broken
+        cloud.driver.set_faults(host, fail_next=100)
+    rid, job = cloud.reserve(1, capabilities={"gpu": "true"})
+    flow_id = submit(job)
+
+    assert run_until(flow_id, "SUCCESS", actions.PAUSED) == actions.PAUSED
+    flow = actions.show_flow(backend, flow_id)
+    # The retry ran out: the third broken host failed, and no fourth exists.
+    assert flow["paused_at"] in ("inst-0000-boot", "inst-0000-retry")
+    assert _reservation(cloud, rid)[0] == states.PAUSED
+    with cloud.database.session() as session:
+        (instance,) = rows.instances(session, rid)
+        assert sorted(instance.hosts_tried) == ["z1-r1-h01", "z1-r1-h02", "z1-r1-h03"]
+
+
+def stable_uuid(host):
+    from fleetflow.persistence.fleet import stable_uuid as uuid_of
+
+    return uuid_of(host)
 
 
 def rows_instance_id(cloud, rid):
