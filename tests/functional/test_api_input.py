@@ -298,3 +298,13 @@ def test_every_integer_of_every_v2_body_is_the_strict_bounded_kind(app):
              for where, field in _integer_fields(schema)
              if not isinstance(field, fields.Integer)]
     assert loose == []
+
+
+def test_a_placement_inventory_that_is_not_an_object_is_a_400(send, client, admin_headers):
+    headers = {**admin_headers, "OpenStack-API-Version": "placement latest"}
+    provider = client.post("/placement/resource_providers", json={"name": "rp"},
+                           headers=headers).json["uuid"]
+    body = json.dumps({"resource_provider_generation": 0, "inventories": {"VCPU": 1.5}})
+    response = send("PUT", f"/placement/resource_providers/{provider}/inventories", body,
+                    {**headers, **JSON_TYPE})
+    assert "Inventory of VCPU" in details(response)
