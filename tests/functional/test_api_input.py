@@ -308,3 +308,9 @@ def test_a_placement_inventory_that_is_not_an_object_is_a_400(send, client, admi
     response = send("PUT", f"/placement/resource_providers/{provider}/inventories", body,
                     {**headers, **JSON_TYPE})
     assert "Inventory of VCPU" in details(response)
+
+
+def test_placement_names_what_is_wrong_in_its_json(send, admin_headers):
+    headers = {**admin_headers, "OpenStack-API-Version": "placement latest", **JSON_TYPE}
+    response = send("POST", "/placement/resource_providers", '{"name": "a\\udc80"}', headers)
+    assert "'name'" in details(response) and "surrogate" in details(response)
