@@ -187,10 +187,12 @@ def refuse_undeclared_query() -> None:
     Routes that declare query arguments refuse unknown ones in their parser.
     """
     request = flask.request
-    if not request.args or not request.path.startswith("/v2/") or request.endpoint is None:
+    if (not request.args or not request.path.startswith("/v2/") or request.endpoint is None
+            or request.method == "OPTIONS"):
         return
     view = flask.current_app.view_functions.get(request.endpoint)
-    locations = _declared_locations(view, request.method)
+    # HEAD is answered by the GET view, with the GET view's parameters.
+    locations = _declared_locations(view, "GET" if request.method == "HEAD" else request.method)
     if locations is None or locations & {"query", "querystring"}:
         return
     name = sorted(request.args)[0]

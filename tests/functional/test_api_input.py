@@ -210,6 +210,11 @@ def test_a_route_without_query_parameters_refuses_any(client, member_headers):
     assert "'verbose'" in details(response)
 
 
+def test_head_takes_the_query_parameters_of_get(client, member_headers):
+    assert client.head(f"{GROUPS}?limit=1", headers=member_headers).status_code == 200
+    assert client.head(f"{GROUPS}?bogus=1", headers=member_headers).status_code == 400
+
+
 def test_documented_query_parameters_still_work(client, admin_headers, member_headers,
                                                 sample_catalog):
     # dry_run on POST .../reservations: tests/functional/test_api_reservations.py.
