@@ -32,7 +32,7 @@ import flask
 import flask_smorest
 from werkzeug import exceptions as wexc
 
-from fleetflow.api import auth, errors, policy
+from fleetflow.api import auth, bodies, errors, policy
 from fleetflow.api.state import EXTENSION_KEY, AppState
 
 LOG = logging.getLogger(__name__)
@@ -104,6 +104,8 @@ def _configure(app: flask.Flask, conf) -> None:
         # Answer errors ourselves even in tests (no exception propagation).
         PROPAGATE_EXCEPTIONS=False,
     )
+    # request.get_json() refuses what the blueprints' parser refuses.
+    app.json = bodies.JSONProvider(app)
     # Keys in the schemas' order: an XML list page is rooted at its first key
     # (the collection, not "links"). NOTE: Flask 2.3 dropped JSON_SORT_KEYS.
     app.json.sort_keys = False
@@ -150,6 +152,7 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
     app.before_request(enforce_body_limit)
     app.before_request(auth.authenticate)
     app.before_request(policy.check_tenant_path)
+    app.before_request(bodies.refuse_undeclared_query)
 
     api = Api(app)
     _document_security(api, conf)

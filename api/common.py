@@ -20,23 +20,18 @@ import flask
 import flask_smorest
 import marshmallow as ma
 import sqlalchemy as sa
-from webargs.flaskparser import FlaskParser
 
+from fleetflow.api.bodies import BodyParser
 from fleetflow.api.state import current_state
 
 MAX_LIMIT = 1000
 
 
-class _Parser(FlaskParser):
-    # NOTE: webargs says 422 for a body that fails validation; we say 400 (as
-    # OpenStack does), and this makes the OpenAPI document say 400 too.
-    DEFAULT_VALIDATION_STATUS = 400
-
-
 class Blueprint(flask_smorest.Blueprint):
-    """flask-smorest Blueprint whose validation errors are documented (and sent) as 400."""
+    """flask-smorest Blueprint reading bodies and query strings the API's way
+    (:mod:`fleetflow.api.bodies`); validation errors are documented (and sent) as 400."""
 
-    ARGUMENTS_PARSER = _Parser()
+    ARGUMENTS_PARSER = BodyParser()
 
 
 class PaginationArgsSchema(ma.Schema):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import xml.etree.ElementTree as ET  # noqa: S405 - building only; parsing uses defusedxml
 from collections.abc import Mapping
 
@@ -48,11 +49,19 @@ import flask
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 from flask_smorest import abort
-from webargs.flaskparser import FlaskParser
+from webargs import core
+
+from fleetflow.api.bodies import JSON_MIMETYPE, MAX_DEPTH, BodyParser
 
 XML_MIMETYPE = "application/xml"
 XML_MIMETYPES = (XML_MIMETYPE, "text/xml")
-JSON_MIMETYPE = "application/json"
+
+# What XML 1.0 can carry at all (no escape exists for the rest), and the names
+# an element or attribute may safely have.
+_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+# The entry of a dictionary whose key cannot be an XML name: <entry key="...">.
+ENTRY_TAG = "entry"
 
 # Containers every resource shares: the error list and pagination links.
 COMMON_LISTS = {"errors": "error", "links": "link"}
@@ -89,10 +98,12 @@ def _is_scalar(value) -> bool:
 
 
 def _text(value) -> str:
+    """Text XML can carry: characters it cannot (control characters, lone
+    surrogates) become U+FFFD, so every document written is well-formed."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if _is_scalar(value):
-        return str(value)
+        return _NOT_XML_CHAR.sub("\ufffd", str(value))
     # A non-scalar where only text fits (a metadata value that is a list):
     # keep it readable and lossless as JSON text.
     return json.dumps(value, sort_keys=True)
@@ -103,11 +114,18 @@ def _element(tag: str, value, shape: XmlShape) -> ET.Element:
     if isinstance(value, Mapping):
         if tag in shape.keyed:
             for key, item in value.items():
-                entry = ET.SubElement(element, shape.keyed[tag], key=str(key))
+                entry = ET.SubElement(element, shape.keyed[tag], key=_text(str(key)))
                 entry.text = None if item is None else _text(item)
             return element
         for key, item in value.items():
-            if _is_scalar(item):
+            if not _XML_NAME.fullmatch(str(key)):
+                # A key no element or attribute may be named after.
+                entry = ET.SubElement(element, ENTRY_TAG, key=_text(str(key)))
+                if _is_scalar(item):
+                    entry.text = None if item is None else _text(item)
+                else:
+                    entry.append(_element(ENTRY_TAG, item, shape))
+            elif _is_scalar(item):
                 if item is not None:
                     element.set(key, _text(item))
             else:
@@ -153,8 +171,10 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _value(element: ET.Element, shape: XmlShape):
+def _value(element: ET.Element, shape: XmlShape, depth: int = 1):
     tag = _local(element.tag)
+    if depth > MAX_DEPTH:
+        raise XmlError(f"elements nested deeper than {MAX_DEPTH} levels")
     children = list(element)
     if tag in shape.keyed:
         entries = {}
@@ -171,7 +191,7 @@ def _value(element: ET.Element, shape: XmlShape):
             if _local(child.tag) != item_tag:
                 raise XmlError(f"{tag}: expected only <{item_tag}> items, "
                                f"not <{_local(child.tag)}>")
-            items.append(_value(child, shape) if (len(child) or child.attrib)
+            items.append(_value(child, shape, depth + 1) if (len(child) or child.attrib)
                          else (child.text or "").strip())
         return items
     if not children and not element.attrib:
@@ -181,7 +201,7 @@ def _value(element: ET.Element, shape: XmlShape):
         name = _local(child.tag)
         if name in values:
             raise XmlError(f"{tag}: {name} is given twice")
-        values[name] = _value(child, shape)
+        values[name] = _value(child, shape, depth + 1)
     return values
 
 
@@ -214,20 +234,24 @@ def wants_xml(request: flask.Request) -> bool:
     return is_xml_request(request)
 
 
-class XmlBodyParser(FlaskParser):
+class XmlBodyParser(BodyParser):
     """webargs parser reading ``location="json"`` from an XML body as well."""
 
-    # As the API's other blueprints: a body that fails its schema is a 400.
-    DEFAULT_VALIDATION_STATUS = 400
+    MEDIA_TYPES = (JSON_MIMETYPE, XML_MIMETYPE)
 
     def __init__(self, shape: XmlShape, **kwargs):
         super().__init__(**kwargs)
         self.shape = shape
 
+    def reads(self, request: flask.Request) -> bool:
+        return is_xml_request(request) or super().reads(request)
+
     def _raw_load_json(self, req: flask.Request):
         if not is_xml_request(req):
             return super()._raw_load_json(req)
         data = req.get_data(cache=True)
+        if not data:
+            return core.missing
         try:
             return from_xml(data, self.shape)
         except DefusedXmlException as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import FaultSchema
 from fleetflow.common import states
@@ -23,7 +24,7 @@ def _no_duplicates(values: list) -> None:
 
 
 def _names(**kwargs) -> ma.fields.List:
-    return ma.fields.List(ma.fields.String(validate=HOST_NAME), **kwargs)
+    return ma.fields.List(fields.Name(validate=HOST_NAME), **kwargs)
 
 
 class EvacuateFieldsSchema(ma.Schema):
@@ -42,8 +43,8 @@ class EvacuateFieldsSchema(ma.Schema):
         validate=ma.validate.OneOf(states.EVACUATION_ON_ERROR),
         metadata={"description": "When a server runs out of hosts: pause the rest, "
                                  "continue (PARTIAL), or revert what is in flight."})
-    max_parallel = ma.fields.Integer(
-        strict=True, load_default=8, validate=ma.validate.Range(min=1, max=MAX_PARALLEL_LIMIT),
+    max_parallel = fields.Integer(
+        load_default=8, validate=ma.validate.Range(min=1, max=MAX_PARALLEL_LIMIT),
         metadata={"description": "Moves under way at once."})
     fallback = ma.fields.String(
         load_default=states.FALLBACK_NONE,
@@ -196,7 +197,7 @@ class EvacuationActionSchema(ma.Schema):
 
 class EvacuationSkipFieldsSchema(ma.Schema):
     instances = ma.fields.List(
-        ma.fields.String(validate=ma.validate.Length(min=1, max=36)), required=True,
+        fields.Name(validate=ma.validate.Length(min=1, max=36)), required=True,
         validate=ma.validate.Length(min=1),
         metadata={"description": "Uuids of unfinished servers to leave where they are."})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import valid_requirements
 from fleetflow.persistence import groups as group_rows
@@ -64,16 +65,16 @@ class GroupQueryArgsSchema(PaginationArgsSchema):
 class GroupFieldsSchema(ma.Schema):
     """Fields a client may send, with the read-only ones refused by name."""
 
-    name = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
-    tenant_id = ma.fields.String(
+    name = fields.Name(allow_none=True, validate=ma.validate.Length(max=255))
+    tenant_id = fields.Name(
         metadata={"description": "Optional; must be the project of the path."})
-    policies = ma.fields.List(ma.fields.String(), metadata={"description": POLICIES_HELP})
+    policies = ma.fields.List(fields.Name(), metadata={"description": POLICIES_HELP})
     scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES))
-    max_per_host = ma.fields.Integer(allow_none=True, validate=ma.validate.Range(min=1))
-    metadata = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(max=255)),
+    max_per_host = fields.Integer(allow_none=True, validate=ma.validate.Range(min=1))
+    metadata = ma.fields.Dict(keys=fields.Name(validate=ma.validate.Length(max=255)),
                               values=ma.fields.String(validate=ma.validate.Length(max=255)),
                               allow_none=True)
-    capabilities = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.String(),
+    capabilities = ma.fields.Dict(keys=fields.Name(), values=ma.fields.String(),
                                   validate=valid_requirements)
     # NOTE: declared only to refuse them with a message that says why; an
     # unknown-field error would hide that the attribute exists but is read-only.
@@ -91,7 +92,7 @@ class GroupFieldsSchema(ma.Schema):
 
 
 class GroupCreateFieldsSchema(GroupFieldsSchema):
-    policies = ma.fields.List(ma.fields.String(), load_default=list,
+    policies = ma.fields.List(fields.Name(), load_default=list,
                               metadata={"description": POLICIES_HELP})
     scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES),
                              load_default="host")

@@ -11,7 +11,7 @@ import flask
 import flask_smorest
 from werkzeug import exceptions as wexc
 
-from fleetflow.api import policy
+from fleetflow.api import bodies, policy
 from fleetflow.api.placement import microversion
 from fleetflow.api.state import current_state
 from fleetflow.persistence.placement import errors
@@ -54,7 +54,10 @@ def body(required: tuple[str, ...] = (), allowed: tuple[str, ...] | None = None)
         raise wexc.UnsupportedMediaType(
             f"The media type {flask.request.mimetype or 'None'} is not supported, use "
             "application/json")
-    data = flask.request.get_json(silent=True)
+    try:
+        data = bodies.decode(flask.request.get_data(cache=True))
+    except bodies.BodyError as exc:
+        raise errors.BadRequest(f"Malformed JSON: {exc.describe()}") from None
     if not isinstance(data, dict):
         raise errors.BadRequest("Malformed JSON: the body must be a JSON object")
     missing = [k for k in required if k not in data]

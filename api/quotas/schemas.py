@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
+
 LIMIT_HELP = "-1: no limit."
 GIGABYTES_HELP = "Total size of the volumes, in GB; " + LIMIT_HELP
 RESOURCES = ("instances", "vcpus", "ram_mb", "volumes", "gigabytes")
@@ -42,16 +44,16 @@ class QuotaResponseSchema(ma.Schema):
 class QuotaLimitsSchema(ma.Schema):
     """The limits to set; a limit not given keeps its current value."""
 
-    instances = ma.fields.Integer(validate=ma.validate.Range(min=-1),
-                                  metadata={"description": LIMIT_HELP})
-    vcpus = ma.fields.Integer(validate=ma.validate.Range(min=-1),
-                              metadata={"description": LIMIT_HELP})
-    ram_mb = ma.fields.Integer(validate=ma.validate.Range(min=-1),
+    instances = fields.Integer(validate=ma.validate.Range(min=-1),
                                metadata={"description": LIMIT_HELP})
-    volumes = ma.fields.Integer(validate=ma.validate.Range(min=-1),
-                                metadata={"description": LIMIT_HELP})
-    gigabytes = ma.fields.Integer(validate=ma.validate.Range(min=-1),
-                                  metadata={"description": GIGABYTES_HELP})
+    vcpus = fields.Integer(validate=ma.validate.Range(min=-1),
+                           metadata={"description": LIMIT_HELP})
+    ram_mb = fields.Integer(validate=ma.validate.Range(min=-1),
+                            metadata={"description": LIMIT_HELP})
+    volumes = fields.Integer(validate=ma.validate.Range(min=-1),
+                             metadata={"description": LIMIT_HELP})
+    gigabytes = fields.Integer(validate=ma.validate.Range(min=-1),
+                               metadata={"description": GIGABYTES_HELP})
 
     @ma.validates_schema
     def needs_one(self, data, **kwargs):

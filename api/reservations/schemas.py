@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
@@ -52,27 +53,27 @@ def valid_requirements(value: dict) -> None:
 class ReservationFieldsSchema(ma.Schema):
     """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``."""
 
-    name = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=200))
-    count = ma.fields.Integer(validate=ma.validate.Range(min=1),
-                              metadata={"description": "Exactly this many (min = max)."})
-    min_count = ma.fields.Integer(
+    name = fields.Name(allow_none=True, validate=ma.validate.Length(max=200))
+    count = fields.Integer(validate=ma.validate.Range(min=1),
+                           metadata={"description": "Exactly this many (min = max)."})
+    min_count = fields.Integer(
         validate=ma.validate.Range(min=1),
         metadata={"description": "Fewest acceptable (best-effort keeps a result of at least "
                                  "this many). Defaults to 1 when only max_count is given."})
-    max_count = ma.fields.Integer(
+    max_count = fields.Integer(
         validate=ma.validate.Range(min=1),
         metadata={"description": "Most to build. Defaults to min_count."})
-    flavor_ref = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=255),
-                                  metadata={"description": "Flavor name or id."})
-    image_ref = ma.fields.String(required=True, validate=ma.validate.Length(min=1, max=255),
-                                 metadata={"description": "Image name or id."})
-    capabilities = ma.fields.Dict(keys=ma.fields.String(validate=ma.validate.Length(min=1)),
+    flavor_ref = fields.Name(required=True, validate=ma.validate.Length(min=1, max=255),
+                             metadata={"description": "Flavor name or id."})
+    image_ref = fields.Name(required=True, validate=ma.validate.Length(min=1, max=255),
+                            metadata={"description": "Image name or id."})
+    capabilities = ma.fields.Dict(keys=fields.Name(validate=ma.validate.Length(min=1)),
                                   values=CapabilityValue(), load_default=dict,
                                   validate=valid_requirements,
                                   metadata={"description": CAPABILITY_HELP})
-    group_id = ma.fields.String(allow_none=True,
-                                metadata={"description": "Server group uuid (the scheduler "
-                                                         "hint group=UUID)."})
+    group_id = fields.Name(allow_none=True,
+                           metadata={"description": "Server group uuid (the scheduler "
+                                                    "hint group=UUID)."})
     policy = ma.fields.String(load_default=states.ALL_OR_NOTHING,
                               validate=ma.validate.OneOf(states.FAILURE_POLICIES))
     on_error = ma.fields.String(
@@ -82,7 +83,7 @@ class ReservationFieldsSchema(ma.Schema):
                                  "best-effort keeps what booted); 'pause' stops its flow "
                                  "before anything is undone (status PAUSED) for an "
                                  "operator to resume or revert at /v2/admin/flows/{id}."})
-    volume_gb = ma.fields.Integer(
+    volume_gb = fields.Integer(
         allow_none=True, validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),
         metadata={"description": "A data volume of this size per instance, on a storage "
                                  "backend its host reaches (a dry run counts it too)."})

@@ -6,9 +6,9 @@ A member's ``spec`` is one schema for both kinds, documented field by field
 kind's fields as unknown and asks for its own required ones, so every error
 names the field as ``vcluster.instances.<n>.spec.<field>``.
 
-Names and references are 1 to 255 characters (the columns' size) without NUL;
-one request lists at most ``[api] max_reservation_count`` instances, as many
-groupings, and as many members per grouping.
+Names and references are 1 to 255 characters (the columns' size) without control
+characters; one request lists at most ``[api] max_reservation_count`` instances,
+as many groupings, and as many members per grouping.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import flask
 import marshmallow as ma
 
-from fleetflow.api import xml
+from fleetflow.api import fields, xml
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import (
     CAPABILITY_HELP,
@@ -41,16 +41,9 @@ UNKNOWN = ma.Schema._default_error_messages["unknown"]
 MISSING = ma.fields.Field.default_error_messages["required"]
 
 
-def no_nul(value: str) -> None:
-    # NOTE: PostgreSQL's text columns cannot hold NUL: refused here, not a 500 there.
-    if "\x00" in value:
-        raise ma.ValidationError("Must not contain NUL characters.")
-
-
-def _text(min_length: int = 0, **kwargs) -> ma.fields.String:
-    """A string of at most MAX_NAME characters the database can store."""
-    return ma.fields.String(validate=[ma.validate.Length(min=min_length, max=MAX_NAME), no_nul],
-                            **kwargs)
+def _text(min_length: int = 0, **kwargs) -> fields.Name:
+    """A name of at most MAX_NAME characters (the columns' size)."""
+    return fields.Name(validate=ma.validate.Length(min=min_length, max=MAX_NAME), **kwargs)
 
 
 def _name(description: str, **kwargs) -> ma.fields.String:
@@ -71,25 +64,16 @@ def _check_count(data: dict, field: str) -> None:
 # -- requests -----------------------------------------------------------------------
 
 
-class WholeNumber(ma.fields.Integer):
-    """An integer, also from a string (XML attributes); ``10.5`` is refused, not cut to 10."""
-
-    def _validated(self, value):
-        if isinstance(value, float) and not value.is_integer():
-            raise self.make_error("invalid", input=value)
-        return super()._validated(value)
-
-
 class VClusterMemberSpecSchema(ma.Schema):
     """What a member is: a server's image and flavor, or a volume's size and type."""
 
     imageRef = _name("Servers (required): image name or id.")
     flavorRef = _name("Servers (required): flavor name or id.")
     capabilities = ma.fields.Dict(
-        keys=ma.fields.String(validate=[ma.validate.Length(min=1), no_nul]),
+        keys=fields.Name(validate=ma.validate.Length(min=1)),
         values=CapabilityValue(), validate=valid_requirements,
         metadata={"description": "Servers: " + CAPABILITY_HELP})
-    size = WholeNumber(
+    size = fields.Integer(
         validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),
         metadata={"description": "Volumes (required): size in GB."})
     volume_type = _text(

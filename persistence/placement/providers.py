@@ -186,6 +186,8 @@ def normalize_inventory(rc: str, spec: dict) -> dict:
     """Fill defaults and validate one resource class's inventory (BadRequest)."""
     if not NAME_PATTERN.match(rc or ""):
         raise errors.BadRequest(f"Invalid resource class name {rc!r}")
+    if not isinstance(spec, dict):
+        raise errors.BadRequest(f"Inventory of {rc}: must be an object, got {spec!r:.40}")
     unknown = set(spec) - set(INVENTORY_FIELDS)
     if unknown or "total" not in spec:
         raise errors.BadRequest(f"Inventory of {rc}: 'total' is required and "

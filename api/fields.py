@@ -1,0 +1,62 @@
+"""Field types of the request schemas: what a number or a name may be.
+
+Every integer of a request body is an :class:`Integer`: a JSON number without
+a fraction (``"2"``, ``1.5`` and ``2.0`` are refused, never cut or converted)
+within the range of the database's integer columns. In an XML body every value
+is text, so there the digits of an integer are read as one.
+
+Names, ids, references and dictionary keys are :class:`Name`: no control
+characters (nothing in a name needs one, and XML 1.0 cannot carry most of them).
+Lone surrogates and NUL are refused for every string by the body decoder
+(:mod:`fleetflow.api.bodies`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import flask
+import marshmallow as ma
+
+from fleetflow.api import xml
+
+# The integer columns are 32-bit on PostgreSQL.
+COLUMN_MIN = -(2**31)
+COLUMN_MAX = 2**31 - 1
+_XML_INTEGER = re.compile(r"\s*[+-]?\d{1,12}\s*")
+
+
+class Integer(ma.fields.Integer):
+    """A whole JSON number that fits an integer column (the bound shows in the OpenAPI
+    document as minimum/maximum)."""
+
+    default_error_messages = {"invalid": "Not a valid integer: give a number without "
+                                         "a fraction or quotes."}
+
+    def __init__(self, **kwargs):
+        super().__init__(**{**kwargs, "strict": True})
+        self.validators[:0] = [ma.validate.Range(min=COLUMN_MIN), ma.validate.Range(max=COLUMN_MAX)]
+
+    def _validated(self, value):
+        if (isinstance(value, str) and flask.has_request_context()
+                and xml.is_xml_request(flask.request) and _XML_INTEGER.fullmatch(value)):
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
+def no_control_characters(value: str) -> None:
+    for char in value:
+        if unicodedata.category(char) == "Cc":
+            raise ma.ValidationError(f"Must not contain control characters "
+                                     f"(U+{ord(char):04X}).")
+
+
+class Name(ma.fields.String):
+    """A name, id, reference or key: text without control characters."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validators.insert(0, no_control_characters)
