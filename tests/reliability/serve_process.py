@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import requests
@@ -17,6 +18,7 @@ import requests
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
 UNFINISHED = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING")
+FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
 
 
 class ServeProcess:
@@ -33,7 +35,7 @@ class ServeProcess:
         self.settings = settings
         self.proc: subprocess.Popen | None = None
         self.runs = 0
-        subprocess.run(["fleetflow", "fleet", "generate", "--hosts", str(hosts),
+        subprocess.run([FLEETFLOW, "fleet", "generate", "--hosts", str(hosts),
                         "--hosts-per-rack", str(hosts), "-o", self.fleet],
                        check=True, capture_output=True, timeout=120)
 
@@ -60,7 +62,7 @@ class ServeProcess:
         with open(self.log_path, "a") as log:
             log.write(f"=== run {self.runs} ===\n")
             log.flush()
-            self.proc = subprocess.Popen(["fleetflow", "serve"], cwd=self.workdir,
+            self.proc = subprocess.Popen([FLEETFLOW, "serve"], cwd=self.workdir,
                                          env=self.env(**settings), stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         if wait:

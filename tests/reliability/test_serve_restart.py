@@ -55,8 +55,9 @@ def test_a_killed_serve_restarted_resumes_its_reservation_at_once(tmp_path, free
         log = server.log(tail=20000).split(f"=== run {server.runs} ===")[-1]
         assert "its claim is released and the job resumes now" in log, log
 
-        audit = subprocess.run(["fleetflow", "audit", "--strict"], cwd=server.workdir,
-                               env=server.env(), capture_output=True, text=True, timeout=300)
+        audit = subprocess.run([serve_process.FLEETFLOW, "audit", "--strict"],
+                               cwd=server.workdir, env=server.env(), capture_output=True,
+                               text=True, timeout=300)
         assert audit.returncode == 0, audit.stdout + audit.stderr
         assert "0 mismatches" in audit.stdout
     finally:
