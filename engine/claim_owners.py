@@ -74,14 +74,20 @@ class OwnerRecords:
         start = process_start_time(os.getpid())
         if start is None:
             return  # no /proc: nobody could prove us dead anyway
-        os.makedirs(self.directory, exist_ok=True)
         path = self._path(os.getpid())
         record = {"host": self.host, "pid": os.getpid(), "start_time": start,
                   "names": sorted(names)}
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".record-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".record-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)
+        except OSError as exc:
+            # Only a restart's shortcut is lost: our claims then expire as usual.
+            LOG.warning("cannot record this conductor process in %s (%s): after a crash "
+                        "its jobs wait for their claims to expire", self.directory, exc)
+            return
         self._mine = path
 
     def unregister(self) -> None:
