@@ -5,17 +5,26 @@ simulate = false``) every host of the fleet simulated in ``[compute]
 agent_processes`` child processes (0: in this one) — on SQLite by default, so
 nothing else needs installing. An empty database gets its schema and a fleet
 first.
+
+Every file it and its agents write lives in ``[DEFAULT] state_dir``
+(``fleetflow-state`` in the working directory by default): the default
+SQLite database and its WAL files, the simulated hosts' guests
+(``[compute] state_path``), the agents' RPC sockets (``rpc/``) and the
+conductors' liveness records (``conductors/``).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import signal
+import socket
 import threading
 
 import click
 
-from fleetflow.common import cpu_affinity, gc_policy
+from fleetflow.common import config, cpu_affinity, gc_policy
 
 LOG = logging.getLogger("fleetflow.serve")
 
@@ -35,11 +44,65 @@ def _prepare_database(conf):
     return database
 
 
-class Cloud:
-    """Every part of an embedded cloud, started and stopped in order."""
+# What werkzeug's threaded server asks of listen().
+LISTEN_BACKLOG = 128
 
-    def __init__(self, conf):
+
+def _cannot_listen(conf, exc: OSError) -> click.ClickException:
+    if exc.errno == errno.EADDRINUSE:
+        reason = "the address is already in use (another fleetflow serve?)"
+    else:
+        reason = exc.strerror or str(exc)
+    return click.ClickException(
+        f"cannot listen on {conf.api.host}:{conf.api.port}: {reason}; choose another port "
+        "with [api] port (FLEETFLOW_API_PORT) or another address with [api] host "
+        "(FLEETFLOW_API_HOST)")
+
+
+def bind_api_socket(conf) -> socket.socket:
+    """The API's socket, bound (not yet listening) before anything else starts.
+
+    A busy address is then one clear error at once, naming the options to
+    change, instead of werkzeug's own message after the fleet has started.
+    It listens only once the API can answer (:func:`listen`): until then a
+    client is refused at once rather than left waiting on an unread backlog.
+    """
+    try:
+        infos = socket.getaddrinfo(conf.api.host, conf.api.port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise click.ClickException(
+            f"cannot listen on {conf.api.host}:{conf.api.port}: {exc.strerror}; set "
+            "[api] host (FLEETFLOW_API_HOST) to an address of this machine") from exc
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As werkzeug does: a restart must not wait for old connections' TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise _cannot_listen(conf, exc) from exc
+    return sock
+
+
+def listen(conf, sock: socket.socket) -> None:
+    try:
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        raise _cannot_listen(conf, exc) from exc
+
+
+class Cloud:
+    """Every part of an embedded cloud, started and stopped in order.
+
+    ``listener``: the API's socket, already bound (:func:`bind_api_socket`);
+    without it the server binds ``[api] host:port`` itself.
+    """
+
+    def __init__(self, conf, listener: socket.socket | None = None):
         self.conf = conf
+        self.listener = listener
         self.database = None
         self.agent = None  # the in-process fleet (agent_processes = 0)
         self.agents = None  # or its child processes
@@ -66,6 +129,7 @@ class Cloud:
         from fleetflow.flows import runtime
 
         conf = self.conf
+        os.makedirs(conf.state_dir, exist_ok=True)
         self.database = _prepare_database(conf)
         if conf.compute.simulate and conf.compute.agent_processes:
             url = agent_processes.transport_url(conf)
@@ -102,17 +166,27 @@ class Cloud:
         if auth.noauth_exposed(conf):
             click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "
                         "anyone who reaches the port can act as admin", fg="red", err=True)
-        self.server = make_server(conf.api.host, conf.api.port, app, threaded=True)
+        if self.listener is not None:
+            listen(conf, self.listener)
+            # werkzeug duplicates the descriptor: ours is closed, its copy serves.
+            self.server = make_server(conf.api.host, conf.api.port, app, threaded=True,
+                                      fd=self.listener.fileno())
+            self.listener.close()
+            self.listener = None
+        else:
+            self.server = make_server(conf.api.host, conf.api.port, app, threaded=True)
         return self
 
     @property
     def url(self) -> str:
-        return f"http://{self.conf.api.host}:{self.server.server_port}"
+        return f"http://{self.conf.api.host}:{self.server.server_address[1]}"
 
     def serve_forever(self):
         self.server.serve_forever()
 
     def stop(self):
+        if self.listener is not None:
+            self.listener.close()
         if self.server is not None:
             self.server.shutdown()
         if self.reconciler is not None:
@@ -126,16 +200,36 @@ class Cloud:
 
 
 @click.command("serve")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Directory of every file serve and its agents write (default: "
+                   "[DEFAULT] state_dir, FLEETFLOW_STATE_DIR, else ./fleetflow-state).")
 @click.pass_obj
-def serve(conf) -> None:
-    """Run the API, conductors and the simulated fleet until Ctrl-C."""
+def serve(conf, state_dir: str | None) -> None:
+    """Run the API, conductors and the simulated fleet until Ctrl-C.
+
+    \b
+    Listens on [api] host:port (FLEETFLOW_API_HOST, FLEETFLOW_API_PORT;
+    127.0.0.1:8774 by default). Writes only into the state directory
+    (--state-dir, [DEFAULT] state_dir, FLEETFLOW_STATE_DIR; ./fleetflow-state
+    by default): the SQLite database unless [database] connection says
+    otherwise, the simulated hosts' guests, the agents' RPC sockets and the
+    conductors' liveness records.
+    """
+    if state_dir is not None:
+        config.set_state_dir(conf, state_dir)
     logging.basicConfig(level=logging.DEBUG if conf.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    cloud = Cloud(conf).start()
+    listener = bind_api_socket(conf)
+    try:
+        cloud = Cloud(conf, listener).start()
+    except BaseException:
+        listener.close()
+        raise
     gc_policy.for_service()
     # After start: the agent processes are running and keep every CPU.
     cpu = cpu_affinity.pin_threads_to_one_cpu() if conf.serve_on_one_cpu else None
-    click.echo(f"fleetflow serving on {cloud.url}  (Ctrl-C to stop)")
+    click.echo(f"fleetflow serving on {cloud.url}  (state in {conf.state_dir}, "
+               "Ctrl-C to stop)")
     if cpu is not None:
         LOG.info("serve process on CPU %d", cpu)
     stopping = threading.Event()

@@ -17,10 +17,16 @@ from collections.abc import Mapping, Sequence
 from oslo_config import cfg, types
 
 ENV_PREFIX = "FLEETFLOW_"
+DEFAULT_STATE_DIR = "fleetflow-state"
+DEFAULT_DATABASE_FILE = "fleetflow.db"
 
 DEFAULT_OPTS = [
-    cfg.StrOpt("state_dir", default=".",
-               help="Directory for the embedded mode's files (database, simulated hosts)."),
+    cfg.StrOpt("state_dir", default=DEFAULT_STATE_DIR,
+               help="Directory of every file 'fleetflow serve' and its agents write: the "
+                    "default SQLite database, the simulated hosts' guests, the RPC "
+                    "sockets, the conductors' liveness records. Relative paths are "
+                    "resolved in the working directory; '.' is the layout of earlier "
+                    "versions (everything in the working directory)."),
     cfg.BoolOpt("debug", default=False, help="Log at DEBUG level."),
     cfg.BoolOpt("serve_on_one_cpu", default=True,
                 help="'fleetflow serve' keeps its own threads (API, conductors, engines) on "
@@ -31,9 +37,10 @@ DEFAULT_OPTS = [
 ]
 
 DATABASE_OPTS = [
-    cfg.StrOpt("connection", default="sqlite:///fleetflow.db",
-               help="SQLAlchemy URL of the fleetflow database. A relative SQLite path is "
-                    "resolved in the working directory; SQLite runs in WAL mode."),
+    cfg.StrOpt("connection", default=None,
+               help="SQLAlchemy URL of the fleetflow database. Unset: SQLite in "
+                    "state_dir (sqlite:///<state_dir>/fleetflow.db). A relative SQLite "
+                    "path is resolved in the working directory; SQLite runs in WAL mode."),
     cfg.IntOpt("pool_size", default=10, min=1, help="Connection pool size (PostgreSQL)."),
     cfg.IntOpt("max_overflow", default=20, min=0, help="Connections beyond pool_size."),
     cfg.FloatOpt("max_retry_seconds", default=120.0, min=0.0,
@@ -262,7 +269,21 @@ def load(args: Sequence[str] = (), config_files: Sequence[str] | None = None,
     conf(list(args), project="fleetflow", default_config_files=list(config_files or []),
          default_config_dirs=[], validate_default_values=True)
     _apply_environment(conf, os.environ if environ is None else environ)
+    _default_database_in_state_dir(conf)
     return conf
+
+
+def _default_database_in_state_dir(conf: cfg.ConfigOpts) -> None:
+    # A default, not an override: an explicit connection (file, environment,
+    # set_override) always wins, and set_state_dir can move it later.
+    conf.set_default("connection", "sqlite:///" + state_path(conf, DEFAULT_DATABASE_FILE),
+                     group="database")
+
+
+def set_state_dir(conf: cfg.ConfigOpts, path: str) -> None:
+    """Use ``path`` as ``[DEFAULT] state_dir``, the default database moving with it."""
+    conf.set_override("state_dir", path)
+    _default_database_in_state_dir(conf)
 
 
 def state_path(conf: cfg.ConfigOpts, name: str) -> str:

@@ -3,6 +3,15 @@
 One RPC transport per process and URL (oslo.messaging's advice; also the only
 way in-process transports work: ``fake:`` keeps its queues inside the transport
 object, so a client with a transport of its own would never reach the server).
+
+On a broker (rabbit://) oslo.messaging's pools are sized for the concurrency
+fleetflow itself creates, not for its defaults: a 50-instance flow has 50
+engine threads calling at once and an agent as many threads replying, which
+overflowed the 30 pooled connections ("Connection pool limit exceeded") and
+the 10 reply queues after which it suspects a leak ("Number of call queues is
+11 ... There could be a leak"): two dozen warnings per healthy flow. The pool
+grows only as far as the calls made at once need (its connections are made on
+demand and expire when idle), so a high ceiling costs nothing until used.
 """
 
 from __future__ import annotations
@@ -16,6 +25,10 @@ from oslo_config import cfg
 # Exceptions whose class crosses the wire: the client gets the same class back.
 ALLOWED_REMOTE_EXMODS = ["fleetflow.common.exceptions", "fleetflow.compute.exceptions"]
 RPC_API_VERSION = "1.0"
+
+# Threads beyond the engines' and agents' that may call or reply at once: API
+# requests, the audit's parallel host queries, heartbeats.
+OTHER_RPC_THREADS = 64
 
 _lock = threading.Lock()
 # Kept on the ConfigOpts itself: a transport is bound to the conf it was made
@@ -40,6 +53,46 @@ def register_library_opts(conf: cfg.ConfigOpts) -> None:
         conf.register_opts(opts, group=group)
 
 
+def rpc_callers(conf: cfg.ConfigOpts) -> int:
+    """Most threads of one process that can wait on an RPC call at once: every
+    engine thread of every conductor worker, and the others."""
+    return (max(1, conf.conductor.workers) * conf.conductor.engine_workers
+            + OTHER_RPC_THREADS)
+
+
+def rpc_senders(conf: cfg.ConfigOpts) -> int:
+    """Most threads of one process that can send at once: callers, and an
+    agent's worker threads sending their replies."""
+    agent_threads = conf.compute.agent_threads or conf.compute.max_agent_threads
+    return rpc_callers(conf) + agent_threads
+
+
+def _size_pools(conf: cfg.ConfigOpts) -> None:
+    # Defaults, not overrides: an operator's own [oslo_messaging_rabbit] wins.
+    conf.set_default("rpc_conn_pool_size", rpc_senders(conf), group="oslo_messaging_rabbit")
+
+
+def _raise_call_queue_threshold(transport: oslo_messaging.Transport, callers: int) -> None:
+    """Warn of leaked reply queues only beyond ``callers`` calls waiting at once.
+
+    oslo.messaging hard-codes the threshold (10, doubled at each warning) on
+    the reply waiter its AMQP driver creates with the first call.
+    """
+    driver = getattr(transport, "_driver", None)
+    make_reply_queue = getattr(driver, "_get_reply_q", None)
+    if make_reply_queue is None or not hasattr(driver, "_waiter"):
+        return
+
+    def _get_reply_q():
+        reply_q = make_reply_queue()
+        waiters = getattr(getattr(driver, "_waiter", None), "waiters", None)
+        if waiters is not None and getattr(waiters, "_wrn_threshold", callers) < callers:
+            waiters._wrn_threshold = callers
+        return reply_q
+
+    driver._get_reply_q = _get_reply_q
+
+
 def get_transport(conf: cfg.ConfigOpts, url: str | None = None) -> oslo_messaging.Transport:
     """The process's RPC transport for ``url`` (``[messaging] transport_url`` by default)."""
     url = url or conf.messaging.transport_url
@@ -56,8 +109,10 @@ def get_transport(conf: cfg.ConfigOpts, url: str | None = None) -> oslo_messagin
                 # connection logs a warning saying so.
                 conf.set_override("heartbeat_timeout_threshold", 0,
                                   group="oslo_messaging_rabbit")
+            _size_pools(conf)
             transport = oslo_messaging.get_rpc_transport(
                 conf, url=url, allowed_remote_exmods=ALLOWED_REMOTE_EXMODS)
+            _raise_call_queue_threshold(transport, rpc_callers(conf))
             cache[url] = transport
         return transport
 

@@ -47,6 +47,7 @@ from taskflow.conductors.backends import impl_blocking
 from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
+from fleetflow.engine import claim_owners
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
 from fleetflow.engine.failure_resolution import absorbed_by_retry
@@ -185,6 +186,10 @@ class FleetConductor(impl_blocking.BlockingConductor):
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def jobboard(self):
+        return self._jobboard
 
     @property
     def keepalive(self) -> ClaimKeepAlive:
@@ -397,17 +402,29 @@ class ConductorPool:
         self._wait_timeout = wait_timeout
         self.conductors: list[FleetConductor] = []
         self._threads: list[threading.Thread] = []
+        self._owner_records: claim_owners.OwnerRecords | None = None
 
     def start(self) -> None:
-        """Start the workers (returns at once)."""
+        """Start the workers (returns at once).
+
+        Claims left by a dead conductor process of the same state directory
+        and host are released first, so the workers take those jobs now
+        rather than once the claims expire (engine/claim_owners.py).
+        """
         for index in range(self._count):
-            conductor = make_conductor(self._conf, f"{self._name}-{index}",
-                                       persistence=self._persistence,
-                                       engine_factory=self._engine_factory,
-                                       wait_timeout=self._wait_timeout)
+            self.conductors.append(make_conductor(self._conf, f"{self._name}-{index}",
+                                                  persistence=self._persistence,
+                                                  engine_factory=self._engine_factory,
+                                                  wait_timeout=self._wait_timeout))
+        if self.conductors:
+            names = [conductor.name for conductor in self.conductors]
+            self._owner_records = claim_owners.OwnerRecords(self._conf.state_dir)
+            claim_owners.take_over_dead_claims(self.conductors[0].jobboard,
+                                               self._owner_records, names)
+            self._owner_records.register(names)
+        for conductor in self.conductors:
             thread = threading.Thread(target=self._run, args=(conductor,), daemon=True,
                                       name=f"conductor-{conductor.name}")
-            self.conductors.append(conductor)
             self._threads.append(thread)
             thread.start()
 
@@ -432,6 +449,9 @@ class ConductorPool:
             conductor.close()
         self.conductors.clear()
         self._threads.clear()
+        if self._owner_records is not None:
+            self._owner_records.unregister()
+            self._owner_records = None
 
     def __enter__(self) -> ConductorPool:
         self.start()

@@ -1,11 +1,13 @@
 """A compute agent in another process, over the real RabbitMQ, killed with -9 and back."""
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,31 @@ def test_agent_process_survives_kill_9_with_its_guests(cloud):
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+POOL_WARNINGS = ("Connection pool limit exceeded", "Number of call queues")
+
+
+def test_many_calls_at_once_log_no_pool_warning(cloud, caplog):
+    """As many calls at once as a 200-instance flow's boots: oslo.messaging's pools
+    are sized for them, on the calling side and on the agent replying."""
+    conf, conf_file, database = cloud
+    agent = start_agent(conf_file, "--all", "--server-name", "it-fleet")
+    try:
+        api = ComputeAPI(conf, database)
+        wait_until_serving(api, "rh1", agent)
+        with caplog.at_level(logging.WARNING, logger="oslo.messaging"), \
+                ThreadPoolExecutor(max_workers=200) as pool:
+            answers = list(pool.map(lambda i: api.ping(f"rh{1 + i % 2}"), range(200)))
+        assert all(answer["alive"] for answer in answers)
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(30) == 0
+        agent_log = agent.stderr.read()
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    logged = [r.getMessage() for r in caplog.records]
+    assert not [m for m in logged if m.startswith(POOL_WARNINGS)], logged
+    assert not [line for line in agent_log.splitlines()
+                if any(w in line for w in POOL_WARNINGS)], agent_log

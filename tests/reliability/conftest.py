@@ -38,6 +38,12 @@ def sql_cloud(takeover, tmp_path):
     cloud.close()
 
 
+@pytest.fixture
+def serve_process():
+    """The serve_process module (ServeProcess: a real ``fleetflow serve`` to kill)."""
+    return _load("serve_process")
+
+
 def load_provision_cloud_module():
     """provision_cloud (it needs forkserver)."""
     return _load("provision_cloud")

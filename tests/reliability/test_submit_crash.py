@@ -16,10 +16,8 @@ with no operator action. The time from the restart to ACTIVE is printed
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
 import time
 
 import pytest
@@ -28,72 +26,14 @@ import requests
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
 COUNT = 5
-UNFINISHED = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING")
-
-
-class Server:
-    """``fleetflow serve`` over one state directory, started and restarted."""
-
-    def __init__(self, workdir, port: int, wait_for_api):
-        self.workdir, self.port, self.wait_for_api = str(workdir), port, wait_for_api
-        self.url = f"http://127.0.0.1:{port}"
-        self.fleet = os.path.join(self.workdir, "fleet.yaml")
-        self.proc: subprocess.Popen | None = None
-        self.runs = 0
-        subprocess.run(["fleetflow", "fleet", "generate", "--hosts", "4",
-                        "--hosts-per-rack", "4", "-o", self.fleet],
-                       check=True, capture_output=True, timeout=120)
-
-    def env(self, **settings: str) -> dict:
-        env = dict(os.environ,
-                   FLEETFLOW_STATE_DIR=self.workdir,
-                   FLEETFLOW_DATABASE_CONNECTION=f"sqlite:///{self.db_path}",
-                   FLEETFLOW_API_PORT=str(self.port),
-                   FLEETFLOW_FLEET_FILE=self.fleet,
-                   FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1",
-                   FLEETFLOW_JOBBOARD_CLAIM_EXPIRY="2",
-                   FLEETFLOW_JOBBOARD_KEEPALIVE_INTERVAL="0.5",
-                   FLEETFLOW_COMPUTE_BOOT_SECONDS="0.2")
-        env.pop("FLEETFLOW_CRASH_AT", None)
-        env.update(settings)
-        return env
-
-    @property
-    def db_path(self) -> str:
-        return os.path.join(self.workdir, "fleetflow.db")
-
-    def start(self, **settings: str) -> None:
-        self.runs += 1
-        log = open(self.log_path, "a")  # noqa: SIM115
-        log.write(f"=== run {self.runs} ===\n")
-        log.flush()
-        self.proc = subprocess.Popen(["fleetflow", "serve"], cwd=self.workdir,
-                                     env=self.env(**settings), stdout=log,
-                                     stderr=subprocess.STDOUT)
-        self.wait_for_api(self.url, alive=lambda: self.proc.poll() is None,
-                          on_timeout=self.log)
-
-    @property
-    def log_path(self) -> str:
-        return os.path.join(self.workdir, "serve.log")
-
-    def log(self) -> str:
-        with open(self.log_path) as f:
-            return f.read()[-4000:]
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
 
 
 @pytest.fixture
-def server(tmp_path, free_port, wait_for_api):
-    srv = Server(tmp_path, free_port, wait_for_api)
+def server(tmp_path, free_port, wait_for_api, serve_process):
+    srv = serve_process.ServeProcess(
+        tmp_path, free_port, wait_for_api,
+        FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1", FLEETFLOW_JOBBOARD_CLAIM_EXPIRY="2",
+        FLEETFLOW_JOBBOARD_KEEPALIVE_INTERVAL="0.5", FLEETFLOW_COMPUTE_BOOT_SECONDS="0.2")
     yield srv
     srv.stop()
 
@@ -133,14 +73,7 @@ def test_api_killed_between_commit_and_job_post_recovers_on_restart(server):
 
     restarted = time.monotonic()
     server.start()
-    location = f"{server.url}/v2/demo/reservations/{reservation_id}"
-    deadline = time.monotonic() + 60
-    while True:
-        body = requests.get(location, headers=TENANT, timeout=30).json()["reservation"]
-        if body["status"] not in UNFINISHED:
-            break
-        assert time.monotonic() < deadline, (body["status"], body["progress"], server.log())
-        time.sleep(0.2)
+    body = server.wait_settled(reservation_id, timeout=60)
     done = time.monotonic() - restarted
     assert body["status"] == "ACTIVE", (body["status"], body.get("fault"), server.log())
     assert body["progress"]["active"] == COUNT

@@ -8,11 +8,29 @@ from fleetflow.common import config
 
 def test_defaults_are_the_embedded_mode():
     conf = config.load(environ={})
-    assert conf.database.connection == "sqlite:///fleetflow.db"
+    assert conf.state_dir == "fleetflow-state"
+    assert conf.database.connection == "sqlite:///fleetflow-state/fleetflow.db"
     assert (conf.api.host, conf.api.port) == ("127.0.0.1", 8774)
     assert conf.api.auth_strategy == "noauth"
     assert conf.messaging.transport_url == "fake:"
     assert conf.jobboard.backend == "sql"
+
+
+def test_the_default_database_follows_the_state_dir(tmp_path):
+    conf = config.load(environ={"FLEETFLOW_STATE_DIR": str(tmp_path / "a")})
+    assert conf.database.connection == f"sqlite:///{tmp_path}/a/fleetflow.db"
+    config.set_state_dir(conf, str(tmp_path / "b"))
+    assert conf.state_dir == str(tmp_path / "b")
+    assert conf.database.connection == f"sqlite:///{tmp_path}/b/fleetflow.db"
+    # '.' is the layout of earlier versions: everything in the working directory.
+    assert config.load(environ={"FLEETFLOW_STATE_DIR": "."}).database.connection == \
+        "sqlite:///./fleetflow.db"
+
+
+def test_an_explicit_database_stays_where_it_is(tmp_path):
+    conf = config.load(environ={"FLEETFLOW_DATABASE_CONNECTION": "sqlite:///x.db"})
+    config.set_state_dir(conf, str(tmp_path))
+    assert conf.database.connection == "sqlite:///x.db"
 
 
 def test_config_file_is_read(tmp_path):
