@@ -41,6 +41,8 @@ import sqlalchemy as sa
 from oslo_serialization import jsonutils
 from sqlalchemy import exc as sa_exc
 from taskflow import exceptions as exc
+from taskflow import states
+from taskflow import storage as tf_storage
 from taskflow.persistence import base, models
 
 from fleetflow.persistence import db, db_retry, migrate
@@ -103,9 +105,22 @@ def _atom_values(ad) -> dict:
     return values
 
 
+# The atom detail TaskFlow keeps a flow's injected values in.
+INJECTOR_NAME = tf_storage.Storage.injector_name
+
+
 def _atom_from_row(row):
     data = {c: (_loads(row[c]) if c in JSON_COLUMNS else row[c]) for c in ATOM_COLUMNS}
     data["uuid"] = row["uuid"]
+    if data["results"] is None and data["name"] == INJECTOR_NAME:
+        # NOTE: TaskFlow's Storage.inject saves a new injector detail in two writes:
+        # the flow detail with the detail empty (no results, no state), then the
+        # detail with its values and SUCCESS. A process killed between the two leaves
+        # the empty one, and every later Storage() of the flow fails on
+        # ``results.keys()``: the flow could never be resumed. Nothing was injected
+        # yet, so it reads as the second write would have left it with nothing in
+        # it, and the next inject (a conductor's fence token) fills it again.
+        data["results"], data["state"] = {}, states.SUCCESS
     return models.atom_detail_class(row["atom_type"]).from_dict(data)
 
 

@@ -220,3 +220,26 @@ def test_flow_killed_half_way_resumes_from_its_checkpoints(backend, url, tmp_pat
     # t0..t2 were not run again; t3 (RUNNING when killed) and the rest were.
     assert log.read_text().split() == ["t0", "t1", "t2", "t3", "t4", "t5"]
     assert eng.storage.get_flow_state() == "SUCCESS"
+
+
+def test_an_injector_left_half_written_by_a_kill_loads_and_takes_injections(backend):
+    # TaskFlow's Storage.inject first saves the flow detail holding a new, empty
+    # injector detail, then the detail with the values: a conductor killed between
+    # the two writes leaves results None, which Storage() itself cannot load.
+    from taskflow import storage as tf_storage
+
+    _book, fd = _saved_flow(backend)
+    half_written = models.TaskDetail(tf_storage.Storage.injector_name,
+                                     uuid=str(uuid.uuid4()))
+    assert half_written.results is None
+    fd.add(half_written)
+    with contextlib.closing(backend.get_connection()) as conn:
+        conn.update_flow_details(fd)
+        stored = conn.get_flow_details(fd.uuid)
+
+    store = tf_storage.Storage(stored, backend=backend)
+    store.inject({"fence": {"key": "f", "token": 2}})
+
+    with contextlib.closing(backend.get_connection()) as conn:
+        again = tf_storage.Storage(conn.get_flow_details(fd.uuid), backend=backend)
+    assert again.fetch("fence") == {"key": "f", "token": 2}
