@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import FaultSchema
 from fleetflow.common import states
@@ -125,8 +126,8 @@ class EvacuationListItemSchema(ma.Schema):
     target_hosts = ma.fields.List(ma.fields.String(), allow_none=True)
     flow_id = ma.fields.String(allow_none=True, metadata={"description": "The current run."})
     reason = ma.fields.String(allow_none=True)
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
     progress = ma.fields.Nested(EvacuationProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)

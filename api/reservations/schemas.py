@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 
@@ -29,7 +30,13 @@ class CapabilityValue(ma.fields.Field):
 
 
 class ReservationFieldsSchema(ma.Schema):
-    """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``."""
+    """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``.
+
+    Not both forms; ``min_count`` <= ``max_count`` (``min_count`` defaults to 1,
+    ``max_count`` to ``min_count``); at most ``[api] max_reservation_count``
+    (1000 by default) instances. Flavor, image and group must exist (400
+    naming the field); the project's quota must hold the whole request (403).
+    """
 
     name = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=200))
     count = ma.fields.Integer(validate=ma.validate.Range(min=1),
@@ -148,8 +155,8 @@ class ReservationListItemSchema(ma.Schema):
     status = ma.fields.String(required=True)
     policy = ma.fields.String(required=True)
     flow_id = ma.fields.String(allow_none=True)
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
     progress = ma.fields.Nested(ProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)

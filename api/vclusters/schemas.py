@@ -16,7 +16,7 @@ from __future__ import annotations
 import flask
 import marshmallow as ma
 
-from fleetflow.api import xml
+from fleetflow.api import fields, xml
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import CAPABILITY_HELP, CapabilityValue, FaultSchema
 from fleetflow.api.state import current_state
@@ -151,6 +151,14 @@ class VClusterMembersSchema(ma.Schema):
 
 
 class VClusterFieldsSchema(VClusterMembersSchema):
+    """A cluster: its name, at least one member, and groupings over the members.
+
+    Member names are unique in the cluster; a grouping's ``membersRef`` names
+    only its members; groupings that contradict each other, or a volume
+    attached to a volume, are a 400 naming them. At most
+    ``[api] max_reservation_count`` members and as many groupings.
+    """
+
     name = _name("The cluster's name.", required=True)
     instances = ma.fields.List(ma.fields.Nested(VClusterInstanceSchema), required=True,
                                validate=ma.validate.Length(min=1))
@@ -278,8 +286,8 @@ class VClusterListItemSchema(ma.Schema):
     name = ma.fields.String(required=True)
     status = ma.fields.String(required=True, metadata={"description": STATUS_HELP})
     flow_id = ma.fields.String(allow_none=True, metadata={"description": "The current run."})
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
     progress = ma.fields.Nested(VClusterProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
 
