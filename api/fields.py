@@ -26,3 +26,16 @@ class UtcDateTime(ma.fields.DateTime):
 
     def _serialize(self, value, attr, obj, **kwargs):
         return utc_isoformat(value)
+
+
+class JsonBoolean(ma.fields.Boolean):
+    """A body field that is JSON ``true`` or ``false``, never 0, 1 or "yes".
+
+    NOTE: marshmallow's Boolean takes many spellings, and a truthy set cannot
+    refuse 0 and 1 (``0 == False`` in Python).
+    """
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value

@@ -87,7 +87,7 @@ class HostUpdateSchema(ma.Schema):
 
 
 class HostSimulateFieldsSchema(ma.Schema):
-    dead = ma.fields.Boolean(required=True,
+    dead = fields.JsonBoolean(required=True,
                              metadata={"description": "true: the host stops answering; "
                                                       "false: it comes back."})
 

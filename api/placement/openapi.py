@@ -245,16 +245,16 @@ OPERATIONS = {
         "responses": {"200": _json("AllocationCandidates", "Microversion 1.10+.")}},
 }
 
-VERSIONS = ["latest"] + [f"{major}.{minor}" for major, minor in
-                         ((1, m) for m in range(microversion.MIN_VERSION[1],
-                                                microversion.MAX_VERSION[1] + 1))]
-
 VERSION_HEADER = {
     "in": "header", "name": microversion.HEADER, "required": False,
-    "description": "placement X.Y: the microversion to speak (default "
-                   f"{microversion.as_text(microversion.MIN_VERSION)}; a malformed one is "
-                   "a 400, one out of range a 406). The answer names the one used.",
-    "schema": {"type": "string", "enum": [f"{microversion.SERVICE} {v}" for v in VERSIONS]},
+    "description": "placement X.Y or placement latest: the microversion to speak, "
+                   f"{microversion.as_text(microversion.MIN_VERSION)} to "
+                   f"{microversion.as_text(microversion.MAX_VERSION)} (default "
+                   f"{microversion.as_text(microversion.MIN_VERSION)}; entries for other "
+                   "services are ignored; a malformed placement version is a 400, one "
+                   "out of range a 406). The answer names the one used.",
+    "schema": {"type": "string", "example": f"{microversion.SERVICE} "
+                                             f"{microversion.as_text(microversion.MAX_VERSION)}"},
 }
 
 
