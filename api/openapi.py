@@ -59,7 +59,9 @@ SECURITY_DESCRIPTIONS = {
 
 
 def _error_statuses(path: str, method: str, operation: dict, path_params: list) -> list:
-    statuses = ["400", "401", "403", "413"]
+    # Errors the route documents itself (a 404 for a host named in the body).
+    statuses = [s for s in operation.get("responses", {}) if s in ERRORS]
+    statuses += ["400", "401", "403", "413"]
     params = [p for p in (operation.get("parameters") or []) + path_params
               if p.get("in") == "path"]
     if any(p["name"] != "tenant_id" for p in params):

@@ -91,6 +91,7 @@ class Evacuations(MethodView):
     @blp.alt_response(200, schema=schemas.EvacuationDryRunResponseSchema,
                       description="With dry_run=true: where each server would go now; "
                                   "nothing is claimed or written.")
+    @blp.doc(responses={"404": {"description": "A host it names does not exist."}})
     def post(self, args, body):
         """Evacuate hosts: ``rebuild`` (dead hosts), ``live``, ``cold`` or ``drain``.
 

@@ -34,6 +34,10 @@ GENERATION = {"type": "integer", "minimum": 0,
               "description": "Changes on every write; send the one you read (409 if stale)."}
 UUID = {"type": "string", "format": "uuid"}
 NULLABLE_UUID = {"type": "string", "format": "uuid", "nullable": True}
+# NOTE: not format uuid: an empty string is taken as no parent, as null is.
+PARENT = {"type": "string", "nullable": True,
+          "description": "An existing provider's uuid (400 otherwise); null or empty: none. "
+                         "Once set it cannot change."}
 RESOURCE_AMOUNTS = {"type": "object", "additionalProperties": {"type": "integer"},
                     "description": "Amount per resource class (VCPU, MEMORY_MB, DISK_GB ...)."}
 
@@ -68,10 +72,10 @@ SCHEMAS = {
     "ResourceProviderCreate": _object({
         "name": {"type": "string", "minLength": 1, "maxLength": 200},
         "uuid": {**UUID, "description": "Made by the server when not given."},
-        "parent_provider_uuid": NULLABLE_UUID}, required=("name",)),
+        "parent_provider_uuid": PARENT}, required=("name",)),
     "ResourceProviderUpdate": _object({
         "name": {"type": "string", "minLength": 1, "maxLength": 200},
-        "parent_provider_uuid": NULLABLE_UUID}, required=("name",)),
+        "parent_provider_uuid": PARENT}, required=("name",)),
     "Inventory": _object(INVENTORY_PROPERTIES, required=("total",),
                          description="Omitted fields take Placement's defaults."),
     "Inventories": _object({

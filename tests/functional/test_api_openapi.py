@@ -225,3 +225,19 @@ def test_simulate_dead_takes_json_booleans_only(client, admin_headers, sample_ca
                            json={"simulate": {"dead": dead}})
     assert response.status_code == 400, response.get_json()
     assert "simulate.dead" in response.get_json()["errors"][0]["detail"]
+
+
+@pytest.mark.parametrize("method, fields", [
+    ("put", {"name": "rp", "parent_provider_uuid": {}}),
+    ("put", {"name": {}}),
+    ("post", {"name": "rp-2", "uuid": 7}),
+])
+def test_a_provider_body_of_the_wrong_json_types_is_400(client, admin_headers, method, fields):
+    headers = {**admin_headers, "OpenStack-API-Version": "placement 1.39"}
+    created = client.post("/placement/resource_providers", headers=headers,
+                          json={"name": "rp"})
+    url = "/placement/resource_providers"
+    if method == "put":
+        url += "/" + created.get_json()["uuid"]
+    response = getattr(client, method)(url, headers=headers, json=fields)
+    assert response.status_code == 400, response.get_json()
