@@ -194,6 +194,31 @@ def test_group_times_carry_their_utc_offset_in_json_and_xml(client, member_heade
     assert assert_utc(root.get("created_at")) == assert_utc(group["created_at"])
 
 
+@pytest.fixture
+def api_services(conf, db):
+    """Reservations are accepted; their flows are only recorded, never run."""
+    from fleetflow.engine.operations import Operations
+
+    return {"operations": Operations(conf, db, submit=lambda *a, **options: "flow")}
+
+
+def test_reservation_and_server_times_carry_their_utc_offset(client, member_headers,
+                                                             sample_catalog, spec):
+    accepted = client.post("/v2/tenant-a/reservations", headers=member_headers, json={
+        "reservation": {"count": 1, "flavor_ref": "m1.small", "image_ref": "cirros"}})
+    assert accepted.status_code == 202, accepted.get_json()
+    reservation_id = accepted.get_json()["reservation"]["id"]
+    shown = client.get(f"/v2/tenant-a/reservations/{reservation_id}", headers=member_headers)
+    assert_utc(shown.get_json()["reservation"]["created_at"])
+    assert_matches(spec, "/v2/{tenant_id}/reservations/{reservation_id}", "get", shown)
+    listed = client.get("/v2/tenant-a/reservations", headers=member_headers)
+    assert_utc(listed.get_json()["reservations"][0]["updated_at"])
+    servers = client.get(f"/v2/tenant-a/servers?reservation_id={reservation_id}",
+                         headers=member_headers)
+    assert_utc(servers.get_json()["servers"][0]["created_at"])
+    assert_matches(spec, "/v2/{tenant_id}/servers", "get", servers)
+
+
 def test_host_times_carry_their_utc_offset(client, admin_headers, sample_catalog, spec):
     shown = client.get("/v2/admin/hosts/host-001", headers=admin_headers)
     assert_utc(shown.get_json()["host"]["created_at"])
