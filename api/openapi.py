@@ -10,7 +10,8 @@ route can forget it:
   413 (a body over ``[api] max_body_bytes``), 415 (a body that is not of a
   documented media type), 422 (an Idempotency-Key reused with another body),
   406 under ``/placement`` (a microversion out of range);
-- ``X-User-Id`` beside the identity headers of the security schemes (noauth);
+- ``X-User-Id`` beside the identity headers of the security schemes (noauth),
+  and the ``X-OpenStack-Request-Id`` every answer carries;
 - XML, where a blueprint speaks it (:mod:`fleetflow.api.xml`): the same
   schemas as ``application/xml`` bodies and answers;
 - ``/placement``'s bodies and answers (:mod:`fleetflow.api.placement.openapi`).
@@ -21,7 +22,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from fleetflow.api import auth, xml
+from fleetflow.api import auth, errors, xml
 from fleetflow.api.placement import openapi as placement_openapi
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -77,6 +78,17 @@ def _error_statuses(path: str, method: str, operation: dict, path_params: list) 
     return sorted(set(statuses))
 
 
+REQUEST_ID_HEADER = {
+    "description": "The request's id (req-<uuid>), also in every error's request_id: "
+                   "quote it to the operator.",
+    "required": True, "schema": {"type": "string"}}
+
+
+def _add_request_id(response: dict) -> None:
+    if "$ref" not in response:
+        response.setdefault("headers", {})[errors.REQUEST_ID_HEADER] = REQUEST_ID_HEADER
+
+
 def _error_responses(spec, with_xml: bool) -> dict:
     """Component names of the error responses, registered once per media-type set."""
     suffix = "_XML" if with_xml else ""
@@ -87,8 +99,9 @@ def _error_responses(spec, with_xml: bool) -> dict:
     for status, description in ERRORS.items():
         name = f"ERROR_{status}{suffix}"
         if name not in spec.components.responses:
-            spec.components.response(name, {"description": description,
-                                            "content": content})
+            spec.components.response(name, {
+                "description": description, "content": content,
+                "headers": {errors.REQUEST_ID_HEADER: REQUEST_ID_HEADER}})
         names[status] = {"$ref": f"#/components/responses/{name}"}
     return names
 
@@ -149,7 +162,7 @@ def document(api, conf, xml_prefixes=()) -> None:
     # amend an operation once registered.
     for path, item in spec._paths.items():
         speaks_xml = path.startswith(tuple(xml_prefixes))
-        errors = _error_responses(spec, speaks_xml)
+        error_refs = _error_responses(spec, speaks_xml)
         for method in METHODS:
             operation = item.get(method)
             if operation is None:
@@ -159,7 +172,9 @@ def document(api, conf, xml_prefixes=()) -> None:
             # successful answers of an operation that documents none.
             responses.pop("default", None)
             for status in _error_statuses(path, method, operation, item.get("parameters", [])):
-                responses[status] = errors[status]
+                responses[status] = error_refs[status]
+            for response in responses.values():
+                _add_request_id(response)
             if noauth:
                 operation.setdefault("parameters", []).append(USER_HEADER)
             if speaks_xml:

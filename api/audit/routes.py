@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from flask.views import MethodView
+from flask_smorest import abort
 
 from fleetflow.api import common, policy
 from fleetflow.api.audit import schemas
 from fleetflow.api.state import current_state
 from fleetflow.engine import audit_flows
 from fleetflow.engine.audit import audit
+from fleetflow.persistence.models import Host
 
 blp = common.Blueprint("audit", __name__, url_prefix="/v2/admin/audit",
                        description="Reconcile placement, instances, hosts and group "
                                    "memberships (administrators only).")
+
+
+def _check_hosts_exist(database, names: list[str] | None) -> None:
+    """404 at once for a host the fleet does not have (not an RPC timeout later)."""
+    if not names:
+        return
+    with database.read_session() as session:
+        known = set(session.scalars(sa.select(Host.name).where(Host.name.in_(names))))
+    unknown = sorted(set(names) - known)
+    if unknown:
+        abort(404, message=f"Invalid query parameter field 'host': host {unknown[0]} "
+                           "does not exist.")
 
 
 def _placement_client(state):
@@ -30,6 +45,7 @@ class Audit(MethodView):
     @policy.authorize("audit:run")
     @blp.arguments(schemas.AuditQueryArgsSchema, location="query")
     @blp.response(200, schemas.AuditResponseSchema)
+    @blp.doc(responses={"404": {"description": "A host asked for does not exist."}})
     def get(self, args):
         """Run the audit now and list every mismatch.
 
@@ -40,6 +56,7 @@ class Audit(MethodView):
         ``clean`` is true only when nothing disagrees.
         """
         state = current_state()
+        _check_hosts_exist(state.database, args.get("host"))
         report = audit(state.database, _placement_client(state),
                        state.service("compute_rpcapi"), hosts=args.get("host"),
                        strict=args["strict"],

@@ -70,6 +70,10 @@ def test_every_operation_documents_its_errors_in_the_error_format(spec):
             if status in responses:
                 schema = response_schema(spec, path, method, status)
                 assert schema["$ref"] == "#/components/schemas/Errors"
+        for status, response in responses.items():
+            if "$ref" in response:
+                response = spec["components"]["responses"][response["$ref"].rsplit("/")[-1]]
+            assert "X-OpenStack-Request-Id" in response["headers"], f"{method} {path} {status}"
         checked += 1
     assert checked >= 70
 

@@ -300,6 +300,17 @@ def test_api_route_admin_only(small_cloud, client, admin_headers, member_headers
     assert r.status_code == 403
 
 
+def test_api_route_unknown_host_is_404_without_asking_anyone(small_cloud, client,
+                                                             admin_headers, monkeypatch):
+    asked = []
+    monkeypatch.setattr(small_cloud.compute, "list_instances",
+                        lambda host, **kw: asked.append(host) or [])
+    r = client.get(f"/v2/admin/audit?host={H1}&host=no-such-host", headers=admin_headers)
+    assert r.status_code == 404, r.get_json()
+    assert "no-such-host" in r.get_json()["errors"][0]["detail"]
+    assert asked == []
+
+
 # -- the CLI -------------------------------------------------------------------------
 
 def _run_cli(conf, *args):
