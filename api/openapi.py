@@ -78,6 +78,13 @@ def _error_statuses(path: str, method: str, operation: dict, path_params: list) 
     return sorted(set(statuses))
 
 
+# Response headers routes document with ``@blp.response(..., headers=...)``.
+LOCATION = {"description": "The URL of what was created (its status, for a 202).",
+            "required": True, "schema": {"type": "string"}}
+REPLAYED = {"description": "true when an Idempotency-Key was used before: the answer is "
+                           "the first request's, nothing new was made.",
+            "required": False, "schema": {"type": "string", "enum": ["true"]}}
+
 REQUEST_ID_HEADER = {
     "description": "The request's id (req-<uuid>), also in every error's request_id: "
                    "quote it to the operator.",

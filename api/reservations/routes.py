@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
-from fleetflow.api import auth, common, fields, policy
+from fleetflow.api import auth, common, fields, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.common import states
@@ -168,7 +168,8 @@ class Reservations(MethodView):
     @blp.arguments(schemas.ReservationCreateSchema)
     @blp.response(202, schemas.ReservationSummaryResponseSchema,
                   description="Accepted: the provision flow is posted. The Location "
-                              "header is the reservation's status URL.")
+                              "header is the reservation's status URL.",
+                  headers={"Location": openapi.LOCATION, REPLAYED_HEADER: openapi.REPLAYED})
     @blp.alt_response(200, schema=schemas.DryRunResponseSchema,
                       description="With dry_run=true: whether it fits now; nothing is "
                                   "claimed or written.")

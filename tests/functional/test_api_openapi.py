@@ -83,6 +83,8 @@ def test_idempotent_posts_document_the_422_and_their_dry_run(spec):
         post = spec["paths"][path]["post"]
         assert {"Idempotency-Key", "dry_run"} <= parameter_names(post), path
         assert {"200", "202", "422"} <= set(post["responses"]), path
+        headers = post["responses"]["202"]["headers"]
+        assert headers["Location"]["required"] and "Idempotent-Replayed" in headers, path
     for path in ("/v2/admin/evacuations", "/v2/admin/hosts/{name}/evacuate"):
         assert "dry_run" in parameter_names(spec["paths"][path]["post"]), path
 
