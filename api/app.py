@@ -32,7 +32,7 @@ import flask
 import flask_smorest
 from werkzeug import exceptions as wexc
 
-from fleetflow.api import auth, bodies, errors, policy
+from fleetflow.api import auth, bodies, errors, openapi, policy
 from fleetflow.api.state import EXTENSION_KEY, AppState
 
 LOG = logging.getLogger(__name__)
@@ -61,6 +61,9 @@ class Api(flask_smorest.Api):
     """flask-smorest Api answering errors in fleetflow's single format."""
 
     ERROR_SCHEMA = errors.ErrorsSchema
+    # Each operation lists its errors by status (api/openapi.py); a "default"
+    # answer would also stand for successes an operation does not document.
+    DEFAULT_ERROR_RESPONSE_NAME = None
 
     def _register_error_handlers(self):
         errors.register(self._app)
@@ -125,9 +128,13 @@ def _document_security(api: Api, conf) -> None:
     api.spec.options["security"] = [{name: [] for name in schemes}]
 
 
-def register_blueprints(api: Api, modules=None) -> None:
-    for module in BLUEPRINTS if modules is None else modules:
-        api.register_blueprint(importlib.import_module(module).blp)
+def register_blueprints(api: Api, modules=None) -> list:
+    """Register the blueprints of ``modules`` (default :data:`BLUEPRINTS`); returns them."""
+    blueprints = [importlib.import_module(module).blp
+                  for module in (BLUEPRINTS if modules is None else modules)]
+    for blueprint in blueprints:
+        api.register_blueprint(blueprint)
+    return blueprints
 
 
 def create_app(conf, database=None, services=None) -> flask.Flask:
@@ -156,7 +163,8 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
 
     api = Api(app)
     _document_security(api, conf)
-    register_blueprints(api)
+    blueprints = register_blueprints(api)
+    openapi.document(api, conf, xml_prefixes=openapi.xml_prefixes(blueprints))
 
     if conf.api.auth_strategy == auth.KEYSTONE:
         app.wsgi_app = auth.keystone_middleware(app.wsgi_app, conf)

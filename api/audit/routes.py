@@ -30,6 +30,7 @@ class Audit(MethodView):
     @policy.authorize("audit:run")
     @blp.arguments(schemas.AuditQueryArgsSchema, location="query")
     @blp.response(200, schemas.AuditResponseSchema)
+    @blp.doc(responses={"404": {"description": "A host asked for does not exist."}})
     def get(self, args):
         """Run the audit now and list every mismatch.
 

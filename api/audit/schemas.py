@@ -9,6 +9,9 @@ from fleetflow.engine.audit import KINDS
 KIND_HELP = "; ".join(f"{kind}: {meaning}" for kind, meaning in KINDS.items())
 
 
+MAX_FLOW_GRACE = 365 * 24 * 3600  # a year, in seconds
+
+
 class AuditQueryArgsSchema(ma.Schema):
     """Query arguments of GET /v2/admin/audit."""
 
@@ -19,7 +22,9 @@ class AuditQueryArgsSchema(ma.Schema):
                                  "mismatches too, and flows get no grace (flow_grace 0 "
                                  "unless given)."})
     flow_grace = ma.fields.Float(
-        load_default=None, validate=ma.validate.Range(min=0),
+        # NOTE: bounded so that any accepted value is a valid time span
+        # (1e308 seconds overflows a timedelta).
+        load_default=None, validate=ma.validate.Range(min=0, max=MAX_FLOW_GRACE),
         metadata={"description": "Seconds a flow may go without progress (and its job "
                                  "unclaimed) before it is stranded, and a status may "
                                  "disagree with its members before it is a mismatch. "

@@ -16,7 +16,7 @@ import urllib.parse
 import flask
 from flask.views import MethodView
 
-from fleetflow.api import auth, common, policy
+from fleetflow.api import auth, common, openapi, policy
 from fleetflow.api.evacuations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.engine.evacuations import EvacuationRequest
@@ -87,10 +87,12 @@ class Evacuations(MethodView):
     @blp.arguments(schemas.EvacuationCreateSchema)
     @blp.response(202, schemas.EvacuationSummaryResponseSchema,
                   description="Accepted: the moves are written and the flow is posted. "
-                              "The Location header is the evacuation's status URL.")
+                              "The Location header is the evacuation's status URL.",
+                  headers={"Location": openapi.LOCATION})
     @blp.alt_response(200, schema=schemas.EvacuationDryRunResponseSchema,
                       description="With dry_run=true: where each server would go now; "
                                   "nothing is claimed or written.")
+    @blp.doc(responses={"404": {"description": "A host it names does not exist."}})
     def post(self, args, body):
         """Evacuate hosts: ``rebuild`` (dead hosts), ``live``, ``cold`` or ``drain``.
 

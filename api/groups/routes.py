@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
-from fleetflow.api import common, policy, xml
+from fleetflow.api import common, openapi, policy, xml
 from fleetflow.api.groups import schemas
 from fleetflow.api.state import current_state
 from fleetflow.persistence import groups as group_rows
@@ -65,7 +65,7 @@ class Groups(MethodView):
 
     @policy.authorize("groups:create")
     @blp.arguments(schemas.GroupCreateSchema)
-    @blp.response(201, schemas.GroupResponseSchema)
+    @blp.response(201, schemas.GroupResponseSchema, headers={"Location": openapi.LOCATION})
     def post(self, body, tenant_id):
         """Create an empty server group; answers 201 with a Location header."""
         fields = dict(body["group"])

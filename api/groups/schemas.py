@@ -43,8 +43,8 @@ class GroupSchema(ma.Schema):
         _members, metadata={"description": "Read-only: instance uuids of the members. "
                                            "Instances join with a reservation's group_id "
                                            "and leave when deleted."})
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
 
 
 class GroupResponseSchema(ma.Schema):
@@ -78,8 +78,13 @@ class GroupFieldsSchema(ma.Schema):
                                   validate=valid_requirements)
     # NOTE: declared only to refuse them with a message that says why; an
     # unknown-field error would hide that the attribute exists but is read-only.
-    id = ma.fields.Raw(load_only=True, metadata={"description": "Read-only."})
-    members = ma.fields.Raw(load_only=True, metadata={"description": "Read-only."})
+    id = ma.fields.Raw(metadata={
+        "type": "string", "readOnly": True,
+        "description": "Read-only: the server generates it; sending it is a 400."})
+    members = ma.fields.Raw(metadata={
+        "type": "array", "items": {"type": "string"}, "readOnly": True,
+        "description": "Read-only: instances join with a reservation's group_id; "
+                       "sending it is a 400."})
 
     @ma.validates_schema
     def refuse_read_only(self, data, **kwargs):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from flask.views import MethodView
 
-from fleetflow.api import auth, common, policy
+from fleetflow.api import auth, common, openapi, policy
 from fleetflow.api.evacuations import routes as evacuation_routes
 from fleetflow.api.evacuations import schemas as evacuation_schemas
 from fleetflow.api.hosts import schemas
@@ -90,7 +90,8 @@ class HostEvacuate(MethodView):
     @blp.arguments(evacuation_schemas.HostEvacuateSchema)
     @blp.response(202, evacuation_schemas.EvacuationSummaryResponseSchema,
                   description="Accepted: the Location header is the evacuation's status "
-                              "URL (GET /v2/admin/evacuations/{id}).")
+                              "URL (GET /v2/admin/evacuations/{id}).",
+                  headers={"Location": openapi.LOCATION})
     @blp.alt_response(200, schema=evacuation_schemas.EvacuationDryRunResponseSchema,
                       description="With dry_run=true: where each server would go now.")
     def post(self, args, body, name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 
@@ -42,10 +43,10 @@ class HostSchema(ma.Schema):
     evacuation_id = ma.fields.String(allow_none=True,
                                      metadata={"description": "The evacuation holding the "
                                                               "host."})
-    heartbeat_at = ma.fields.DateTime(allow_none=True,
+    heartbeat_at = fields.UtcDateTime(allow_none=True,
                                       metadata={"description": "Last report of its agent."})
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
 
 
 class HostResponseSchema(ma.Schema):
@@ -86,7 +87,7 @@ class HostUpdateSchema(ma.Schema):
 
 
 class HostSimulateFieldsSchema(ma.Schema):
-    dead = ma.fields.Boolean(required=True,
+    dead = fields.JsonBoolean(required=True,
                              metadata={"description": "true: the host stops answering; "
                                                       "false: it comes back."})
 

@@ -41,12 +41,22 @@ def list_resource_providers():
     return {"resource_providers": [provider_json(rp) for rp in found]}
 
 
-@blp.route("/resource_providers", methods=["POST"])
-def create_resource_provider():
-    data = body(required=("name",), allowed=("uuid", "parent_provider_uuid"))
+def _check_provider_body(data: dict) -> None:
+    """400 for a name or uuid of the wrong JSON type (the store expects strings)."""
     name = data["name"]
     if not isinstance(name, str) or not 1 <= len(name) <= 200:
         raise errors.BadRequest("JSON does not validate: name must be 1-200 characters")
+    for key in ("uuid", "parent_provider_uuid"):
+        if not isinstance(data.get(key), str | None):
+            raise errors.BadRequest(f"JSON does not validate: {key} must be a uuid string "
+                                    "or null")
+
+
+@blp.route("/resource_providers", methods=["POST"])
+def create_resource_provider():
+    data = body(required=("name",), allowed=("uuid", "parent_provider_uuid"))
+    _check_provider_body(data)
+    name = data["name"]
     rp = store().create_provider(name, data.get("uuid"), data.get("parent_provider_uuid"))
     if microversion.at_least(1, 20):
         return provider_json(rp), 200
@@ -64,6 +74,7 @@ def show_resource_provider(uuid):
 @blp.route("/resource_providers/<uuid>", methods=["PUT"])
 def update_resource_provider(uuid):
     data = body(required=("name",), allowed=("parent_provider_uuid",))
+    _check_provider_body(data)
     current = store().get_provider(uuid)
     parent = data.get("parent_provider_uuid", current["parent_provider_uuid"])
     return provider_json(store().update_provider(uuid, data["name"], parent))

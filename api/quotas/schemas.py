@@ -42,7 +42,9 @@ class QuotaResponseSchema(ma.Schema):
 
 
 class QuotaLimitsSchema(ma.Schema):
-    """The limits to set; a limit not given keeps its current value."""
+    """The limits to set (at least one); a limit not given keeps its current value."""
+
+    JSON_SCHEMA = {"minProperties": 1}
 
     instances = fields.Integer(validate=ma.validate.Range(min=-1),
                                metadata={"description": LIMIT_HELP})

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
-from fleetflow.api import auth, common, policy
+from fleetflow.api import auth, common, fields, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.common import states
@@ -94,8 +94,7 @@ def _show_body(view: dict, instances: list[dict]) -> dict:
     """``{"reservation": ...}`` as ReservationResponseSchema dumps it."""
     body = dict(view)
     for key in ("created_at", "updated_at"):
-        if body[key] is not None:
-            body[key] = body[key].isoformat()  # marshmallow's DateTime, "iso"
+        body[key] = fields.utc_isoformat(body[key])  # as schemas' UtcDateTime
     body["fault"] = _fault_body(body["fault"])
     body["instances"] = [_instance_body(i) for i in instances]
     return {"reservation": body}
@@ -173,11 +172,18 @@ class Reservations(MethodView):
     @blp.arguments(schemas.ReservationCreateSchema)
     @blp.response(202, schemas.ReservationSummaryResponseSchema,
                   description="Accepted: the provision flow is posted. The Location "
-                              "header is the reservation's status URL.")
+                              "header is the reservation's status URL.",
+                  headers={"Location": openapi.LOCATION, REPLAYED_HEADER: openapi.REPLAYED})
     @blp.alt_response(200, schema=schemas.DryRunResponseSchema,
                       description="With dry_run=true: whether it fits now; nothing is "
                                   "claimed or written.")
+    # NOTE: parameters given here replace those @blp.arguments documents
+    # rather than add to them, so dry_run is listed again.
     @blp.doc(parameters=[{
+        "in": "query", "name": "dry_run", "required": False,
+        "schema": {"type": "boolean", "default": False},
+        "description": "Only say whether it fits now (200); claim and write "
+                       "nothing."}, {
         "in": "header", "name": IDEMPOTENCY_HEADER, "required": False,
         "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY},
         "description": "Retrying with the same key returns the first reservation (202, "

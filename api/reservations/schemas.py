@@ -51,7 +51,13 @@ def valid_requirements(value: dict) -> None:
 
 
 class ReservationFieldsSchema(ma.Schema):
-    """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``."""
+    """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``.
+
+    Not both forms; ``min_count`` <= ``max_count`` (``min_count`` defaults to 1,
+    ``max_count`` to ``min_count``); at most ``[api] max_reservation_count``
+    (1000 by default) instances. Flavor, image and group must exist (400
+    naming the field); the project's quota must hold the whole request (403).
+    """
 
     name = fields.Name(allow_none=True, validate=ma.validate.Length(max=200))
     count = fields.Integer(validate=ma.validate.Range(min=1),
@@ -183,8 +189,8 @@ class ReservationListItemSchema(ma.Schema):
     status = ma.fields.String(required=True)
     policy = ma.fields.String(required=True)
     flow_id = ma.fields.String(allow_none=True)
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
     progress = ma.fields.Nested(ProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True, metadata={
         "description": "ERROR or REVERTED: the fault that caused it; PARTIAL: how many "

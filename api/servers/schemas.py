@@ -6,6 +6,7 @@ import flask
 import marshmallow as ma
 from oslo_policy import policy as oslo_policy
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import FaultSchema
 from fleetflow.api.state import current_state
@@ -63,8 +64,8 @@ class ServerSchema(ma.Schema):
     attempts = ma.fields.Integer(required=True)
     hosts_tried = ma.fields.List(ma.fields.String(), required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
     links = ma.fields.Function(lambda instance: [{"rel": "self", "href": self_link(instance)}])
 
 

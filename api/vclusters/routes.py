@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
-from fleetflow.api import auth, common, policy, xml
+from fleetflow.api import auth, common, openapi, policy, xml
 from fleetflow.api.reservations.routes import (
     IDEMPOTENCY_HEADER,
     MAX_IDEMPOTENCY_KEY,
@@ -151,7 +151,8 @@ class VClusters(MethodView):
     @blp.arguments(schemas.VClusterCreateSchema)
     @blp.response(202, schemas.VClusterSummaryResponseSchema,
                   description="Accepted: the build flow is posted. The Location header is "
-                              "the cluster's status URL.")
+                              "the cluster's status URL.",
+                  headers={"Location": openapi.LOCATION, REPLAYED_HEADER: openapi.REPLAYED})
     @blp.alt_response(200, schema=schemas.VClusterDryRunResponseSchema,
                       description="With dry_run=true: whether it fits now and where each "
                                   "member would go; nothing is claimed or written.")

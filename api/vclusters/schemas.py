@@ -140,6 +140,14 @@ class VClusterMembersSchema(ma.Schema):
 
 
 class VClusterFieldsSchema(VClusterMembersSchema):
+    """A cluster: its name, at least one member, and groupings over the members.
+
+    Member names are unique in the cluster; a grouping's ``membersRef`` names
+    only its members; groupings that contradict each other, or a volume
+    attached to a volume, are a 400 naming them. At most
+    ``[api] max_reservation_count`` members and as many groupings.
+    """
+
     name = _name("The cluster's name.", required=True)
     instances = ma.fields.List(ma.fields.Nested(VClusterInstanceSchema), required=True,
                                validate=ma.validate.Length(min=1))
@@ -267,8 +275,8 @@ class VClusterListItemSchema(ma.Schema):
     name = ma.fields.String(required=True)
     status = ma.fields.String(required=True, metadata={"description": STATUS_HELP})
     flow_id = ma.fields.String(allow_none=True, metadata={"description": "The current run."})
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
     progress = ma.fields.Nested(VClusterProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
 

@@ -6,6 +6,7 @@ import flask
 import marshmallow as ma
 from oslo_policy import policy as oslo_policy
 
+from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.state import current_state
 from fleetflow.common import states
@@ -60,8 +61,8 @@ class VolumeSchema(ma.Schema):
     backend = BackendName(allow_none=True,
                           metadata={"description": "The storage backend holding it "
                                                    "(administrators; null to others)."})
-    created_at = ma.fields.DateTime()
-    updated_at = ma.fields.DateTime()
+    created_at = fields.UtcDateTime()
+    updated_at = fields.UtcDateTime()
 
 
 class VolumeResponseSchema(ma.Schema):

@@ -575,7 +575,8 @@ def test_openapi_documents_the_routes(client):
 
     post = paths[base]["post"]
     assert {"200", "202", "400"} <= set(post["responses"])
-    assert [p["name"] for p in post["parameters"]] == ["dry_run", "Idempotency-Key"]
+    assert [p["name"] for p in post["parameters"]] == ["dry_run", "Idempotency-Key",
+                                                     "X-User-Id"]
     assert set(paths[f"{base}/{{vcluster_id}}"]) >= {"get", "put", "delete", "parameters"}
     assert "post" in paths[f"{base}/{{vcluster_id}}/instances"]
     assert "delete" in paths[f"{base}/{{vcluster_id}}/instances/{{member_name}}"]

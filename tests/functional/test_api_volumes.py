@@ -64,8 +64,8 @@ def test_list_shows_the_projects_live_volumes_without_backend(volumes, client,
     assert set(first) == FIELDS
     assert first == {"id": uuid(1), "name": "vol-01", "size": 10, "volume_type": "ssd",
                      "status": "IN-USE", "attached_to": uuid(99), "vcluster_id": "vc-1",
-                     "backend": None, "created_at": "2025-01-01T12:00:00",
-                     "updated_at": "2025-01-01T12:00:00"}
+                     "backend": None, "created_at": "2025-01-01T12:00:00+00:00",
+                     "updated_at": "2025-01-01T12:00:00+00:00"}
     assert response.json["links"] == []
 
 
