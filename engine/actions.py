@@ -55,7 +55,7 @@ from taskflow.persistence import models as tf_models
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine import flow_progress, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import META_KEY, ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine.conductor import ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents

@@ -40,7 +40,7 @@ from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
 
 from fleetflow.common import states
-from fleetflow.engine.conductor import META_KEY
+from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.flows import keys
 from fleetflow.persistence.models import Reservation, VCluster
 

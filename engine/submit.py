@@ -36,12 +36,8 @@ from taskflow.persistence import models as tf_models
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import taskflow_patches
-from fleetflow.engine.conductor import (
-    META_KEY,
-    ON_ERROR_CHOICES,
-    ON_ERROR_REVERT,
-    wake_local_conductors,
-)
+from fleetflow.engine.conductor import wake_local_conductors
+from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys, registry
 from fleetflow.persistence import intents
 

@@ -24,7 +24,7 @@ from fleetflow.api import auth, common, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.common import states
-from fleetflow.engine.conductor import ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import ON_ERROR_REVERT
 from fleetflow.engine.operations import ReservationRequest
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance, Reservation
