@@ -179,15 +179,6 @@ def _with_progress(backend, flows: list[dict]) -> list[dict]:
 # -- show ---------------------------------------------------------------------------
 
 
-def _failure_view(failure, step: str) -> dict | None:
-    if failure is None:
-        return None
-    # A Failure loaded from storage carries type names, not the exception.
-    type_names = failure.to_dict(include_args=False).get("exc_type_names") or ["Exception"]
-    return {"type": type_names[0].rsplit(".", 1)[-1], "message": failure.exception_str,
-            "step": step}
-
-
 def _atom_view(atom) -> dict:
     is_retry = isinstance(atom, tf_models.RetryDetail)
     if is_retry:
@@ -202,8 +193,8 @@ def _atom_view(atom) -> dict:
         "state": atom.state,
         "intention": atom.intention,
         "attempts": attempts,
-        "failure": _failure_view(atom.failure, atom.name),
-        "revert_failure": _failure_view(atom.revert_failure, atom.name),
+        "failure": submit_mod.failure_view(atom.failure, atom.name),
+        "revert_failure": submit_mod.failure_view(atom.revert_failure, atom.name),
     }
 
 
