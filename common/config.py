@@ -178,6 +178,12 @@ SCHEDULER_OPTS = [
     cfg.IntOpt("alternates", default=2, min=0, help="Alternate hosts given per instance."),
     cfg.StrOpt("weigher", default="spread", choices=["spread", "pack"],
                help="spread: least used host first; pack: most used host first."),
+    cfg.IntOpt("max_reschedules", default=3, min=0,
+               help="How many fresh hosts an instance of a reservation may try after "
+                    "its primary and alternate hosts all failed, each chosen from the "
+                    "cloud as it is then, excluding the hosts already tried. A try "
+                    "that lost its claim to a concurrent reservation does not count. "
+                    "Read when a reservation is submitted; its flow keeps the value."),
 ]
 
 QUOTA_OPTS = [

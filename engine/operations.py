@@ -152,7 +152,8 @@ class Operations:
             instance_uuids = rows.instance_ids(session, reservation.id)
             self.submit(PROVISION, {"reservation_id": reservation.id, "count": req.max_count,
                                     "policy": req.policy,
-                                    "with_volumes": bool(req.volume_gb)},
+                                    "with_volumes": bool(req.volume_gb),
+                                    "max_reschedules": self.conf.scheduler.max_reschedules},
                         store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
                                keys.TENANT_ID: req.tenant_id,
                                keys.INSTANCE_UUIDS: instance_uuids},
