@@ -33,8 +33,9 @@ SUSPENDED, since conductors consume FAILURE flows without running them.
 
 An operator's revert turns every failed atom into "SUCCESS, intention
 REVERT" and keeps its failure: its revert gets that ``Failure`` as ``result``
-(STYLE.md point 5) and retry controllers are not asked again: the operator
-chose to revert, not to try another host.
+(docs/architecture.md, "A revert undoes whatever execute may have done")
+and retry controllers are not asked again: the operator chose to revert, not
+to try another host.
 
 Both actions are idempotent: a second call finds nothing left to rewrite and
 the job already posted. Only one operator action at a time is expected per

@@ -1,8 +1,9 @@
 """Reservation status from flow transitions the tasks themselves cannot see.
 
 The provision tasks write their own instance rows and the lifecycle tasks the
-reservation's outcome (STYLE.md point 9: the API reads rows, never TaskFlow's
-atom details). What no task sees is the flow stopping or starting again, so
+reservation's outcome (docs/architecture.md, "Status lives in rows": the API
+reads rows, never TaskFlow's atom details). What no task sees is the flow
+stopping or starting again, so
 this listener, attached to the engine that runs a flow whose store holds
 ``reservation_id``, writes:
 

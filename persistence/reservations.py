@@ -1,7 +1,8 @@
 """Reservations and their instances: creation, quotas, status rows.
 
-These rows are what the API reports (STYLE point 9): tasks and the engine's
-status listener write them, nobody reads TaskFlow's atom details for status.
+These rows are what the API reports (docs/architecture.md, "Status lives in
+rows"): tasks and the engine's status listener write them, nobody reads
+TaskFlow's atom details for status.
 """
 
 from __future__ import annotations
