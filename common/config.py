@@ -71,12 +71,12 @@ API_OPTS = [
 
 MESSAGING_OPTS = [
     cfg.StrOpt("transport_url", default="fake:",
-               help="oslo.messaging transport. 'fake:' serves the simulated hosts "
-                    "in-process; 'kombu+memory://localhost//' answers a lone call ~10x "
-                    "faster (fake: polls every 50 ms) but an idle server burns ~0.2 CPU "
-                    "seconds per second, and under a parallel flow fake: was faster "
-                    "(500 instances: 10.4 s against 12.6 s); "
-                    "rabbit://guest:guest@127.0.0.1:5672/ crosses processes."),
+               help="oslo.messaging transport that carries calls to the compute hosts. "
+                    "'fake:' stays inside one process (with compute agent_processes, "
+                    "'fleetflow serve' reaches its agents over Unix sockets instead); "
+                    "'kombu+memory://localhost//' also stays inside one process, and "
+                    "its idle servers keep polling; a 'rabbit://user:password@host:5672/' "
+                    "URL reaches agents in other processes and on other machines."),
     cfg.StrOpt("topic", default="fleetflow-compute", help="RPC topic of the compute hosts."),
     cfg.IntOpt("rpc_timeout", default=60, min=1,
                help="Seconds before an RPC call gives up; its outcome is then unknown."),
@@ -102,8 +102,10 @@ CONDUCTOR_OPTS = [
                     "thread until the host answers, so with fewer threads than "
                     "instances a reservation boots in waves; 1024 covers the largest "
                     "reservation the API accepts by default. A bound, not a count: "
-                    "the pool starts a thread only when no worker is idle (TaskFlow "
-                    "patch 12), so a flow gets as many as it has tasks running at once."),
+                    "fleetflow's engine starts a thread only when no worker is idle, so "
+                    "a flow gets as many as it has tasks running at once (stock TaskFlow, "
+                    "used on an untested TaskFlow release, starts one per task until "
+                    "the bound)."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
     cfg.FloatOpt("reconcile_interval", default=10.0, min=0.0,
                  help="Seconds between two passes of the reconciler that rebuilds the "
@@ -178,6 +180,12 @@ SCHEDULER_OPTS = [
     cfg.IntOpt("alternates", default=2, min=0, help="Alternate hosts given per instance."),
     cfg.StrOpt("weigher", default="spread", choices=["spread", "pack"],
                help="spread: least used host first; pack: most used host first."),
+    cfg.IntOpt("max_reschedules", default=3, min=0,
+               help="How many fresh hosts an instance of a reservation may try after "
+                    "its primary and alternate hosts all failed, each chosen from the "
+                    "cloud as it is then, excluding the hosts already tried. A try "
+                    "that lost its claim to a concurrent reservation does not count. "
+                    "Read when a reservation is submitted; its flow keeps the value."),
 ]
 
 QUOTA_OPTS = [

@@ -1,4 +1,4 @@
-"""Status values shared by database rows and the API (upper case, as STYLE.md asks)."""
+"""Status values shared by database rows and the API (upper case: docs/architecture.md)."""
 
 # Host states (lower case: they are operator-set states, as in the fleet file).
 HOST_UP = "up"

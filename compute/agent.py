@@ -194,19 +194,8 @@ class ComputeEndpoint:
         return self.driver.force_detach_volume(backend, volume_id, fence=fence, host=host)
 
     @_remotable
-    def get_volume(self, ctxt, host, backend, volume_id):
-        return self.driver.get_volume(backend, volume_id, host=host)
-
-    @_remotable
     def list_volumes(self, ctxt, host, backend, include_deleted=False):
         return self.driver.list_volumes(backend, include_deleted=include_deleted, host=host)
-
-    @_remotable
-    def set_backend_faults(self, ctxt, host, backend, fail_next_creates=None):
-        # ``host`` only routes the call, as for server faults: the faults are
-        # the backend's, kept in the state file.
-        return self.driver.set_backend_faults(backend, fail_next_creates=fail_next_creates,
-                                              host=host)
 
 
 def destroy_evacuated_copies(database, driver: FakeDriver, host: str) -> list[str]:

@@ -237,24 +237,10 @@ class ComputeAPI:
         return self.call(host, "force_detach_volume", timeout=timeout, backend=backend,
                          volume_id=volume_id, fence=fence)
 
-    def get_volume(self, host: str, backend: str, volume_id: str,
-                   timeout: float | None = None) -> dict | None:
-        """The volume (a deleted one included), or None if ``backend`` never had it."""
-        return self.call(host, "get_volume", timeout=timeout, backend=backend,
-                         volume_id=volume_id)
-
     def list_volumes(self, host: str, backend: str, include_deleted: bool = False,
                      timeout: float | None = None) -> list[dict]:
         return self.call(host, "list_volumes", timeout=timeout, backend=backend,
                          include_deleted=include_deleted)
-
-    def set_backend_faults(self, host: str, backend: str,
-                           fail_next_creates: int | None = None,
-                           timeout: float | None = None) -> dict:
-        """Fail ``backend``'s next N creates, whoever sends them (any served ``host``
-        routes this call, reaching the backend or not)."""
-        return self.call(host, "set_backend_faults", timeout=timeout, backend=backend,
-                         fail_next_creates=fail_next_creates)
 
     # -- safe retries ------------------------------------------------------
 

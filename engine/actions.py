@@ -33,8 +33,9 @@ SUSPENDED, since conductors consume FAILURE flows without running them.
 
 An operator's revert turns every failed atom into "SUCCESS, intention
 REVERT" and keeps its failure: its revert gets that ``Failure`` as ``result``
-(STYLE.md point 5) and retry controllers are not asked again: the operator
-chose to revert, not to try another host.
+(docs/architecture.md, "A revert undoes whatever execute may have done")
+and retry controllers are not asked again: the operator chose to revert, not
+to try another host.
 
 Both actions are idempotent: a second call finds nothing left to rewrite and
 the job already posted. Only one operator action at a time is expected per
@@ -55,7 +56,7 @@ from taskflow.persistence import models as tf_models
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine import flow_progress, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import META_KEY, ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
 
@@ -179,15 +180,6 @@ def _with_progress(backend, flows: list[dict]) -> list[dict]:
 # -- show ---------------------------------------------------------------------------
 
 
-def _failure_view(failure, step: str) -> dict | None:
-    if failure is None:
-        return None
-    # A Failure loaded from storage carries type names, not the exception.
-    type_names = failure.to_dict(include_args=False).get("exc_type_names") or ["Exception"]
-    return {"type": type_names[0].rsplit(".", 1)[-1], "message": failure.exception_str,
-            "step": step}
-
-
 def _atom_view(atom) -> dict:
     is_retry = isinstance(atom, tf_models.RetryDetail)
     if is_retry:
@@ -202,8 +194,8 @@ def _atom_view(atom) -> dict:
         "state": atom.state,
         "intention": atom.intention,
         "attempts": attempts,
-        "failure": _failure_view(atom.failure, atom.name),
-        "revert_failure": _failure_view(atom.revert_failure, atom.name),
+        "failure": submit_mod.failure_view(atom.failure, atom.name),
+        "revert_failure": submit_mod.failure_view(atom.revert_failure, atom.name),
     }
 
 

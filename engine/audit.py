@@ -1,7 +1,7 @@
 """The audit: do placement, the rows, the hosts and the groups agree?
 
-DESIGN section 6 point 3 promises that after every flow (success, revert,
-crash) nothing leaks. :func:`audit` checks it by reading the four places the
+fleetflow promises that after every flow (success, revert, crash) nothing
+leaks (docs/architecture.md). :func:`audit` checks it by reading the four places the
 cloud's state lives, each in bulk (see :mod:`.audit_sources`), and comparing:
 
 - placement allocations: instance consumers on their host's provider, volume

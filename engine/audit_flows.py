@@ -40,7 +40,7 @@ from oslo_serialization import jsonutils
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 
-from fleetflow.engine.conductor import META_KEY, SETTLED_FLOW_STATES
+from fleetflow.engine.flow_meta import META_KEY, SETTLED_FLOW_STATES
 from fleetflow.flows import keys
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.intents import FlowIntent

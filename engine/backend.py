@@ -4,8 +4,9 @@ Everything in fleetflow reaches TaskFlow's persistence through
 :func:`get_backend`, so the backend can be swapped in one place. It is
 fleetflow's own logbook backend (persistence/logbook/backend.py: SQLAlchemy
 Core, one UPDATE per checkpoint) on the process's shared database engine,
-whose ``tf_*`` tables come from fleetflow's migrations (STYLE.md point 11:
-the schema is upgraded once at start-up by its owner, never here);
+whose ``tf_*`` tables come from fleetflow's migrations (docs/architecture.md,
+"Schemas are migrated by their owner": upgraded once at start-up by the
+process that owns the database, never here);
 ``memory://`` gives TaskFlow's in-memory backend (tests).
 """
 

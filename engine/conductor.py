@@ -52,7 +52,9 @@ from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
+from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
 from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.status_listener import ReservationStatusListener
 from fleetflow.flows import keys
 from fleetflow.flows.tasks.base import CRASH_ENV, CrashPointListener
 from fleetflow.persistence import fences
@@ -60,13 +62,6 @@ from fleetflow.persistence.db import get_database
 
 LOG = logging.getLogger(__name__)
 
-#: Key of fleetflow's own options inside a flow detail's ``meta``.
-META_KEY = "fleetflow"
-ON_ERROR_REVERT = "revert"
-ON_ERROR_PAUSE = "pause"
-ON_ERROR_CHOICES = (ON_ERROR_REVERT, ON_ERROR_PAUSE)
-# Flow states a conductor never runs again on its own (see _already_settled).
-SETTLED_FLOW_STATES = frozenset({tf_states.SUCCESS, tf_states.REVERTED, tf_states.FAILURE})
 # Ends that a stopped run may have written too early (see _ended_early).
 ENDED_EARLY_STATES = frozenset({tf_states.SUCCESS, tf_states.REVERTED})
 UNFINISHED_ATOM_STATES = frozenset({tf_states.RUNNING, tf_states.REVERTING})
@@ -357,8 +352,6 @@ class FleetConductor(impl_blocking.BlockingConductor):
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
         # Reservation rows follow their flow: PAUSED, BUILDING again, REVERTING.
-        # (Imported here: the listener reads this module's META_KEY.)
-        from fleetflow.engine.status_listener import ReservationStatusListener
 
         listeners.append(ReservationStatusListener(engine, self._database))
         if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine.conductor import ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents
@@ -152,7 +152,8 @@ class Operations:
             instance_uuids = rows.instance_ids(session, reservation.id)
             self.submit(PROVISION, {"reservation_id": reservation.id, "count": req.max_count,
                                     "policy": req.policy,
-                                    "with_volumes": bool(req.volume_gb)},
+                                    "with_volumes": bool(req.volume_gb),
+                                    "max_reschedules": self.conf.scheduler.max_reschedules},
                         store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
                                keys.TENANT_ID: req.tenant_id,
                                keys.INSTANCE_UUIDS: instance_uuids},

@@ -40,7 +40,8 @@ from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import META_KEY, SETTLED_FLOW_STATES, default_name
+from fleetflow.engine.conductor import default_name
+from fleetflow.engine.flow_meta import META_KEY, SETTLED_FLOW_STATES
 from fleetflow.persistence import intents
 from fleetflow.persistence.db import READ_ONLY
 

@@ -1,8 +1,9 @@
 """Reservation status from flow transitions the tasks themselves cannot see.
 
 The provision tasks write their own instance rows and the lifecycle tasks the
-reservation's outcome (STYLE.md point 9: the API reads rows, never TaskFlow's
-atom details). What no task sees is the flow stopping or starting again, so
+reservation's outcome (docs/architecture.md, "Status lives in rows": the API
+reads rows, never TaskFlow's atom details). What no task sees is the flow
+stopping or starting again, so
 this listener, attached to the engine that runs a flow whose store holds
 ``reservation_id``, writes:
 
@@ -40,7 +41,7 @@ from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
 
 from fleetflow.common import states
-from fleetflow.engine.conductor import META_KEY
+from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.flows import keys
 from fleetflow.persistence.models import Reservation, VCluster
 

@@ -36,12 +36,8 @@ from taskflow.persistence import models as tf_models
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import taskflow_patches
-from fleetflow.engine.conductor import (
-    META_KEY,
-    ON_ERROR_CHOICES,
-    ON_ERROR_REVERT,
-    wake_local_conductors,
-)
+from fleetflow.engine.conductor import wake_local_conductors
+from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys, registry
 from fleetflow.persistence import intents
 
@@ -243,12 +239,14 @@ def _columns(intent) -> dict:
             "on_error": intent.on_error}
 
 
-def _failure_dict(failure) -> dict | None:
+def failure_view(failure, step: str) -> dict | None:
+    """An atom's stored ``Failure`` as the API shows it: type, message, atom name."""
     if failure is None:
         return None
     # A Failure loaded from storage has no exception object, only type names.
     type_names = failure.to_dict(include_args=False).get("exc_type_names") or ["Exception"]
-    return {"type": type_names[0].rsplit(".", 1)[-1], "message": failure.exception_str}
+    return {"type": type_names[0].rsplit(".", 1)[-1], "message": failure.exception_str,
+            "step": step}
 
 
 def load_status(backend, flow_id: str) -> dict:
@@ -276,8 +274,8 @@ def load_status(backend, flow_id: str) -> dict:
             "state": atom.state,
             "intention": atom.intention,
             "attempts": attempts,
-            "failure": _failure_dict(atom.failure),
-            "revert_failure": _failure_dict(atom.revert_failure),
+            "failure": failure_view(atom.failure, atom.name),
+            "revert_failure": failure_view(atom.revert_failure, atom.name),
         })
     atoms.sort(key=lambda a: a["name"])
     return {

@@ -96,6 +96,7 @@ from taskflow.types import graph as tf_graph
 from fleetflow.engine import (
     taskflow_argmap_patch,
     taskflow_checkpoint_patch,
+    taskflow_compat,
     taskflow_engine_patches,
     taskflow_fetch_patch,
     taskflow_pool_patch,
@@ -373,8 +374,14 @@ _PATCH_MODULES = (taskflow_selector_patch, taskflow_engine_patches, taskflow_wai
                   taskflow_argmap_patch, taskflow_fetch_patch)
 
 
-def apply() -> None:
-    """Install the fixes into TaskFlow (idempotent, thread-safe)."""
+def apply() -> bool:
+    """Install the fixes into TaskFlow (idempotent, thread-safe); whether they are in.
+
+    On a TaskFlow outside the tested series nothing is installed (see
+    :mod:`fleetflow.engine.taskflow_compat`) and flows run on stock TaskFlow.
+    """
+    if not taskflow_compat.check():
+        return False
     with _lock:
         if not isinstance(tf_atom.reflection, MemoizedReflection):
             tf_atom.reflection = MemoizedReflection(STOCK_ATOM_REFLECTION)
@@ -387,6 +394,7 @@ def apply() -> None:
         tf_graph.DiGraph.no_successors_iter = no_successors_iter
         for module in _PATCH_MODULES:
             module.install()
+    return True
 
 
 def remove() -> None:

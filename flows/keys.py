@@ -2,7 +2,7 @@
 
 Tasks declare these in ``default_provides`` / ``requires`` / ``rebind``;
 per-instance subflows scope them with :func:`scoped` so instance 3's ``host``
-never collides with instance 4's. ``tests/unit/flows/test_keys.py`` checks that
+never collides with instance 4's. ``tests/unit/engine/test_keys.py`` checks that
 no two constants share a value (Octavia ended up with ``LOADBALANCER_ID`` and
 ``LOAD_BALANCER_ID`` naming one thing twice).
 """
@@ -23,9 +23,6 @@ TENANT_ID = "tenant_id"
 RESERVATION_ID = "reservation_id"
 REQUEST_SPEC = "request_spec"
 INSTANCE_UUIDS = "instance_uuids"
-FLAVOR = "flavor"
-IMAGE = "image"
-SERVER_GROUP = "server_group"
 VCLUSTER_ID = "vcluster_id"
 EVACUATION_ID = "evacuation_id"
 
@@ -35,18 +32,10 @@ PLACEMENTS = "placements"
 #: Indexes of the instances whose primary host the all-or-nothing fast path
 #: claimed in one write (their own claim task then has nothing to do).
 PRIMARIES_CLAIMED = "primaries_claimed"
-#: One instance's uuid inside its subflow.
-INSTANCE_UUID = "instance_uuid"
 #: The host chosen for one instance (scoped per instance).
 HOST = "host"
-#: Alternate hosts of one instance, tried in order by its retry controller.
-ALTERNATES = "alternates"
 #: The migration id of one server's current try at a move (scoped per server).
 MIGRATION = "migration"
-#: The placement allocation written for one instance (scoped per instance).
-ALLOCATION = "allocation"
-#: What the host reported after a boot (scoped per instance).
-SERVER = "server"
 #: Output of an evacuation's scheduling: per server its destination candidates.
 MOVE_PLACEMENTS = "move_placements"
 #: Indexes of the servers whose primary destination the evacuation's fast
@@ -59,8 +48,6 @@ VCLUSTER_PLACEMENT = "vcluster_placement"
 BACKEND = "backend"
 #: What a vcluster flow run does: create, add, remove or delete.
 VCLUSTER_RUN = "vcluster_run"
-VOLUME_IDS = "volume_ids"
-ATTACHMENTS = "attachments"
 
 # Separator between a scope and a key: ``inst-0003.host``. A dot never
 # appears in a bare key, so a scoped key can always be split back.

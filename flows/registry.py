@@ -2,7 +2,8 @@
 
 A flow must be rebuilt from plain data when another conductor resumes it, so a
 factory is a module-level function taking JSON-safe keyword arguments (ids,
-counts, specs) and never a client, a session or a context (STYLE.md point 8)::
+counts, specs) and never a client, a session or a context (docs/architecture.md,
+"Flows are rebuilt from plain data"; docs/adding-a-flow.md)::
 
     @flow_factory("provision")
     def provision_flow(reservation_id: str, count: int) -> Flow: ...

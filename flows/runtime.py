@@ -1,7 +1,8 @@
 """The clients tasks use, set once per process.
 
-A flow must be rebuildable from plain data by any conductor (STYLE point 8),
-so tasks never capture a client or a session. They look up the process's
+A flow must be rebuildable from plain data by any conductor
+(docs/architecture.md, "Flows are rebuilt from plain data"), so tasks never
+capture a client or a session. They look up the process's
 :class:`Runtime` when they run; the conductor process (or a test) installs it
 with :func:`install` before running flows.
 """

@@ -1,7 +1,8 @@
 """Reservations and their instances: creation, quotas, status rows.
 
-These rows are what the API reports (STYLE point 9): tasks and the engine's
-status listener write them, nobody reads TaskFlow's atom details for status.
+These rows are what the API reports (docs/architecture.md, "Status lives in
+rows"): tasks and the engine's status listener write them, nobody reads
+TaskFlow's atom details for status.
 """
 
 from __future__ import annotations
@@ -227,9 +228,23 @@ def instance_ids(session: orm.Session, reservation_id: str) -> list[str]:
 
 def progress(session: orm.Session, reservation_id: str) -> dict[str, int]:
     """Counts by status, in the API's ``progress`` shape."""
-    counts = dict(session.execute(
-        sa.select(Instance.status, sa.func.count()).where(
-            Instance.reservation_id == reservation_id).group_by(Instance.status)).all())
+    return progress_by_reservation(session, [reservation_id])[reservation_id]
+
+
+def progress_by_reservation(session: orm.Session,
+                            reservation_ids: list[str]) -> dict[str, dict[str, int]]:
+    """:func:`progress` of each of ``reservation_ids``, with one query."""
+    counts: dict[str, dict[str, int]] = {rid: {} for rid in reservation_ids}
+    if reservation_ids:
+        for rid, status, number in session.execute(
+                sa.select(Instance.reservation_id, Instance.status, sa.func.count())
+                .where(Instance.reservation_id.in_(reservation_ids))
+                .group_by(Instance.reservation_id, Instance.status)):
+            counts[rid][status] = number
+    return {rid: _progress_buckets(c) for rid, c in counts.items()}
+
+
+def _progress_buckets(counts: dict[str, int]) -> dict[str, int]:
     return {"total": sum(counts.values()),
             "active": counts.get(states.ACTIVE, 0),
             "building": sum(counts.get(s, 0) for s in (states.PENDING, states.SCHEDULING,

@@ -15,8 +15,6 @@ import uuid
 
 import pytest
 
-from fleetflow.common import config
-
 PG_ADMIN_URL = os.environ.get("FLEETFLOW_TEST_PG_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("FLEETFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -73,23 +71,12 @@ def need_service(name: str) -> None:
 
 
 @pytest.fixture
-def make_conf(tmp_path):
-    """Build a configuration rooted in the test's own directory.
+def make_conf(fleetflow_make_conf):
+    """Build a configuration rooted in the test's own directory (fleetflow.testing's).
 
     ``make_conf(database={"connection": ...}, compute={"boot_seconds": 0.1})``
     """
-    def _make(**groups):
-        conf = config.load(args=[], environ={})
-        conf.set_override("state_dir", str(tmp_path))
-        conf.set_override("connection", f"sqlite:///{tmp_path / 'fleetflow.db'}",
-                          group="database")
-        conf.set_override("policy_file", str(tmp_path / "policy.yaml"), group="api")
-        for group, values in groups.items():
-            for key, value in values.items():
-                conf.set_override(key, value, group=None if group == "DEFAULT" else group)
-        return conf
-
-    return _make
+    return fleetflow_make_conf
 
 
 @pytest.fixture
@@ -148,13 +135,12 @@ def assert_audit_clean():
     Returns the report (its ``counts`` say how much was looked at).
     """
     def _check(database, placement_client, compute_api, **kwargs):
-        from fleetflow.engine.audit import audit
+        from fleetflow.testing import assert_audit_clean
 
-        kwargs.setdefault("strict", True)
-        report = audit(database, placement_client, compute_api, **kwargs)
-        if not report.clean:
-            pytest.fail("the audit is not clean: " + report.summary(), pytrace=False)
-        return report
+        try:
+            return assert_audit_clean(database, placement_client, compute_api, **kwargs)
+        except AssertionError as exc:
+            pytest.fail(str(exc), pytrace=False)
 
     return _check
 

@@ -23,11 +23,10 @@ from flask_smorest import abort
 from fleetflow.api import auth, common, fields, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
-from fleetflow.common import states
-from fleetflow.engine.conductor import ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import ON_ERROR_REVERT
 from fleetflow.engine.operations import ReservationRequest
 from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Instance, Reservation
+from fleetflow.persistence.models import Reservation
 
 blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",
                        description="Reservations of N instances and their progress.")
@@ -100,29 +99,6 @@ def _show_body(view: dict, instances: list[dict]) -> dict:
     return {"reservation": body}
 
 
-def _progress_by_reservation(session, reservation_ids: list[str]) -> dict[str, dict]:
-    """``progress`` of many reservations with one query (a list page)."""
-    counts: dict[str, dict[str, int]] = {rid: {} for rid in reservation_ids}
-    if reservation_ids:
-        for rid, status, number in session.execute(
-                sa.select(Instance.reservation_id, Instance.status, sa.func.count())
-                .where(Instance.reservation_id.in_(reservation_ids))
-                .group_by(Instance.reservation_id, Instance.status)):
-            counts[rid][status] = number
-    return {rid: _progress(c) for rid, c in counts.items()}
-
-
-def _progress(counts: dict[str, int]) -> dict[str, int]:
-    # NOTE: the same buckets as persistence.reservations.progress, which
-    # counts a single reservation.
-    return {"total": sum(counts.values()),
-            "active": counts.get(states.ACTIVE, 0),
-            "building": sum(counts.get(s, 0) for s in (states.PENDING, states.SCHEDULING,
-                                                      states.BUILDING, states.REVERTING)),
-            "error": counts.get(states.ERROR, 0),
-            "reverted": counts.get(states.REVERTED, 0) + counts.get(states.DELETED, 0)}
-
-
 def _idempotency_key() -> str | None:
     raw = flask.request.headers.get(IDEMPOTENCY_HEADER)
     if raw is None:
@@ -163,7 +139,7 @@ class Reservations(MethodView):
             stmt = stmt.where(Reservation.status == args["status"])
         with current_state().database.session() as session:
             page, links = common.paginate(session, stmt, Reservation.id, args)
-            progress = _progress_by_reservation(session, [r.id for r in page])
+            progress = rows.progress_by_reservation(session, [r.id for r in page])
             return {"reservations": [_view(r, progress[r.id]) for r in page],
                     "links": links}
 

@@ -29,6 +29,7 @@ from fleetflow.flows.tasks.reschedule import HostCandidatesRetry
 from fleetflow.flows.tasks.schedule import ScheduleInstances
 from fleetflow.flows.tasks.volume import AttachVolume
 
+# As [scheduler] max_reschedules: the submitter passes the configured value.
 MAX_RESCHEDULES = 3
 
 
@@ -36,13 +37,14 @@ def instance_prefix(index: int, count: int) -> str:
     return f"inst-{index:0{max(4, len(str(count - 1)))}d}"
 
 
-def instance_chain(index: int, count: int, policy: str, with_volumes: bool) -> linear_flow.Flow:
+def instance_chain(index: int, count: int, policy: str, with_volumes: bool,
+                   max_reschedules: int = MAX_RESCHEDULES) -> linear_flow.Flow:
     """One instance: its retry controller around claim -> boot (-> attach)."""
     prefix = instance_prefix(index, count)
     host_key = keys.scoped(prefix, keys.HOST)
     chain = linear_flow.Flow(prefix, retry=HostCandidatesRetry(
         f"{prefix}-retry", index=index, policy=policy, provides=host_key,
-        max_reschedules=MAX_RESCHEDULES))
+        max_reschedules=max_reschedules))
     bind = {"host": host_key}
     claim_inject = {"index": index}
     if policy != states.ALL_OR_NOTHING:
@@ -58,8 +60,14 @@ def instance_chain(index: int, count: int, policy: str, with_volumes: bool) -> l
 
 @flow_factory("provision")
 def provision_flow(reservation_id: str, count: int, policy: str = states.ALL_OR_NOTHING,
-                   with_volumes: bool = False) -> linear_flow.Flow:
-    """Schedule, claim, boot (and attach) ``count`` instances of one reservation."""
+                   with_volumes: bool = False,
+                   max_reschedules: int = MAX_RESCHEDULES) -> linear_flow.Flow:
+    """Schedule, claim, boot (and attach) ``count`` instances of one reservation.
+
+    Each instance tries up to ``max_reschedules`` fresh hosts after its
+    candidates (``[scheduler] max_reschedules``); it is a flow argument so that
+    a conductor resuming the flow keeps the bound it was submitted with.
+    """
     flow = linear_flow.Flow(f"provision-{reservation_id}")
     flow.add(MarkReservationRevertedOnRevert("reservation-lifecycle"),
              ScheduleInstances("schedule"))
@@ -67,6 +75,6 @@ def provision_flow(reservation_id: str, count: int, policy: str = states.ALL_OR_
         flow.add(ClaimPrimaries("claim-primaries"))
     instances = unordered_flow.Flow("instances")
     for index in range(count):
-        instances.add(instance_chain(index, count, policy, with_volumes))
+        instances.add(instance_chain(index, count, policy, with_volumes, max_reschedules))
     flow.add(instances, FinishReservation("finish"))
     return flow

@@ -1,8 +1,9 @@
 """Lifecycle markers: the first and last atoms of a reservation's flow.
 
 The first does nothing going forward and, on revert, writes the outcome the
-operator sees (STYLE point 6): the reservation REVERTED with the fault that
-caused it, and every instance REVERTED. The last decides ACTIVE or PARTIAL.
+operator sees (docs/architecture.md, "A revert leaves an outcome the operator
+can read"): the reservation REVERTED with the fault that caused it, and every
+instance REVERTED. The last decides ACTIVE or PARTIAL.
 """
 
 from __future__ import annotations

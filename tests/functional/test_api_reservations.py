@@ -81,7 +81,8 @@ def test_post_answers_202_with_location_and_posts_one_provision_job(reserve, job
     name, kwargs, options = jobs[0]
     assert name == "provision"
     assert kwargs == {"reservation_id": reservation["id"], "count": 3,
-                      "policy": "all-or-nothing", "with_volumes": False}
+                      "policy": "all-or-nothing", "with_volumes": False,
+                      "max_reschedules": 3}
     spec = options["store"]["request_spec"]
     assert (spec["min_count"], spec["max_count"]) == (3, 3)
     # JSON true and "true" mean the same requirement; operators pass through.
@@ -93,6 +94,13 @@ def test_post_answers_202_with_location_and_posts_one_provision_job(reserve, job
         assert row.user_id == "tenant-a-user"
         assert [i.name for i in rows.instances(session, row.id)] == [
             "web-0000", "web-0001", "web-0002"]
+
+
+def test_the_flow_gets_the_configured_reschedule_limit(reserve, jobs, conf):
+    conf.set_override("max_reschedules", 1, group="scheduler")
+
+    assert reserve(count=2).status_code == 202
+    assert jobs[0][1]["max_reschedules"] == 1
 
 
 @pytest.mark.parametrize("fields, expected", [

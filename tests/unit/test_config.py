@@ -64,3 +64,11 @@ def test_every_option_has_a_distinct_environment_name():
     names = [config.env_name(group, opt.dest)
              for group, opts in config.OPTS.items() for opt in opts]
     assert len(names) == len(set(names))
+
+
+def test_max_reschedules_is_an_option_of_the_scheduler():
+    assert config.load(environ={}).scheduler.max_reschedules == 3
+    conf = config.load(environ={"FLEETFLOW_SCHEDULER_MAX_RESCHEDULES": "0"})
+    assert conf.scheduler.max_reschedules == 0
+    with pytest.raises(cfg.ConfigFileValueError, match="FLEETFLOW_SCHEDULER_MAX_RESCHEDULES"):
+        config.load(environ={"FLEETFLOW_SCHEDULER_MAX_RESCHEDULES": "-1"})

@@ -97,6 +97,26 @@ def test_reservation_rows_progress_and_quota(loaded, conf):
         reservations.check_quota(s, "t2", flavor, 1000, conf.quota)
 
 
+def test_progress_of_many_reservations_is_each_ones_progress(loaded):
+    with loaded.session() as s:
+        made = [reservations.create(s, tenant_id="t1", user_id="u", name=f"r{n}",
+                                    policy=states.ALL_OR_NOTHING, request={"count": n},
+                                    count=n, flavor_id="2", image_id="img",
+                                    group_id=None, idempotency_key=f"k{n}").id
+                for n in (1, 2, 4)]
+        first, second, third = (reservations.instances(s, rid) for rid in made)
+        reservations.update_instance(s, first[0].id, status=states.ACTIVE)
+        reservations.update_instance(s, second[0].id, status=states.DELETED)
+        reservations.update_instance(s, second[1].id, status=states.REVERTED)
+        reservations.update_instance(s, third[0].id, status=states.ERROR)
+        reservations.update_instance(s, third[1].id, status=states.REVERTING)
+        many = reservations.progress_by_reservation(s, [*made, "r-none"])
+        assert many == {**{rid: reservations.progress(s, rid) for rid in made},
+                        "r-none": {"total": 0, "active": 0, "building": 0, "error": 0,
+                                   "reverted": 0}}
+        assert many[made[1]]["reverted"] == 2 and many[made[2]]["building"] == 3
+
+
 def test_record_attempt_keeps_hosts_in_order(loaded):
     with loaded.session() as s:
         rid = reservations.create(s, tenant_id="t1", user_id=None, name=None,

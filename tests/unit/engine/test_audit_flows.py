@@ -19,7 +19,7 @@ from fleetflow.common import ids, states
 from fleetflow.engine import audit_flows
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.audit import KINDS, audit
-from fleetflow.engine.conductor import META_KEY
+from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.persistence import intents
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook.backend import LogbookBackend

@@ -149,7 +149,8 @@ def test_on_error_pause_stops_before_any_revert(engine_conf, board, memory_backe
     assert atoms["inst-0000-step"]["state"] == tf_states.SUCCESS
     assert atoms["inst-0001-step"]["state"] == tf_states.FAILURE
     assert atoms["inst-0001-step"]["failure"] == {
-        "type": "RuntimeError", "message": "inst-0001-step failed on purpose"}
+        "type": "RuntimeError", "message": "inst-0001-step failed on purpose",
+        "step": "inst-0001-step"}
     assert atoms["inst-0002-step"]["state"] == tf_states.PENDING
     # Consumed, so no conductor resumes (and thereby reverts) it on its own,
     # and marked paused, so even a re-posted job leaves it alone ...

@@ -26,3 +26,16 @@ def test_scoped_rejects_empty_scope_and_double_scoping():
         keys.scoped("", keys.HOST)
     with pytest.raises(ValueError):
         keys.scoped("a", keys.scoped("b", keys.HOST))
+
+
+def test_every_key_is_used_by_the_package():
+    # A key nothing puts into or reads from the store is a dead name that
+    # invites the next flow to use it with a different meaning.
+    import pathlib
+
+    root = pathlib.Path(keys.__file__).resolve().parent.parent
+    sources = "\n".join(path.read_text() for path in root.rglob("*.py")
+                        if ".venv" not in path.parts and "tests" not in path.parts
+                        and path.name != "keys.py")
+    unused = [name for name in keys.all_keys() if f"keys.{name}" not in sources]
+    assert unused == []

@@ -46,7 +46,7 @@ def kill(cloud, host: str) -> None:
 
 
 def ops(cloud) -> EvacuationOps:
-    return EvacuationOps(cloud.conf, cloud.database, submit=cloud._record,
+    return EvacuationOps(cloud.conf, cloud.database, submit=cloud.submit,
                          compute=cloud.runtime.compute)
 
 
@@ -368,7 +368,7 @@ def test_a_server_being_moved_cannot_be_deleted(evac_cloud):
 
     uuid = boot(evac_cloud)
     ops(evac_cloud).evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE))
-    servers = Operations(evac_cloud.conf, evac_cloud.database, submit=evac_cloud._record)
+    servers = Operations(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
     with pytest.raises(Conflict):
         servers.delete_server("t1", uuid)
     with evac_cloud.database.session() as session:
@@ -384,7 +384,7 @@ def test_deleting_a_server_of_a_dead_host_finishes_and_the_host_cleans_up_on_ret
 
     uuid = boot(evac_cloud)
     kill(evac_cloud, SOURCE)
-    servers = Operations(evac_cloud.conf, evac_cloud.database, submit=evac_cloud._record)
+    servers = Operations(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
     servers.delete_server("t1", uuid)
     assert evac_cloud.posted[-1]["flow"] == "teardown"
     assert evac_cloud.run(evac_cloud.posted[-1]) == tf_states.SUCCESS

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from taskflow import retry
 from taskflow.types import failure
 
 from fleetflow.common import states
 from fleetflow.compute.exceptions import BuildFailed
+from fleetflow.flows.provision.flow import provision_flow
 from fleetflow.flows.tasks.claim import ClaimRace
 from fleetflow.flows.tasks.reschedule import HostCandidatesRetry
 
@@ -47,3 +49,19 @@ def test_failed_builds_beyond_the_candidates_use_the_reschedules_up():
     tries = history(build_failed("a"), race("b"), build_failed("c"), build_failed("d"),
                     race("e"), build_failed("f"))
     assert controller().on_failure(tries, placements=PLACEMENTS) == retry.RETRY
+
+
+def _retries(flow):
+    if flow.retry is not None:
+        yield flow.retry
+    for item, _ in flow.iter_nodes():
+        if hasattr(item, "iter_nodes"):
+            yield from _retries(item)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 5])
+def test_a_reservation_flow_gives_every_instance_its_reschedule_limit(limit):
+    retries = list(_retries(provision_flow("r-1", 3, max_reschedules=limit)))
+    assert [r.name for r in retries] == ["inst-0000-retry", "inst-0001-retry",
+                                         "inst-0002-retry"]
+    assert {r.max_reschedules for r in retries} == {limit}

@@ -48,7 +48,7 @@ SEED_TWO = {
 
 
 def ops(cloud) -> VClusterOps:
-    return VClusterOps(cloud.conf, cloud.database, submit=cloud._record)
+    return VClusterOps(cloud.conf, cloud.database, submit=cloud.submit)
 
 
 def create(cloud, body: dict, name: str = "db", tenant: str = "t1") -> str:
@@ -307,7 +307,7 @@ def test_an_evacuation_keeps_every_group_of_a_cluster_server(evac_cloud):
     vcluster_id = create(evac_cloud, body)
     assert run_last(evac_cloud) == "SUCCESS"
     source = members(show(evac_cloud, vcluster_id))["a"]["host"]
-    evacuations = EvacuationOps(evac_cloud.conf, evac_cloud.database, submit=evac_cloud._record,
+    evacuations = EvacuationOps(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit,
                                 compute=evac_cloud.runtime.compute)
     evacuations.evacuate(EvacuationRequest(hosts=[source], mode=states.MODE_LIVE))
     assert evac_cloud.run(evac_cloud.posted[-1]) == "SUCCESS"
@@ -335,7 +335,7 @@ def test_a_cluster_server_being_moved_or_deleted_alone_is_refused(evac_cloud):
     # Its own delete would leave the cluster with a hole the cluster does not know.
     with pytest.raises(Conflict, match=vcluster_id):
         Operations(evac_cloud.conf, evac_cloud.database,
-                   submit=evac_cloud._record).delete_server("t1", server_id)
+                   submit=evac_cloud.submit).delete_server("t1", server_id)
     with evac_cloud.database.session() as session:
         session.execute(sa.update(Instance).where(Instance.id == server_id)
                         .values(task_state=states.TASK_MIGRATING))

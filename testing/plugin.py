@@ -1,0 +1,102 @@
+"""pytest plugin of :mod:`fleetflow.testing`, registered as the ``pytest11`` entry point.
+
+Fixtures (all prefixed ``fleetflow_`` so they never meet a project's own):
+
+``fleetflow_make_conf``
+    ``make(**groups)``: a configuration keeping every file in the test's
+    ``tmp_path`` (see :func:`fleetflow.testing.isolated_conf`).
+``fleetflow_cloud``
+    A :class:`fleetflow.testing.FakeCloud` of :data:`~fleetflow.testing.SMALL_FLEET`.
+``fleetflow_evacuation_cloud``
+    The same of :data:`~fleetflow.testing.EVACUATION_FLEET`.
+``fleetflow_crash_points``
+    Arms fleetflow's crash points (``FLEETFLOW_CRASH_AT``) for one test and
+    records each one reached instead of killing the process.
+
+Nothing is imported from fleetflow until a fixture is used, so the plugin costs
+nothing in test sessions that do not use it (``-p no:fleetflow`` turns it off).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Short RPC timeouts and move polls: a test never waits long for a fake host.
+_CLOUD_OPTIONS = {"messaging": {"rpc_timeout": 5}, "compute": {"move_poll_interval": 0.01}}
+
+
+@pytest.fixture
+def fleetflow_make_conf(tmp_path):
+    """``make(**groups)``: a configuration rooted in the test's ``tmp_path``.
+
+    ``make(database={"connection": ...}, compute={"boot_seconds": 0.1})``
+    """
+    from fleetflow.testing.cloud import isolated_conf
+
+    def make(**groups):
+        return isolated_conf(tmp_path, **groups)
+
+    return make
+
+
+def _cloud(make_conf, fleet_doc):
+    from fleetflow.testing.cloud import fake_cloud
+
+    with fake_cloud(make_conf(**_CLOUD_OPTIONS), fleet_doc) as cloud:
+        yield cloud
+
+
+@pytest.fixture
+def fleetflow_cloud(fleetflow_make_conf):
+    """Six hosts in two racks (:data:`fleetflow.testing.SMALL_FLEET`), ready for flows."""
+    from fleetflow.testing.fleets import SMALL_FLEET
+
+    yield from _cloud(fleetflow_make_conf, SMALL_FLEET)
+
+
+@pytest.fixture
+def fleetflow_evacuation_cloud(fleetflow_make_conf):
+    """Eight hosts in two racks with local disks (:data:`fleetflow.testing.EVACUATION_FLEET`)."""
+    from fleetflow.testing.fleets import EVACUATION_FLEET
+
+    yield from _cloud(fleetflow_make_conf, EVACUATION_FLEET)
+
+
+class CrashPoints:
+    """Crash points armed for one test; :attr:`reached` lists those hit, in order."""
+
+    def __init__(self, monkeypatch):
+        self._monkeypatch = monkeypatch
+        self._armed: list[str] = []
+        self.reached: list[tuple[str, str]] = []
+
+    def arm(self, atom_name: str, point: str) -> None:
+        """Make ``point`` (``before-execute``, ``after-effect`` ...) of ``atom_name`` fire."""
+        from fleetflow.flows.tasks import base
+
+        if point not in base.CRASH_POINTS:
+            raise ValueError(f"{point!r} is not among {', '.join(base.CRASH_POINTS)}")
+        self._armed.append(f"{atom_name}:{point}")
+        self._monkeypatch.setenv(base.CRASH_ENV, ",".join(self._armed))
+
+    def _record(self, atom_name: str, point: str) -> None:
+        from fleetflow.flows.tasks import base
+
+        if (atom_name, point) in base.crash_targets():
+            self.reached.append((atom_name, point))
+
+
+@pytest.fixture
+def fleetflow_crash_points(monkeypatch):
+    """Crash points that record instead of killing: ``arm(atom, point)``, then ``reached``.
+
+    A flow run meanwhile goes on past each point, so a test can check that a
+    point is reached (and in which order); a real crash and the resumption
+    after it need a process to kill and a persistent backend (see
+    docs/testing.md).
+    """
+    from fleetflow.flows.tasks import base
+
+    points = CrashPoints(monkeypatch)
+    monkeypatch.setattr(base, "maybe_crash", points._record)
+    return points
