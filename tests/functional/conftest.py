@@ -22,6 +22,27 @@ def api_services():
 
 
 @pytest.fixture
+def jobs():
+    """Every flow the recording operations posted: (flow name, flow kwargs, options)."""
+    return []
+
+
+@pytest.fixture
+def recording_services(conf, db, jobs):
+    """API services whose operations record each flow in ``jobs`` instead of running it.
+
+    A test module uses them by overriding ``api_services`` to return them.
+    """
+    from fleetflow.engine.operations import Operations
+
+    def submit(flow_name, flow_kwargs, **options):
+        jobs.append((flow_name, flow_kwargs, options))
+        return options.get("flow_id") or "flow"
+
+    return {"operations": Operations(conf, db, submit=submit)}
+
+
+@pytest.fixture
 def app(conf, db, api_services):
     from fleetflow.api.app import create_app
 

@@ -15,19 +15,8 @@ NO_USAGE = {"instances": 0, "vcpus": 0, "ram_mb": 0, "volumes": 0, "gigabytes": 
 
 
 @pytest.fixture
-def jobs():
-    return []
-
-
-@pytest.fixture
-def api_services(conf, db, jobs):
-    from fleetflow.engine.operations import Operations
-
-    def submit(flow_name, flow_kwargs, **options):
-        jobs.append((flow_name, flow_kwargs, options))
-        return "flow"
-
-    return {"operations": Operations(conf, db, submit=submit)}
+def api_services(recording_services):
+    return recording_services
 
 
 def reserve(client, headers, count, flavor="m1.small"):

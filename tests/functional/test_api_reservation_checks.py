@@ -18,20 +18,8 @@ URL = "/v2/tenant-a/reservations"
 
 
 @pytest.fixture
-def jobs():
-    """Every job the API posted: (flow name, flow kwargs, submit options)."""
-    return []
-
-
-@pytest.fixture
-def api_services(conf, db, jobs):
-    from fleetflow.engine.operations import Operations
-
-    def submit(flow_name, flow_kwargs, **options):
-        jobs.append((flow_name, flow_kwargs, options))
-        return options.get("flow_id") or "flow"
-
-    return {"operations": Operations(conf, db, submit=submit)}
+def api_services(recording_services):
+    return recording_services
 
 
 def row_count(db, model) -> int:

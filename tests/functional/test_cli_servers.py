@@ -13,19 +13,8 @@ from fleetflow.persistence import reservations as rows
 
 
 @pytest.fixture
-def jobs():
-    return []
-
-
-@pytest.fixture
-def api_services(conf, db, jobs):
-    from fleetflow.engine.operations import Operations
-
-    def submit(flow_name, flow_kwargs, **options):
-        jobs.append((flow_name, flow_kwargs, options))
-        return "flow"
-
-    return {"operations": Operations(conf, db, submit=submit)}
+def api_services(recording_services):
+    return recording_services
 
 
 @pytest.fixture
