@@ -255,9 +255,14 @@ def _with_hostile_value(document, data, names):
 # -- the tests ------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+def hostile_settings(examples: int):
+    """Bounded runs of the hostile-body tests; one fixture serves all examples of a test."""
+    return settings(max_examples=examples, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@hostile_settings(150)
 @given(data=st.data())
 def test_hostile_json_at_every_write_route(hostile, data):
     method, url, headers = data.draw(st.sampled_from(hostile.routes), label="route")
@@ -266,9 +271,7 @@ def test_hostile_json_at_every_write_route(hostile, data):
     hostile.check(method, url, headers, body, content_type)
 
 
-@settings(max_examples=80, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@hostile_settings(80)
 @given(data=st.data())
 def test_hostile_xml_at_every_write_route(hostile, data):
     # Half of them where XML is read, so that the bodies get past the media type.
@@ -280,9 +283,7 @@ def test_hostile_xml_at_every_write_route(hostile, data):
     hostile.check(method, url, headers, body, content_type)
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@hostile_settings(150)
 @given(data=st.data())
 def test_hostile_values_inside_valid_bodies(hostile, data):
     bodies = valid_bodies(stable_uuid(HOST))
