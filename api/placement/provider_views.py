@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import flask
 
-from fleetflow.api.placement import microversion
+from fleetflow.api.placement import microversion, query
 from fleetflow.api.placement.blueprint import (
     blp,
     body,
@@ -15,7 +15,8 @@ from fleetflow.api.placement.blueprint import (
     query_args,
     store,
 )
-from fleetflow.persistence.placement import candidates, errors, providers
+from fleetflow.api.placement.catalogue_views import check_resource_classes
+from fleetflow.persistence.placement import candidates, catalog, errors, providers
 
 
 @blp.route("/", methods=["GET"])
@@ -29,16 +30,26 @@ def versions():
 
 @blp.route("/resource_providers", methods=["GET"])
 def list_resource_providers():
-    args = query_args(("name", "uuid", "member_of", "resources", "in_tree", "required"))
-    if "member_of" in args:
-        # NOTE: we keep no aggregates, so no provider is a member of any.
-        return {"resource_providers": []}
+    query.validate(query.provider_list_schema())
+    args = flask.request.args
+    aggregates, refused_aggregates = query.member_of()
+    traits, refused_traits = query.required_traits() if "required" in args else ([], set())
     resources = candidates.parse_resources(args["resources"]) if "resources" in args else None
-    uuid = providers.canonical_uuid(args["uuid"]) if "uuid" in args else None
+    unknown = [rc for rc in resources or ()
+               if not store().in_transaction(catalog.resource_class_exists, rc)]
+    if unknown:
+        raise errors.BadRequest("Invalid resource class in resources parameter: No such "
+                                f"resource class {unknown[0]}.")
+    store().in_transaction(query.check_traits_exist, traits, refused_traits)
     in_tree = providers.canonical_uuid(args["in_tree"]) if "in_tree" in args else None
-    found = store().list_providers(name=args.get("name"), uuid=uuid, in_tree=in_tree,
-                                   resources=resources, required=args.getlist("required"))
-    return {"resource_providers": [provider_json(rp) for rp in found]}
+    if in_tree and not store().in_transaction(catalog.provider_exists, in_tree):
+        return {"resource_providers": []}
+    uuid = providers.canonical_uuid(args["uuid"]) if "uuid" in args else None
+    found = store().list_providers(name=args.get("name"), uuid=uuid,
+                                   in_tree=in_tree, resources=resources)
+    keep = store().in_transaction(catalog.filter_providers, [rp["uuid"] for rp in found],
+                                  traits, refused_traits, aggregates, refused_aggregates)
+    return {"resource_providers": [provider_json(rp) for rp in found if rp["uuid"] in keep]}
 
 
 @blp.route("/resource_providers", methods=["POST"])
@@ -90,6 +101,7 @@ def set_inventories(uuid):
     generation = integer(data["resource_provider_generation"], "resource_provider_generation")
     if not isinstance(data["inventories"], dict):
         raise errors.BadRequest("JSON does not validate: inventories must be an object")
+    check_resource_classes(uuid, data["inventories"])
     return _inventories_json(*store().set_inventories(uuid, generation, data["inventories"],
                                                       fence()))
 
@@ -117,6 +129,7 @@ def set_inventory(uuid, resource_class):
     generation = integer(data.pop("resource_provider_generation"),
                          "resource_provider_generation")
     _, inventories = store().get_inventories(uuid)
+    check_resource_classes(uuid, [resource_class])
     inventories[resource_class] = data
     new_generation, result = store().set_inventories(uuid, generation, inventories, fence())
     return dict(result[resource_class], resource_provider_generation=new_generation)
@@ -147,6 +160,9 @@ def set_provider_traits(uuid):
     if not isinstance(data["traits"], list) or not all(isinstance(t, str)
                                                        for t in data["traits"]):
         raise errors.BadRequest("JSON does not validate: traits must be a list of names")
+    unknown = store().in_transaction(catalog.unknown_traits, data["traits"])
+    if unknown:
+        raise errors.BadRequest(f"No such trait(s): {', '.join(unknown)}.")
     generation, traits = store().set_traits(uuid, generation, data["traits"], fence())
     return {"traits": traits, "resource_provider_generation": generation}
 
@@ -163,21 +179,30 @@ def delete_provider_traits(uuid):
 def list_traits():
     microversion.require(1, 6)
     args = query_args(("name", "associated"))
-    traits = store().list_traits()
+    associated = args.get("associated")
+    if associated is not None and associated not in ("true", "false"):
+        raise errors.BadRequest("Invalid query string parameters: 'associated' must be "
+                                f"'true' or 'false', got {associated!r}")
+    traits = store().in_transaction(catalog.list_traits, None if associated is None
+                                    else associated == "true")
     name = args.get("name")
     if name and name.startswith("startswith:"):
         traits = [t for t in traits if t.startswith(name[len("startswith:"):])]
     elif name and name.startswith("in:"):
         wanted = set(name[3:].split(","))
         traits = [t for t in traits if t in wanted]
+    elif name:
+        raise errors.BadRequest(f"Badly formatted name parameter. Expected name query "
+                                f"string parameter in form: ?name=startswith:CUSTOM or "
+                                f"?name=in:CUSTOM_A,CUSTOM_B. Got: {name}")
     return {"traits": traits}
 
 
 @blp.route("/traits/<name>", methods=["GET"])
 def show_trait(name):
     microversion.require(1, 6)
-    if name not in store().list_traits():
-        raise errors.NotFound(f"No such trait {name}")
+    if not store().in_transaction(catalog.trait_exists, name):
+        raise catalog.CatalogNotFound(f"No such trait(s): {name}.")
     return no_content()
 
 
@@ -189,7 +214,7 @@ def create_trait(name):
                                 "than 255 characters, start with the prefix \"CUSTOM_\" "
                                 "and use following characters: \"A\"-\"Z\", \"0\"-\"9\" "
                                 "and \"_\"")
-    existed = name in store().list_traits()
+    existed = store().in_transaction(catalog.trait_exists, name)
     store().ensure_traits([name])
     response = no_content()
     if not existed:

@@ -19,6 +19,7 @@ from fleetflow.persistence.placement.models import (
     MAX_INT,
     Allocation,
     Inventory,
+    ProviderAggregate,
     ProviderTrait,
     ResourceProvider,
     Trait,
@@ -145,6 +146,8 @@ def delete_provider(session: orm.Session, rp_uuid: str) -> None:
     session.execute(sa.delete(ProviderTrait).where(
         ProviderTrait.resource_provider_uuid == rp_uuid))
     session.execute(sa.delete(Inventory).where(Inventory.resource_provider_uuid == rp_uuid))
+    session.execute(sa.delete(ProviderAggregate).where(
+        ProviderAggregate.resource_provider_uuid == rp_uuid))
     try:
         with session.begin_nested():
             session.delete(row)

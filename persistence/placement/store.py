@@ -59,6 +59,10 @@ class PlacementStore:
             time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
 
+    def in_transaction(self, fn, *args, **kwargs):
+        """``fn(session, *args, **kwargs)`` in one transaction (catalogue reads and writes)."""
+        return self._read(fn, *args, **kwargs)
+
     # -- providers -------------------------------------------------------------
     def create_provider(self, name: str, uuid: str | None = None,
                         parent_provider_uuid: str | None = None) -> dict:

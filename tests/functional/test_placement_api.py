@@ -34,6 +34,9 @@ def make_rp(client):
         r = client.put(f"/placement/resource_providers/{rp}/inventories", headers=H,
                        json={"resource_provider_generation": 0, "inventories": invs})
         assert r.status_code == 200, r.json
+        for custom in (t for t in traits if t.startswith("CUSTOM_")):
+            assert client.put(f"/placement/traits/{custom}", headers=H).status_code in (201,
+                                                                                      204)
         if traits:
             r = client.put(f"/placement/resource_providers/{rp}/traits", headers=H,
                            json={"resource_provider_generation": 1, "traits": list(traits)})
