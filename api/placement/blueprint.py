@@ -18,6 +18,7 @@ from fleetflow.persistence.placement import errors
 
 FENCE_HEADER = "FleetFlow-Fence"
 STORE_SERVICE = "placement_store"
+VERSIONS_ENDPOINT = "placement.versions"
 
 blp = flask_smorest.Blueprint(
     "placement", __name__, url_prefix="/placement",
@@ -29,11 +30,11 @@ blp = flask_smorest.Blueprint(
 @blp.before_request
 def _negotiate_and_authorize() -> None:
     microversion.negotiate()
+    if flask.request.endpoint == VERSIONS_ENDPOINT:
+        return  # version discovery needs no credentials, as in Placement
     rule = "placement:read" if flask.request.method in ("GET", "HEAD") else "placement:write"
     policy.enforce(rule)
 
-
-blp.after_request(microversion.stamp)
 
 
 def store():
@@ -50,6 +51,8 @@ def store():
 
 def body(required: tuple[str, ...] = (), allowed: tuple[str, ...] | None = None) -> dict:
     """The JSON object of the request, with its top-level keys checked (400)."""
+    if not flask.request.headers.get("Content-Type"):
+        raise errors.BadRequest("content-type header required")
     if flask.request.mimetype != "application/json":
         raise wexc.UnsupportedMediaType(
             f"The media type {flask.request.mimetype or 'None'} is not supported, use "

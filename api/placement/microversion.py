@@ -22,7 +22,7 @@ MIN_VERSION = (1, 0)
 # 1.28 (consumer generations) and here: 1.34 mappings, 1.38 consumer types.
 MAX_VERSION = (1, 39)
 
-_VERSION = re.compile(r"^([1-9]\d*)\.([1-9]\d*|0)$")
+_VERSION = re.compile(r"^([1-9]\d*|0)\.([1-9]\d*|0)$")
 
 
 def as_text(version: tuple[int, int]) -> str:
@@ -57,14 +57,6 @@ def negotiate() -> None:
     """before_request hook: record the requested version in ``g``."""
     flask.g.placement_version = MIN_VERSION  # so an error response can still say one
     flask.g.placement_version = parse_header(flask.request.headers.get(HEADER))
-
-
-def stamp(response: flask.Response) -> flask.Response:
-    """after_request hook: tell the client which version answered."""
-    version = getattr(flask.g, "placement_version", MIN_VERSION)
-    response.headers[HEADER] = f"{SERVICE} {as_text(version)}"
-    response.headers.add("Vary", HEADER)
-    return response
 
 
 def current() -> tuple[int, int]:

@@ -4,6 +4,7 @@ from fleetflow.api.placement import (  # noqa: F401
     aggregates,
     allocation_views,
     catalogue_views,
+    http_rules,
     provider_views,
     resource_classes,
 )

@@ -56,8 +56,10 @@ class Placement:
     url = ""
 
     @classmethod
-    def call(cls, method: str, path: str, json=None, ok=(200, 201, 204)) -> requests.Response:
-        response = requests.request(method, cls.url + path, json=json, headers=ADMIN,
+    def call(cls, method: str, path: str, json=None, ok=(200, 201, 204),
+             version: str = "latest") -> requests.Response:
+        headers = dict(ADMIN, **{"OpenStack-API-Version": f"placement {version}"})
+        response = requests.request(method, cls.url + path, json=json, headers=headers,
                                     timeout=30)
         if response.status_code not in ok:
             raise AssertionError(f"fixture: {method} {path} answered "
@@ -170,14 +172,15 @@ class TestBase:
 
     @staticmethod
     def set_allocation(ctx, rp: Provider, consumer: Consumer, rc_used_dict) -> None:
-        current = Placement.call("GET", f"/allocations/{consumer.uuid}").json()
+        # 1.28: consumer generations, and no consumer type (Placement's fixtures set none).
+        current = Placement.call("GET", f"/allocations/{consumer.uuid}", version="1.28").json()
         allocations = current["allocations"]
         allocations[rp.uuid] = {"resources": dict(rc_used_dict)}
         Placement.call("PUT", f"/allocations/{consumer.uuid}", {
             "allocations": {u: {"resources": a["resources"]} for u, a in allocations.items()},
             "project_id": consumer.project.external_id,
             "user_id": consumer.user.external_id,
-            "consumer_generation": current.get("consumer_generation")})
+            "consumer_generation": current.get("consumer_generation")}, version="1.28")
 
     @staticmethod
     def create_user_and_project(ctx, prefix="fake") -> tuple[Owner, Owner]:
