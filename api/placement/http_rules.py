@@ -1,6 +1,7 @@
 """What every /placement response looks like over HTTP, as OpenStack Placement's.
 
 - ``OpenStack-API-Version`` (and ``Vary``) on every response, errors and 405s included;
+- ``Location`` is an absolute URL;
 - ``OPTIONS`` is 405 and ``Allow`` names only the methods a resource really has;
 - an error without a Placement code says ``placement.undefined_code``, and unknown
   routes and methods use Placement's wording;
@@ -90,6 +91,10 @@ def _placement_http(response: flask.Response) -> flask.Response:
           and response.mimetype == "application/json"):
         response.headers.setdefault("Cache-Control", "no-cache")
         response.headers.setdefault("Last-Modified", http_date())
+    location = response.headers.get("Location", "")
+    if location.startswith("/"):
+        # Absolute, as Placement (webob) sends it.
+        response.headers["Location"] = request.host_url.rstrip("/") + location
     response.headers[microversion.HEADER] = f"{microversion.SERVICE} " \
                                             f"{microversion.as_text(version)}"
     if microversion.HEADER not in response.headers.get("Vary", ""):

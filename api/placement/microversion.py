@@ -68,9 +68,9 @@ def at_least(major: int, minor: int) -> bool:
     return current() >= (major, minor)
 
 
-def require(major: int, minor: int) -> None:
-    """404 for a route that does not exist before ``major.minor`` (as Placement)."""
+def require(major: int, minor: int, status: int = 404) -> None:
+    """404 (or ``status``) for a route that does not exist before ``major.minor``."""
     if not at_least(major, minor):
-        flask_smorest.abort(404, code=UNDEFINED, message=(
+        flask_smorest.abort(status, code=UNDEFINED, message=(
             f"The resource could not be found (needs microversion {major}.{minor}; "
             f"the request asked for {as_text(current())})."))

@@ -15,7 +15,6 @@ from fleetflow.api.placement.blueprint import (
     query_args,
     store,
 )
-from fleetflow.api.placement.catalogue_views import check_resource_classes
 from fleetflow.persistence.placement import candidates, catalog, errors, providers
 
 
@@ -83,65 +82,6 @@ def update_resource_provider(uuid):
 @blp.route("/resource_providers/<uuid>", methods=["DELETE"])
 def delete_resource_provider(uuid):
     store().delete_provider(uuid)
-    return no_content()
-
-
-def _inventories_json(generation: int, inventories: dict) -> dict:
-    return {"resource_provider_generation": generation, "inventories": inventories}
-
-
-@blp.route("/resource_providers/<uuid>/inventories", methods=["GET"])
-def list_inventories(uuid):
-    return _inventories_json(*store().get_inventories(uuid))
-
-
-@blp.route("/resource_providers/<uuid>/inventories", methods=["PUT"])
-def set_inventories(uuid):
-    data = body(required=("resource_provider_generation", "inventories"))
-    generation = integer(data["resource_provider_generation"], "resource_provider_generation")
-    if not isinstance(data["inventories"], dict):
-        raise errors.BadRequest("JSON does not validate: inventories must be an object")
-    check_resource_classes(uuid, data["inventories"])
-    return _inventories_json(*store().set_inventories(uuid, generation, data["inventories"],
-                                                      fence()))
-
-
-@blp.route("/resource_providers/<uuid>/inventories", methods=["DELETE"])
-def delete_inventories(uuid):
-    microversion.require(1, 5)
-    generation, _ = store().get_inventories(uuid)
-    store().set_inventories(uuid, generation, {}, fence())
-    return no_content()
-
-
-@blp.route("/resource_providers/<uuid>/inventories/<resource_class>", methods=["GET"])
-def show_inventory(uuid, resource_class):
-    generation, inventories = store().get_inventories(uuid)
-    if resource_class not in inventories:
-        raise errors.NotFound(f"No inventory of class {resource_class} for {uuid}")
-    return dict(inventories[resource_class], resource_provider_generation=generation)
-
-
-@blp.route("/resource_providers/<uuid>/inventories/<resource_class>", methods=["PUT"])
-def set_inventory(uuid, resource_class):
-    data = body(required=("resource_provider_generation", "total"),
-                allowed=providers.INVENTORY_FIELDS)
-    generation = integer(data.pop("resource_provider_generation"),
-                         "resource_provider_generation")
-    _, inventories = store().get_inventories(uuid)
-    check_resource_classes(uuid, [resource_class])
-    inventories[resource_class] = data
-    new_generation, result = store().set_inventories(uuid, generation, inventories, fence())
-    return dict(result[resource_class], resource_provider_generation=new_generation)
-
-
-@blp.route("/resource_providers/<uuid>/inventories/<resource_class>", methods=["DELETE"])
-def delete_inventory(uuid, resource_class):
-    generation, inventories = store().get_inventories(uuid)
-    if resource_class not in inventories:
-        raise errors.NotFound(f"No inventory of class {resource_class} for {uuid}")
-    del inventories[resource_class]
-    store().set_inventories(uuid, generation, inventories, fence())
     return no_content()
 
 

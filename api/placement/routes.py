@@ -5,6 +5,7 @@ from fleetflow.api.placement import (  # noqa: F401
     allocation_views,
     catalogue_views,
     http_rules,
+    inventories,
     provider_views,
     resource_classes,
 )

@@ -68,7 +68,7 @@ AGGREGATES_1_19 = {
     "required": ["aggregates", "resource_provider_generation"],
     "additionalProperties": False,
 }
-_INVENTORY_FIELDS = {
+INVENTORY_FIELDS = {
     "resource_provider_generation": {"type": "integer"},
     "total": {"type": "integer", "maximum": 2147483647, "minimum": 1},
     "reserved": {"type": "integer", "maximum": 2147483647, "minimum": 0},
@@ -76,11 +76,4 @@ _INVENTORY_FIELDS = {
     "max_unit": {"type": "integer", "maximum": 2147483647, "minimum": 1},
     "step_size": {"type": "integer", "maximum": 2147483647, "minimum": 1},
     "allocation_ratio": {"type": "number", "maximum": 3.40282e+38},
-}
-POST_INVENTORY = {
-    "type": "object",
-    "properties": dict(_INVENTORY_FIELDS, resource_class={"type": "string",
-                                                          "pattern": RC_PATTERN}),
-    "required": ["total", "resource_class", "resource_provider_generation"],
-    "additionalProperties": False,
 }

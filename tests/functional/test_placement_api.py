@@ -230,7 +230,8 @@ def test_consumer_type_at_138(client, make_rp):
 def test_provider_lifecycle(client, make_rp):
     r = client.post("/placement/resource_providers", json={"name": "h-1"},
                     headers=headers("1.19"))
-    assert r.status_code == 201 and r.headers["Location"].startswith("/placement/")
+    assert r.status_code == 201 and r.headers["Location"].startswith(
+        "http://localhost/placement/resource_providers/")
     dup = client.post("/placement/resource_providers", json={"name": "h-1"}, headers=H)
     assert dup.status_code == 409 and error_code(dup) == "placement.duplicate_name"
     rp = r.headers["Location"].rsplit("/", 1)[1]
