@@ -77,9 +77,12 @@ def one_consumer() -> dict:
     return LIST_SHAPED
 
 
-def many_consumers() -> dict:
-    """POST /allocations (1.13+): consumers by uuid, each may empty its allocations."""
-    each = DELETABLE
+def many_consumers(at_least_1_28: bool = False) -> dict:
+    """POST /allocations (1.13+): consumers by uuid, each may empty its allocations.
+
+    ``at_least_1_28``: the reshaper's, which needs consumer generations at any version.
+    """
+    each = DICT_SHAPED_1_28 if at_least_1_28 else DELETABLE
     for version, schema in (((1, 38), DICT_SHAPED_1_38), ((1, 34), DICT_SHAPED_1_34),
                             ((1, 28), DICT_SHAPED_1_28)):
         if microversion.at_least(*version):

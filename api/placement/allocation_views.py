@@ -16,7 +16,7 @@ from fleetflow.persistence.placement.allocations import ANY_GENERATION, Consumer
 from fleetflow.persistence.placement.providers import canonical_uuid
 
 
-def _consumer_write(consumer_uuid: str, data: dict) -> ConsumerWrite:
+def consumer_write(consumer_uuid: str, data: dict) -> ConsumerWrite:
     """One consumer's validated body -> ConsumerWrite."""
     allocations = allocation_schemas.as_dict_shaped(data)
     plain = {rp: entry["resources"] for rp, entry in allocations.items()}
@@ -46,7 +46,7 @@ def show_allocations(consumer_uuid):
 def set_allocations(consumer_uuid):
     data = schemas.json_body(allocation_schemas.one_consumer())
     consumer_uuid = canonical_uuid(consumer_uuid, "consumer_uuid")
-    store().set_allocations([_consumer_write(consumer_uuid, data)], fence())
+    store().set_allocations([consumer_write(consumer_uuid, data)], fence())
     return no_content()
 
 
@@ -54,7 +54,7 @@ def set_allocations(consumer_uuid):
 def set_many_allocations():
     microversion.require(1, 13)
     data = schemas.json_body(allocation_schemas.many_consumers())
-    writes = [_consumer_write(canonical_uuid(consumer_uuid, "consumer uuid"), entry)
+    writes = [consumer_write(canonical_uuid(consumer_uuid, "consumer uuid"), entry)
               for consumer_uuid, entry in data.items()]
     store().set_allocations(writes, fence())
     return no_content()

@@ -37,7 +37,7 @@ class InventoryConflict(errors.PlacementConflict):
     code = errors.CONCURRENT_UPDATE
 
 
-def _inventory(uuid: str, resource_class: str, data: dict, action: str) -> dict:
+def checked_inventory(uuid: str, resource_class: str, data: dict, action: str) -> dict:
     """One inventory with Placement's defaults, its class and capacity checked (400)."""
     inv = dict(providers.INVENTORY_DEFAULTS, **{f: data[f] for f in OUTPUT_FIELDS if f in data})
     if not store().in_transaction(catalog.resource_class_exists, resource_class):
@@ -78,7 +78,7 @@ def list_inventories(uuid):
 def set_inventories(uuid):
     store().get_provider(uuid)
     data = schemas.json_body(PUT_INVENTORIES)
-    wanted = {rc: _inventory(uuid, rc, spec, "update")
+    wanted = {rc: checked_inventory(uuid, rc, spec, "update")
               for rc, spec in data["inventories"].items()}
     generation, result = _write(uuid, data["resource_provider_generation"], wanted)
     return {"resource_provider_generation": generation, "inventories": result}
@@ -89,7 +89,7 @@ def create_inventory(uuid):
     generation, inventories = store().get_inventories(uuid)
     data = schemas.json_body(POST_INVENTORY)
     resource_class = data["resource_class"]
-    inv = _inventory(uuid, resource_class, data, "create")
+    inv = checked_inventory(uuid, resource_class, data, "create")
     if resource_class in inventories:
         raise InventoryConflict(f"Update conflict: inventory of {resource_class} already "
                                 f"exists on resource provider {uuid}")
@@ -122,7 +122,7 @@ def show_inventory(uuid, resource_class):
 def update_inventory(uuid, resource_class):
     store().get_provider(uuid)
     data = schemas.json_body(ONE_INVENTORY)
-    inv = _inventory(uuid, resource_class, data, "update")
+    inv = checked_inventory(uuid, resource_class, data, "update")
     generation, inventories = store().get_inventories(uuid)
     if data["resource_provider_generation"] != generation:
         raise InventoryConflict("resource provider generation conflict")

@@ -7,6 +7,7 @@ from fleetflow.api.placement import (  # noqa: F401
     http_rules,
     inventories,
     provider_views,
+    reshaper,
     resource_classes,
 )
 from fleetflow.api.placement.blueprint import blp

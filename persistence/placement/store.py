@@ -164,6 +164,13 @@ class PlacementStore:
         self.set_allocations([ConsumerWrite(c, a, project_id, user_id, None, consumer_type)
                               for c, a in claims.items()], fence)
 
+    def reshape(self, inventories: dict[str, tuple[int, dict]], writes: list[ConsumerWrite],
+                fence: dict | None = None) -> None:
+        """Replace inventories and allocations of several providers in one transaction."""
+        from fleetflow.persistence.placement import reshaper
+
+        self._write(reshaper.reshape, inventories, writes, fence)
+
     def delete_allocations(self, consumer_uuid: str, fence: dict | None = None) -> None:
         """Drop every allocation of a consumer; ConsumerNotFound when it has none."""
         def write(session):
