@@ -26,6 +26,8 @@ from fleetflow.persistence.placement import errors
 
 PREFIX = blp.url_prefix
 _AUTOMATIC_METHODS = {"HEAD", "OPTIONS"}
+# A trait is shown and created without a body, yet with cache headers (as Placement).
+_BODILESS_WITH_CACHE_HEADERS = {"placement.show_trait", "placement.create_trait"}
 
 
 def _version() -> tuple[int, int]:
@@ -87,8 +89,9 @@ def _placement_http(response: flask.Response) -> flask.Response:
         elif response.status_code == 404 and request.url_rule is None:
             detail = "The resource could not be found."
         _rewrite_error(response, detail)
-    elif (version >= (1, 15) and response.status_code in (200, 201)
-          and response.mimetype == "application/json"):
+    elif version >= (1, 15) and (
+            (response.status_code in (200, 201) and response.mimetype == "application/json")
+            or request.endpoint in _BODILESS_WITH_CACHE_HEADERS):
         response.headers.setdefault("Cache-Control", "no-cache")
         response.headers.setdefault("Last-Modified", http_date())
     location = response.headers.get("Location", "")

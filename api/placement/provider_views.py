@@ -1,15 +1,12 @@
-"""Resource providers, their inventories, traits and usages; the trait catalogue."""
+"""Resource providers and usages (inventories, traits and aggregates have modules of their own)."""
 
 from __future__ import annotations
 
 import flask
 
-from fleetflow.api.placement import microversion, query
+from fleetflow.api.placement import microversion, query, schemas
 from fleetflow.api.placement.blueprint import (
     blp,
-    body,
-    fence,
-    integer,
     no_content,
     provider_json,
     query_args,
@@ -51,18 +48,30 @@ def list_resource_providers():
     return {"resource_providers": [provider_json(rp) for rp in found if rp["uuid"] in keep]}
 
 
+def _provider_schema(with_uuid: bool) -> dict:
+    properties = {"name": {"type": "string", "maxLength": 200}}
+    if with_uuid:
+        properties["uuid"] = {"type": "string", "format": "uuid"}
+    if microversion.at_least(1, 14):
+        properties["parent_provider_uuid"] = {
+            "anyOf": [{"type": "string", "format": "uuid"}, {"type": "null"}]}
+    return {"type": "object", "properties": properties, "required": ["name"],
+            "additionalProperties": False}
+
+
 @blp.route("/resource_providers", methods=["POST"])
 def create_resource_provider():
-    data = body(required=("name",), allowed=("uuid", "parent_provider_uuid"))
-    name = data["name"]
-    if not isinstance(name, str) or not 1 <= len(name) <= 200:
-        raise errors.BadRequest("JSON does not validate: name must be 1-200 characters")
-    rp = store().create_provider(name, data.get("uuid"), data.get("parent_provider_uuid"))
+    data = schemas.json_body(_provider_schema(with_uuid=True))
+    parent = data.get("parent_provider_uuid")
+    rp = store().create_provider(data["name"], data.get("uuid"),
+                                 providers.canonical_uuid(parent) if parent else None)
+    location = provider_json(rp)["links"][0]["href"]
     if microversion.at_least(1, 20):
-        return provider_json(rp), 200
-    response = no_content()
-    response.status_code = 201
-    response.headers["Location"] = provider_json(rp)["links"][0]["href"]
+        response = flask.jsonify(provider_json(rp))
+    else:
+        response = no_content()
+        response.status_code = 201
+    response.headers["Location"] = location
     return response
 
 
@@ -73,94 +82,21 @@ def show_resource_provider(uuid):
 
 @blp.route("/resource_providers/<uuid>", methods=["PUT"])
 def update_resource_provider(uuid):
-    data = body(required=("name",), allowed=("parent_provider_uuid",))
     current = store().get_provider(uuid)
+    data = schemas.json_body(_provider_schema(with_uuid=False))
     parent = data.get("parent_provider_uuid", current["parent_provider_uuid"])
-    return provider_json(store().update_provider(uuid, data["name"], parent))
+    return provider_json(store().update_provider(
+        uuid, data["name"], providers.canonical_uuid(parent) if parent else None,
+        allow_reparenting=microversion.at_least(1, 37)))
 
 
 @blp.route("/resource_providers/<uuid>", methods=["DELETE"])
 def delete_resource_provider(uuid):
-    store().delete_provider(uuid)
+    try:
+        store().delete_provider(uuid)
+    except errors.ProviderNotFound as exc:
+        raise errors.ProviderNotFound(f"{exc.message} for delete") from None
     return no_content()
-
-
-@blp.route("/resource_providers/<uuid>/traits", methods=["GET"])
-def list_provider_traits(uuid):
-    microversion.require(1, 6)
-    generation, traits = store().get_traits(uuid)
-    return {"traits": traits, "resource_provider_generation": generation}
-
-
-@blp.route("/resource_providers/<uuid>/traits", methods=["PUT"])
-def set_provider_traits(uuid):
-    microversion.require(1, 6)
-    data = body(required=("traits", "resource_provider_generation"))
-    generation = integer(data["resource_provider_generation"], "resource_provider_generation")
-    if not isinstance(data["traits"], list) or not all(isinstance(t, str)
-                                                       for t in data["traits"]):
-        raise errors.BadRequest("JSON does not validate: traits must be a list of names")
-    unknown = store().in_transaction(catalog.unknown_traits, data["traits"])
-    if unknown:
-        raise errors.BadRequest(f"No such trait(s): {', '.join(unknown)}.")
-    generation, traits = store().set_traits(uuid, generation, data["traits"], fence())
-    return {"traits": traits, "resource_provider_generation": generation}
-
-
-@blp.route("/resource_providers/<uuid>/traits", methods=["DELETE"])
-def delete_provider_traits(uuid):
-    microversion.require(1, 6)
-    generation, _ = store().get_traits(uuid)
-    store().set_traits(uuid, generation, [], fence())
-    return no_content()
-
-
-@blp.route("/traits", methods=["GET"])
-def list_traits():
-    microversion.require(1, 6)
-    args = query_args(("name", "associated"))
-    associated = args.get("associated")
-    if associated is not None and associated not in ("true", "false"):
-        raise errors.BadRequest("Invalid query string parameters: 'associated' must be "
-                                f"'true' or 'false', got {associated!r}")
-    traits = store().in_transaction(catalog.list_traits, None if associated is None
-                                    else associated == "true")
-    name = args.get("name")
-    if name and name.startswith("startswith:"):
-        traits = [t for t in traits if t.startswith(name[len("startswith:"):])]
-    elif name and name.startswith("in:"):
-        wanted = set(name[3:].split(","))
-        traits = [t for t in traits if t in wanted]
-    elif name:
-        raise errors.BadRequest(f"Badly formatted name parameter. Expected name query "
-                                f"string parameter in form: ?name=startswith:CUSTOM or "
-                                f"?name=in:CUSTOM_A,CUSTOM_B. Got: {name}")
-    return {"traits": traits}
-
-
-@blp.route("/traits/<name>", methods=["GET"])
-def show_trait(name):
-    microversion.require(1, 6)
-    if not store().in_transaction(catalog.trait_exists, name):
-        raise catalog.CatalogNotFound(f"No such trait(s): {name}.")
-    return no_content()
-
-
-@blp.route("/traits/<name>", methods=["PUT"])
-def create_trait(name):
-    microversion.require(1, 6)
-    if not name.startswith("CUSTOM_") or not providers.NAME_PATTERN.match(name):
-        raise errors.BadRequest("The trait is invalid. A valid trait must be no longer "
-                                "than 255 characters, start with the prefix \"CUSTOM_\" "
-                                "and use following characters: \"A\"-\"Z\", \"0\"-\"9\" "
-                                "and \"_\"")
-    existed = store().in_transaction(catalog.trait_exists, name)
-    store().ensure_traits([name])
-    response = no_content()
-    if not existed:
-        response.status_code = 201
-        response.headers["Location"] = flask.request.path
-    return response
 
 
 @blp.route("/resource_providers/<uuid>/usages", methods=["GET"])

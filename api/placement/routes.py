@@ -3,12 +3,12 @@
 from fleetflow.api.placement import (  # noqa: F401
     aggregates,
     allocation_views,
-    catalogue_views,
     http_rules,
     inventories,
     provider_views,
     reshaper,
     resource_classes,
+    traits,
 )
 from fleetflow.api.placement.blueprint import blp
 

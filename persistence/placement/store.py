@@ -86,9 +86,10 @@ class PlacementStore:
             return [providers.provider_dict(row) for row in rows]
         return self._read(query)
 
-    def update_provider(self, uuid: str, name: str, parent_provider_uuid=None) -> dict:
+    def update_provider(self, uuid: str, name: str, parent_provider_uuid=None,
+                        allow_reparenting: bool = False) -> dict:
         return providers.provider_dict(self._read(
-            providers.update_provider, uuid, name, parent_provider_uuid))
+            providers.update_provider, uuid, name, parent_provider_uuid, allow_reparenting))
 
     def delete_provider(self, uuid: str) -> None:
         self._read(providers.delete_provider, uuid)
