@@ -84,10 +84,10 @@ def allocation_candidates():
     if microversion.at_least(1, 17):
         allowed.append("required")
     args = query_args(tuple(allowed))
-    resources = candidates.parse_resources(args.get("resources", ""))
-    if not resources:
+    if "resources" not in args:
         raise errors.BadRequest("Invalid query string parameters: 'resources' is a "
                                 "required property")
+    resources = candidates.parse_resources(args["resources"])
     limit = None
     if "limit" in args:
         if not args["limit"].isdigit() or int(args["limit"]) < 1:

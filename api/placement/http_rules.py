@@ -60,8 +60,25 @@ def _check_accept_and_content_type() -> None:
     if accept and flask.request.method == "GET" \
             and not flask.request.accept_mimetypes.best_match(["application/json"]):
         raise wexc.NotAcceptable("Only application/json is provided")
-    if flask.request.content_length and not flask.request.headers.get("Content-Type"):
-        raise errors.BadRequest("content-type header required")
+    if flask.request.method in ("POST", "PUT") \
+            and request_endpoint_takes_a_body(flask.request.endpoint):
+        if not flask.request.headers.get("Content-Type"):
+            if flask.request.content_length:
+                raise errors.BadRequest("content-type header required")
+            raise wexc.UnsupportedMediaType("The media type None is not supported, use "
+                                            "application/json")
+        if flask.request.mimetype != "application/json":
+            raise wexc.UnsupportedMediaType(
+                f"The media type {flask.request.mimetype} is not supported, use "
+                "application/json")
+
+
+def request_endpoint_takes_a_body(endpoint: str | None) -> bool:
+    """Every Placement write has a JSON body, but for trait and (1.7+) class creation."""
+    if endpoint == "placement.create_trait":
+        return False
+    return not (endpoint == "placement.update_resource_class"
+                and microversion.at_least(1, 7))
 
 
 @blp.after_app_request
@@ -100,6 +117,6 @@ def _placement_http(response: flask.Response) -> flask.Response:
         response.headers["Location"] = request.host_url.rstrip("/") + location
     response.headers[microversion.HEADER] = f"{microversion.SERVICE} " \
                                             f"{microversion.as_text(version)}"
-    if microversion.HEADER not in response.headers.get("Vary", ""):
-        response.headers.add("Vary", microversion.HEADER)
+    if microversion.HEADER.lower() not in response.headers.get("Vary", "").lower():
+        response.headers.add("Vary", microversion.HEADER.lower())
     return response

@@ -9,7 +9,6 @@ from fleetflow.api.placement.blueprint import (
     blp,
     no_content,
     provider_json,
-    query_args,
     store,
 )
 from fleetflow.persistence.placement import candidates, catalog, errors, providers
@@ -21,7 +20,7 @@ def versions():
     return {"versions": [{"id": "v1.0", "status": "CURRENT",
                           "min_version": microversion.as_text(microversion.MIN_VERSION),
                           "max_version": microversion.as_text(microversion.MAX_VERSION),
-                          "links": []}]}
+                          "links": [{"rel": "self", "href": ""}]}]}
 
 
 @blp.route("/resource_providers", methods=["GET"])
@@ -108,12 +107,13 @@ def provider_usages(uuid):
 @blp.route("/usages", methods=["GET"])
 def project_usages():
     microversion.require(1, 9)
-    allowed = ("project_id", "user_id") + (("consumer_type",)
-                                           if microversion.at_least(1, 38) else ())
-    args = query_args(allowed)
-    if not args.get("project_id"):
-        raise errors.BadRequest("Invalid query string parameters: 'project_id' is a "
-                                "required property")
+    owner = {"type": "string", "minLength": 1, "maxLength": 255}
+    properties = {"project_id": owner, "user_id": owner}
+    if microversion.at_least(1, 38):
+        properties["consumer_type"] = dict(owner, pattern="^[A-Z0-9_]+$|^all|^unknown$")
+    query.validate({"type": "object", "properties": properties, "required": ["project_id"],
+                    "additionalProperties": False})
+    args = flask.request.args
     wanted_type = args.get("consumer_type")
     grouped = store().project_usages(args["project_id"], args.get("user_id"),
                                      None if wanted_type in (None, "all") else wanted_type)

@@ -101,13 +101,14 @@ def rename_resource_class(session: orm.Session, name: str, new_name: str) -> Non
 
 def delete_resource_class(session: orm.Session, name: str) -> None:
     if name in STANDARD_CLASSES:
-        raise errors.BadRequest(f"Cannot delete standard resource class {name}")
+        raise errors.BadRequest(f"Error in delete resource class: Cannot delete standard "
+                                f"resource class {name}")
     row = get_resource_class(session, name)
     used = session.execute(sa.select(Inventory.resource_provider_uuid)
                            .where(Inventory.resource_class == name).limit(1)).first()
     if used is not None:
-        raise ResourceClassInUse(f"Unable to delete resource class {name}. "
-                                 "It is in use by an inventory.")
+        raise ResourceClassInUse(f"Error in delete resource class: Unable to delete "
+                                 f"resource class {name}. It is in use by an inventory.")
     session.delete(row)
 
 
