@@ -73,9 +73,17 @@ def _check_accept_and_content_type() -> None:
                 "application/json")
 
 
+# Routes that do not exist before a version answer 404 there, whatever the body.
+_SINCE = {"placement.create_resource_class": (1, 2), "placement.update_resource_class": (1, 2),
+          "placement.set_provider_aggregates": (1, 1), "placement.set_provider_traits": (1, 6),
+          "placement.set_many_allocations": (1, 13), "placement.reshape": (1, 30)}
+
+
 def request_endpoint_takes_a_body(endpoint: str | None) -> bool:
     """Every Placement write has a JSON body, but for trait and (1.7+) class creation."""
     if endpoint == "placement.create_trait":
+        return False
+    if endpoint in _SINCE and not microversion.at_least(*_SINCE[endpoint]):
         return False
     return not (endpoint == "placement.update_resource_class"
                 and microversion.at_least(1, 7))

@@ -107,8 +107,8 @@ def delete_resource_class(session: orm.Session, name: str) -> None:
     used = session.execute(sa.select(Inventory.resource_provider_uuid)
                            .where(Inventory.resource_class == name).limit(1)).first()
     if used is not None:
-        raise ResourceClassInUse(f"Error in delete resource class: Unable to delete "
-                                 f"resource class {name}. It is in use by an inventory.")
+        raise ResourceClassInUse(f"Error in delete resource class: Cannot delete resource "
+                                 f"class {name}. Class is in use in inventory.")
     session.delete(row)
 
 
@@ -166,7 +166,7 @@ def set_aggregates(session: orm.Session, rp_uuid: str, aggregates: list[str],
         new_generation = bump_generation(session, rp_uuid, generation)
     session.execute(sa.delete(ProviderAggregate)
                     .where(ProviderAggregate.resource_provider_uuid == rp_uuid))
-    wanted = sorted(set(aggregates))
+    wanted = list(dict.fromkeys(aggregates))  # answered in the order given, as Placement
     if wanted:
         session.execute(sa.insert(ProviderAggregate), [
             {"resource_provider_uuid": rp_uuid, "aggregate_uuid": a} for a in wanted])

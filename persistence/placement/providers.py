@@ -11,6 +11,7 @@ import logging
 import re
 import uuid as uuidlib
 
+import os_resource_classes
 import sqlalchemy as sa
 from sqlalchemy import orm
 
@@ -248,6 +249,14 @@ def normalize_inventory(rc: str, spec: dict) -> dict:
     return inv
 
 
+def _class_order(rc: str) -> tuple[int, str]:
+    """Standard classes in os-resource-classes' order (Placement's ids), then the rest."""
+    try:
+        return os_resource_classes.STANDARDS.index(rc), rc
+    except ValueError:
+        return len(os_resource_classes.STANDARDS), rc
+
+
 def capacity(inv) -> int:
     """Usable amount: (total - reserved) * allocation_ratio, as Placement computes it."""
     get = inv.get if isinstance(inv, dict) else lambda f: getattr(inv, f)
@@ -270,10 +279,11 @@ def set_inventories(session: orm.Session, rp_uuid: str, generation: int,
         sa.select(Allocation.resource_class, sa.func.sum(Allocation.used))
         .where(Allocation.resource_provider_uuid == rp_uuid)
         .group_by(Allocation.resource_class)).all())
-    removed_in_use = sorted(rc for rc, n in used.items() if n and rc not in wanted)
+    removed_in_use = sorted((rc for rc, n in used.items() if n and rc not in wanted),
+                            key=_class_order)
     if removed_in_use:
-        raise errors.InventoryInUse(f"Inventory for {', '.join(removed_in_use)} on "
-                                    f"resource provider {rp_uuid} in use.")
+        raise errors.InventoryInUse(f"Inventory for '{', '.join(removed_in_use)}' on "
+                                    f"resource provider '{rp_uuid}' in use.")
     for rc, inv in wanted.items():
         if used.get(rc, 0) > capacity(inv):
             LOG.warning("resource provider %s is now over capacity for %s", rp_uuid, rc)
