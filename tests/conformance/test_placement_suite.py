@@ -25,6 +25,9 @@ GABBITS = importlib.resources.files("placement") / "tests" / "functional" / "gab
 EXPECTED = yaml.safe_load((HERE / "expected_failures.yaml").read_text(encoding="utf-8"))
 SKIPPED_FILES: dict[str, str] = EXPECTED.get("files") or {}
 FAILING_TESTS: dict[str, dict[str, str]] = EXPECTED.get("tests") or {}
+REASONS: dict[str, str] = EXPECTED.get("reasons") or {}
+# Reasons whose tests may pass when a file runs alone (they depend on an earlier file).
+NOT_STRICT = {"shared-consumer"}
 YAML_FILES = sorted(p.name for p in GABBITS.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -105,6 +108,9 @@ def run_file(name: str, placement_url: str) -> _Outcomes:
 def test_the_skip_list_names_real_files_and_every_in_process_fixture():
     assert set(SKIPPED_FILES) <= set(YAML_FILES)
     assert set(FAILING_TESTS) <= set(YAML_FILES) - set(SKIPPED_FILES)
+    for tests in FAILING_TESTS.values():
+        for reason in tests.values():
+            assert reason in REASONS or len(reason.split()) > 5, reason
     for name in YAML_FILES:
         used = set(_fixture_names(utils.load_yaml(yaml_file=str(GABBITS / name))))
         if used & FIXTURES.IN_PROCESS_ONLY:
@@ -121,8 +127,9 @@ def test_placement_gabbit(name, placement_url, conformance_tally):
     unknown = sorted(set(expected) - set(outcomes.by_name))
     failed = {test: why for test, (state, why) in outcomes.by_name.items() if state == "fail"}
     unexpected = {test: why for test, why in failed.items() if test not in expected}
-    now_passing = sorted(test for test in expected
-                         if outcomes.by_name.get(test, ("",))[0] == "pass")
+    now_passing = sorted(test for test, reason in expected.items()
+                         if outcomes.by_name.get(test, ("",))[0] == "pass"
+                         and reason not in NOT_STRICT)
     report = "".join(f"\n--- {test}\n{why[-1500:]}" for test, why in unexpected.items())
     assert not unknown, f"expected_failures.yaml names tests {name} does not have: {unknown}"
     assert not now_passing, f"listed as failing but they pass now: {now_passing}"
