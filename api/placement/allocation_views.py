@@ -9,9 +9,8 @@ before 1.8). See :mod:`.allocation_schemas`.
 
 from __future__ import annotations
 
-from fleetflow.api.placement import allocation_schemas, microversion, schemas
-from fleetflow.api.placement.blueprint import blp, fence, no_content, query_args, store
-from fleetflow.persistence.placement import candidates, errors
+from fleetflow.api.placement import allocation_schemas, candidate_query, microversion, schemas
+from fleetflow.api.placement.blueprint import blp, fence, no_content, store
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
 from fleetflow.persistence.placement.providers import canonical_uuid
 
@@ -78,31 +77,14 @@ def provider_allocations(uuid):
 @blp.route("/allocation_candidates", methods=["GET"])
 def allocation_candidates():
     microversion.require(1, 10)
-    allowed = ["resources"]
-    if microversion.at_least(1, 16):
-        allowed.append("limit")
-    if microversion.at_least(1, 17):
-        allowed.append("required")
-    args = query_args(tuple(allowed))
-    if "resources" not in args:
-        raise errors.BadRequest("Invalid query string parameters: 'resources' is a "
-                                "required property")
-    resources = candidates.parse_resources(args["resources"])
-    limit = None
-    if "limit" in args:
-        if not args["limit"].isdigit() or int(args["limit"]) < 1:
-            raise errors.BadRequest("Invalid query string parameters: limit must be a "
-                                    "positive integer")
-        limit = int(args["limit"])
-    required = args.getlist("required")
-    if not microversion.at_least(1, 39) and any(r.startswith("in:") for r in required):
-        raise errors.BadRequest("Invalid query string parameters: 'in:' needs "
-                                "microversion 1.39")
-    found = store().allocation_candidates(resources, required, limit)
-    return _candidates_json(found)
+
+    def search(session):
+        request = candidate_query.unsuffixed_request(session)
+        return candidate_query.find(session, request), request["resources"]
+    return _candidates_json(*store().in_transaction(search))
 
 
-def _candidates_json(found: dict) -> dict:
+def _candidates_json(found: dict, requested: dict) -> dict:
     requests = []
     for request in found["allocation_requests"]:
         if microversion.at_least(1, 12):
@@ -116,7 +98,9 @@ def _candidates_json(found: dict) -> dict:
         requests.append(item)
     summaries = {}
     for rp, summary in found["provider_summaries"].items():
-        item = {"resources": summary["resources"]}
+        # Every class of the provider from 1.27; before, only the requested ones.
+        item = {"resources": {rc: usage for rc, usage in summary["resources"].items()
+                              if microversion.at_least(1, 27) or rc in requested}}
         if microversion.at_least(1, 17):
             item["traits"] = summary["traits"]
         if microversion.at_least(1, 29):

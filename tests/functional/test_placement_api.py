@@ -282,6 +282,9 @@ def test_traits_and_candidates(client, make_rp):
     assert len(client.get(url + "&limit=1", headers=H).json["allocation_requests"]) == 1
     big = client.get("/placement/allocation_candidates?resources=VCPU:4", headers=H).json
     assert list(big["provider_summaries"]) == [fast]
+    unknown = client.get(url + "&required=in:CUSTOM_SLOW,CUSTOM_NONE", headers=headers("1.39"))
+    assert unknown.status_code == 400 and "CUSTOM_NONE" in unknown.json["errors"][0]["detail"]
+    assert client.put("/placement/traits/CUSTOM_NONE", headers=H).status_code == 201
     either = client.get(url + "&required=in:CUSTOM_SLOW,CUSTOM_NONE",
                         headers=headers("1.39")).json
     assert list(either["provider_summaries"]) == [slow]
