@@ -1,8 +1,9 @@
 """``GET /allocation_candidates`` query parameters, as Placement validates them.
 
-Candidates are single providers (see persistence/placement/candidates.py): the
-unsuffixed request group's resources, traits, ``member_of`` (1.21+) and
-``in_tree`` (1.31+) are honoured; suffixed request groups (1.25+) are refused.
+The unsuffixed request group's resources, traits, ``member_of`` (1.21+) and
+``in_tree`` (1.31+) are honoured across provider trees and sharing providers
+(persistence/placement/tree_candidates.py); suffixed request groups (1.25+),
+``same_subtree`` and ``root_required`` are refused.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import re
 import flask
 
 from fleetflow.api.placement import microversion, query
-from fleetflow.persistence.placement import candidates, catalog, errors, providers
+from fleetflow.persistence.placement import (
+    candidates,
+    catalog,
+    errors,
+    providers,
+    tree_candidates,
+)
 
 _GROUP_KEYS = ("resources", "required", "member_of", "in_tree")
 
@@ -89,20 +96,17 @@ def unsuffixed_request(session) -> dict:
 
 
 def find(session, request: dict) -> dict:
-    """Single-provider candidates of ``request`` (from :func:`unsuffixed_request`)."""
-    found = candidates.allocation_candidates(session, request["resources"],
-                                             request["required"], request["forbidden"])
-    keep = catalog.filter_providers(session, list(found["provider_summaries"]), [], set(),
-                                    request["aggregates"], request["refused_aggregates"])
-    if request["in_tree"]:
-        root = session.get(providers.ResourceProvider, request["in_tree"])
-        keep = {u for u in keep if root is not None
-                and found["provider_summaries"][u]["root_provider_uuid"]
-                == root.root_provider_uuid}
-    chosen = [r for r in found["allocation_requests"] if set(r["allocations"]) <= keep]
+    """Candidates of ``request`` (from :func:`unsuffixed_request`), at most ``limit``."""
+    found = tree_candidates.find(
+        session, request["resources"], request["required"], request["forbidden"],
+        request["aggregates"], request["refused_aggregates"], request["in_tree"],
+        nested_aware=microversion.at_least(1, 29))
     if request["limit"] is not None:
-        chosen = chosen[:request["limit"]]
-    used = {rp for r in chosen for rp in r["allocations"]}
-    return {"allocation_requests": chosen,
-            "provider_summaries": {u: s for u, s in found["provider_summaries"].items()
-                                   if u in used}}
+        chosen = found["allocation_requests"][:request["limit"]]
+        roots = {found["provider_summaries"][rp]["root_provider_uuid"]
+                 for r in chosen for rp in r["allocations"]
+                 if rp in found["provider_summaries"]}
+        found = {"allocation_requests": chosen,
+                 "provider_summaries": {u: s for u, s in found["provider_summaries"].items()
+                                        if s["root_provider_uuid"] in roots}}
+    return found

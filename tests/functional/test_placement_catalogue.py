@@ -144,3 +144,32 @@ def test_http_rules(client):
     r = client.get("/placement/resource_providers", headers=dict(H, Accept="text/plain"))
     assert r.status_code == 406
     assert client.get("/placement/", headers=headers("0.9")).status_code == 406
+
+
+def test_candidates_span_a_tree_and_its_sharing_provider(client):
+    cn = new_provider(client, "cn")
+    numa = new_provider(client, "cn-numa0", cn)
+    disk = new_provider(client, "shared-disk")
+    aggregate = str(uuid.uuid4())
+    for rp, inventories in ((numa, {"VCPU": {"total": 4}}), (disk, {"DISK_GB": {"total": 100}})):
+        r = client.put(f"/placement/resource_providers/{rp}/inventories", headers=H, json={
+            "resource_provider_generation": 0, "inventories": inventories})
+        assert r.status_code == 200
+    r = client.put(f"/placement/resource_providers/{disk}/traits", headers=H, json={
+        "traits": ["MISC_SHARES_VIA_AGGREGATE"], "resource_provider_generation": 1})
+    assert r.status_code == 200
+    for rp in (cn, disk):
+        r = client.put(f"/placement/resource_providers/{rp}/aggregates", headers=H, json={
+            "aggregates": [aggregate], "resource_provider_generation": generation(client, rp)})
+        assert r.status_code == 200
+    url = "/placement/allocation_candidates?resources=VCPU:2,DISK_GB:10"
+    found = client.get(url, headers=H).json
+    assert [r["allocations"] for r in found["allocation_requests"]] == [
+        {numa: {"resources": {"VCPU": 2}}, disk: {"resources": {"DISK_GB": 10}}}]
+    assert set(found["provider_summaries"]) == {cn, numa, disk}
+    # Before 1.29 a tree lends one provider, and its root has no VCPU.
+    old = client.get(url, headers=headers("1.28")).json
+    assert old["allocation_requests"] == [{"allocations": {
+        numa: {"resources": {"VCPU": 2}}, disk: {"resources": {"DISK_GB": 10}}}}]
+    assert client.get(url + f"&in_tree={cn}", headers=H).json["allocation_requests"] == []
+    assert client.get(url + "&required=CUSTOM_NOPE", headers=H).status_code == 400
