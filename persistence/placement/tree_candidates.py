@@ -94,26 +94,35 @@ def find(session: orm.Session, resources: dict[str, int], required=(), forbidden
         anchors = [row.root_provider_uuid] if row is not None else []
     seen: set[frozenset] = set()
     requests: list[dict[str, dict[str, int]]] = []
+    shared = set(sharing)
+    filtered = bool(aggregates or refused_aggregates)
     for anchor in anchors:
         # in_tree keeps sharing providers of other trees out, as in Placement.
-        lent = [] if in_tree is not None else lenders.get(anchor, [])
-        pool = list(dict.fromkeys(world.trees[anchor] + lent))
+        lent = () if in_tree is not None else lenders.get(anchor, ())
+        pool = world.trees[anchor] + [rp for rp in lent if rp not in world.trees[anchor]] \
+            if lent else world.trees[anchor]
         options = []
         for rc, amount in resources.items():
             fit = [rp for rp in pool if world.fits(rp, rc, amount)
-                   and world.member(rp, list(aggregates), set(refused_aggregates))
-                   and (rp in sharing or world.rows[rp].root_provider_uuid == anchor)]
+                   and (not filtered or world.member(rp, list(aggregates),
+                                                     set(refused_aggregates)))]
+            if not fit:
+                break
             options.append(fit)
-        for choice in itertools.islice(itertools.product(*options), MAX_COMBINATIONS):
-            allocation: dict[str, dict[str, int]] = defaultdict(dict)
-            for rc, rp in zip(resources, choice, strict=True):
-                allocation[rp][rc] = resources[rc]
-            if not _acceptable(world, allocation, required, forbidden, nested_aware):
-                continue
-            key = frozenset((rp, rc) for rp, res in allocation.items() for rc in res)
-            if key not in seen:
-                seen.add(key)
-                requests.append(dict(allocation))
+        else:
+            for choice in itertools.islice(itertools.product(*options), MAX_COMBINATIONS):
+                allocation: dict[str, dict[str, int]] = {}
+                for rc, rp in zip(resources, choice, strict=True):
+                    allocation.setdefault(rp, {})[rc] = resources[rc]
+                if (required or forbidden or len(allocation) > 1) and not _acceptable(
+                        world, allocation, required, forbidden, nested_aware):
+                    continue
+                if len(allocation) > 1 or shared.intersection(allocation):
+                    key = frozenset((rp, rc) for rp, res in allocation.items() for rc in res)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                requests.append(allocation)
     first = next(iter(resources), None)
     requests.sort(key=lambda a: (len(a), -_free(world, next(iter(a)), first)))
     return {"allocation_requests": [{"allocations": {rp: {"resources": res}
