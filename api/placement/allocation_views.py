@@ -79,8 +79,9 @@ def allocation_candidates():
     microversion.require(1, 10)
 
     def search(session):
-        request = candidate_query.unsuffixed_request(session)
-        return candidate_query.find(session, request), request["resources"]
+        request = candidate_query.parse(session)
+        requested = {rc for group in request["groups"].values() for rc in group["resources"]}
+        return candidate_query.find(session, request), requested
     return _candidates_json(*store().in_transaction(search))
 
 
@@ -90,7 +91,8 @@ def _candidates_json(found: dict, requested: dict) -> dict:
         if microversion.at_least(1, 12):
             item = {"allocations": request["allocations"]}
             if microversion.at_least(1, 34):
-                item["mappings"] = {"": sorted(request["allocations"])}
+                item["mappings"] = request.get("mappings") or {
+                    "": sorted(request["allocations"])}
         else:
             item = {"allocations": [{"resource_provider": {"uuid": rp},
                                      "resources": entry["resources"]}

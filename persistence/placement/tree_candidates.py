@@ -1,11 +1,14 @@
-"""Allocation candidates across provider trees and sharing providers (the unsuffixed
-request group of ``GET /allocation_candidates``).
+"""Allocation candidates across provider trees and sharing providers, by request group.
 
-Each requested class may come from any provider of one tree, or from a provider
-that shares its inventory (trait ``MISC_SHARES_VIA_AGGREGATE``) with that tree
-through an aggregate, as in Placement. One allocation request is made for every
-combination of such providers; required traits are looked for on the providers
-of the combination, forbidden ones must be on none of them. Before microversion
+For each tree, each class of the unsuffixed group may come from any provider of
+the tree, or from a provider that shares its inventory (trait
+``MISC_SHARES_VIA_AGGREGATE``) with that tree through an aggregate, as in
+Placement; its required traits are looked for on the providers it uses, its
+forbidden ones must be on none of them. A suffixed group is met by one provider
+of the tree (or a sharing one) that has all its resources and traits. Groups
+are then combined: ``group_policy=isolate`` keeps suffixed groups on distinct
+providers, ``same_subtree`` needs one of the named groups' providers above all
+the others, ``root_required`` looks at the tree's root. Before microversion
 1.29 (``nested_aware`` false) a combination takes one provider per tree and the
 summaries show only the providers the requests use.
 """
@@ -70,72 +73,136 @@ class _World:
                         for other, aggs in self.aggregates.items() if aggs & mine}
         return anchors
 
-    def member(self, rp: str, aggregates: list[set[str]], refused: set[str]) -> bool:
-        """``member_of`` of the unsuffixed group: the provider's or its root's aggregates."""
-        have = self.aggregates.get(rp, set()) | self.aggregates.get(
-            self.rows[rp].root_provider_uuid, set())
+    def member(self, rp: str, aggregates: list[set[str]], refused: set[str],
+               with_root: bool = True) -> bool:
+        """Whether ``rp`` (with its root's aggregates, ``with_root``) meets ``member_of``."""
+        have = set(self.aggregates.get(rp, set()))
+        if with_root:
+            have |= self.aggregates.get(self.rows[rp].root_provider_uuid, set())
         return all(group & have for group in aggregates) and not refused & have
 
 
-def find(session: orm.Session, resources: dict[str, int], required=(), forbidden=(),
-         aggregates=(), refused_aggregates=frozenset(), in_tree: str | None = None,
-         nested_aware: bool = True) -> dict:
-    """``{"allocation_requests": [{"allocations": {rp: {"resources": ...}}}],
-    "provider_summaries": {rp: {...}}}`` of every combination that fits."""
+def find_groups(session: orm.Session, request: dict, nested_aware: bool = True) -> dict:
+    """``{"allocation_requests": [{"allocations": ..., "mappings": ...}],
+    "provider_summaries": {...}}`` of every combination of the request's groups that fits.
+
+    ``request``: ``groups`` by suffix (``""`` the unsuffixed one; each with resources,
+    required, forbidden, aggregates, refused_aggregates, in_tree), ``group_policy``,
+    ``root_required``, ``root_forbidden``, ``same_subtrees``.
+    """
     world = _World(session)
-    sharing = [rp for rp in world.rows if SHARING_TRAIT in world.traits.get(rp, ())]
+    shared = {rp for rp in world.rows if SHARING_TRAIT in world.traits.get(rp, ())}
     lenders: dict[str, list[str]] = defaultdict(list)
-    for rp in sharing:
+    for rp in sorted(shared, key=lambda u: world.rows[u].name):
         for anchor in world.sharing_anchors(rp):
             lenders[anchor].append(rp)
-    anchors = list(world.trees)
-    if in_tree is not None:
-        row = world.rows.get(in_tree)
-        anchors = [row.root_provider_uuid] if row is not None else []
-    seen: set[frozenset] = set()
-    requests: list[dict[str, dict[str, int]]] = []
-    shared = set(sharing)
-    filtered = bool(aggregates or refused_aggregates)
-    for anchor in anchors:
-        # in_tree keeps sharing providers of other trees out, as in Placement.
-        lent = () if in_tree is not None else lenders.get(anchor, ())
-        pool = world.trees[anchor] + [rp for rp in lent if rp not in world.trees[anchor]] \
-            if lent else world.trees[anchor]
+    groups = request["groups"]
+    seen: set = set()
+    found: list[dict] = []
+    for anchor in world.trees:
+        root_traits = world.traits.get(anchor, set())
+        if not all(g & root_traits for g in request.get("root_required", ())) \
+                or request.get("root_forbidden", set()) & root_traits:
+            continue
         options = []
-        for rc, amount in resources.items():
-            fit = [rp for rp in pool if world.fits(rp, rc, amount)
-                   and (not filtered or world.member(rp, list(aggregates),
-                                                     set(refused_aggregates)))]
-            if not fit:
+        for suffix, group in groups.items():
+            choices = _group_options(world, anchor, suffix, group, lenders, shared)
+            if not choices:
                 break
-            options.append(fit)
+            options.append(choices)
         else:
-            for choice in itertools.islice(itertools.product(*options), MAX_COMBINATIONS):
-                allocation: dict[str, dict[str, int]] = {}
-                for rc, rp in zip(resources, choice, strict=True):
-                    allocation.setdefault(rp, {})[rc] = resources[rc]
-                if (required or forbidden or len(allocation) > 1) and not _acceptable(
-                        world, allocation, required, forbidden, nested_aware):
+            for combo in itertools.islice(itertools.product(*options), MAX_COMBINATIONS):
+                made = _combine(world, request, list(groups), combo, nested_aware)
+                if made is None:
                     continue
-                if len(allocation) > 1 or shared.intersection(allocation):
-                    key = frozenset((rp, rc) for rp, res in allocation.items() for rc in res)
-                    if key in seen:
-                        continue
+                key = (frozenset((rp, rc, n) for rp, res in made["allocations"].items()
+                                 for rc, n in res.items()),
+                       frozenset((s, tuple(p)) for s, p in made["mappings"].items()))
+                if key not in seen:
                     seen.add(key)
-                requests.append(allocation)
-    first = next(iter(resources), None)
-    requests.sort(key=lambda a: (len(a), -_free(world, next(iter(a)), first)))
-    return {"allocation_requests": [{"allocations": {rp: {"resources": res}
-                                                     for rp, res in a.items()}}
-                                    for a in requests],
-            "provider_summaries": summaries(world, requests, nested_aware)}
+                    found.append(made)
+    first = next((rc for g in groups.values() for rc in g["resources"]), None)
+    found.sort(key=lambda m: (len(m["allocations"]),
+                              -_free(world, next(iter(m["allocations"]), ""), first)))
+    return {"allocation_requests": [
+                {"allocations": {rp: {"resources": res}
+                                 for rp, res in m["allocations"].items()},
+                 "mappings": m["mappings"]} for m in found],
+            "provider_summaries": summaries(world, [m["allocations"] for m in found],
+                                            nested_aware)}
 
 
-def _acceptable(world: _World, allocation, required, forbidden, nested_aware) -> bool:
-    used = set(allocation)
-    roots = [world.rows[rp].root_provider_uuid for rp in used]
+def _group_options(world: _World, anchor: str, suffix: str, group: dict, lenders,
+                   shared: set[str]) -> list[tuple[dict, tuple[str, ...]]]:
+    """Ways one group can be met in ``anchor``'s tree: (allocation, providers used)."""
+    tree = world.trees[anchor]
+    pool = tree + [rp for rp in lenders.get(anchor, ()) if rp not in tree]
+    if group["in_tree"] is not None:
+        # Only providers of that tree: it keeps other trees' sharing providers out.
+        row = world.rows.get(group["in_tree"])
+        pool = [rp for rp in pool
+                if row is not None and world.rows[rp].root_provider_uuid == row.root_provider_uuid]
+    aggregates, refused = group["aggregates"], group["refused_aggregates"]
+    if aggregates or refused:
+        # The unsuffixed group sees its tree's root aggregates; a suffixed one its own.
+        pool = [rp for rp in pool if world.member(rp, aggregates, refused, with_root=not suffix)]
+    resources = group["resources"]
+    if suffix:
+        return [({rp: dict(resources)} if resources else {}, (rp,)) for rp in pool
+                if all(world.fits(rp, rc, n) for rc, n in resources.items())
+                and _traits_ok(world, {rp}, group["required"], group["forbidden"])]
+    per_class = [[rp for rp in pool if world.fits(rp, rc, n)] for rc, n in resources.items()]
+    out = []
+    for choice in itertools.islice(itertools.product(*per_class), MAX_COMBINATIONS):
+        allocation: dict[str, dict[str, int]] = {}
+        for rc, rp in zip(resources, choice, strict=True):
+            allocation.setdefault(rp, {})[rc] = resources[rc]
+        if _traits_ok(world, set(allocation), group["required"], group["forbidden"]):
+            out.append((allocation, tuple(sorted(allocation))))
+    return out
+
+
+def _combine(world: _World, request: dict, suffixes: list[str], combo,
+             nested_aware: bool) -> dict | None:
+    """The groups' allocations merged, or None when the combination breaks a rule."""
+    isolate = request.get("group_policy") == "isolate"
+    merged: dict[str, dict[str, int]] = {}
+    mappings: dict[str, list[str]] = {}
+    taken: set[str] = set()
+    for suffix, (allocation, used) in zip(suffixes, combo, strict=True):
+        if suffix and isolate:  # resourceless groups too, as in Placement
+            if taken & set(used):
+                return None
+            taken |= set(used)
+        for rp, res in allocation.items():
+            for rc, n in res.items():
+                merged.setdefault(rp, {})[rc] = merged.get(rp, {}).get(rc, 0) + n
+        mappings[suffix] = list(used)
+    for rp, res in merged.items():
+        for rc, n in res.items():
+            if not world.fits(rp, rc, n):
+                return None
+    roots = [world.rows[rp].root_provider_uuid for rp in merged]
     if not nested_aware and len(set(roots)) < len(roots):
-        return False  # before 1.29 one tree lends one provider only
+        return None  # before 1.29 one tree lends one provider only
+    for listed in request.get("same_subtrees", ()):
+        chosen = {p for s in listed for p in mappings.get(s, ())}
+        if not any(all(_is_ancestor(world, top, p) for p in chosen) for top in chosen):
+            return None
+    return {"allocations": merged, "mappings": mappings}
+
+
+def _is_ancestor(world: _World, top: str, rp: str) -> bool:
+    while rp is not None:
+        if rp == top:
+            return True
+        rp = world.rows[rp].parent_provider_uuid
+    return False
+
+
+def _traits_ok(world: _World, used: set[str], required, forbidden) -> bool:
+    if not required and not forbidden:
+        return True
     have = set().union(*(world.traits.get(rp, set()) for rp in used))
     return all(group & have for group in required) and not set(forbidden) & have
 
@@ -158,7 +225,9 @@ def summaries(world: _World, requests, nested_aware: bool) -> dict:
             "resources": {rc: {"capacity": capacity(inv),
                                "used": world.usages.get(rp, {}).get(rc, 0)}
                           for rc, inv in world.inventories.get(rp, {}).items()},
-            "traits": sorted(world.traits.get(rp, ())),
+            # Standard traits first, as Placement lists them (by id).
+            "traits": sorted(world.traits.get(rp, ()),
+                             key=lambda t: (t.startswith("CUSTOM_"), t)),
             "parent_provider_uuid": row.parent_provider_uuid,
             "root_provider_uuid": row.root_provider_uuid,
         }

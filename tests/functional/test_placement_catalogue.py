@@ -173,3 +173,29 @@ def test_candidates_span_a_tree_and_its_sharing_provider(client):
         numa: {"resources": {"VCPU": 2}}, disk: {"resources": {"DISK_GB": 10}}}}]
     assert client.get(url + f"&in_tree={cn}", headers=H).json["allocation_requests"] == []
     assert client.get(url + "&required=CUSTOM_NOPE", headers=H).status_code == 400
+
+
+def test_candidates_of_suffixed_groups_honour_isolate_and_same_subtree(client):
+    cn = new_provider(client, "cn")
+    pfs = [new_provider(client, f"pf{i}", cn) for i in (1, 2)]
+    for pf in pfs:
+        r = client.put(f"/placement/resource_providers/{pf}/inventories", headers=H, json={
+            "resource_provider_generation": 0, "inventories": {"SRIOV_NET_VF": {"total": 8}}})
+        assert r.status_code == 200
+    url = "/placement/allocation_candidates?resources1=SRIOV_NET_VF:4&resources2=SRIOV_NET_VF:4"
+
+    def found(query):
+        r = client.get(url + query, headers=H)
+        assert r.status_code == 200, r.json
+        return r.json["allocation_requests"]
+
+    isolated = found("&group_policy=isolate")
+    assert len(isolated) == 2
+    assert all(len(r["allocations"]) == 2 for r in isolated)
+    assert {tuple(r["mappings"]["1"] + r["mappings"]["2"]) for r in isolated} == {
+        (pfs[0], pfs[1]), (pfs[1], pfs[0])}
+    shared = found("&group_policy=none")
+    assert {pfs[0]: {"resources": {"SRIOV_NET_VF": 8}}} in [r["allocations"] for r in shared]
+    assert found("&group_policy=isolate&same_subtree=1,2") == []
+    r = client.get(url, headers=H)
+    assert r.status_code == 400 and "group_policy" in r.json["errors"][0]["detail"]
