@@ -97,6 +97,7 @@ def find_groups(session: orm.Session, request: dict, nested_aware: bool = True) 
         for anchor in world.sharing_anchors(rp):
             lenders[anchor].append(rp)
     groups = request["groups"]
+    suffixes = list(groups)
     seen: set = set()
     found: list[dict] = []
     for anchor in world.trees:
@@ -112,15 +113,18 @@ def find_groups(session: orm.Session, request: dict, nested_aware: bool = True) 
             options.append(choices)
         else:
             for combo in itertools.islice(itertools.product(*options), MAX_COMBINATIONS):
-                made = _combine(world, request, list(groups), combo, nested_aware)
+                made = _combine(world, request, suffixes, combo, nested_aware)
                 if made is None:
                     continue
-                key = (frozenset((rp, rc, n) for rp, res in made["allocations"].items()
-                                 for rc, n in res.items()),
-                       frozenset((s, tuple(p)) for s, p in made["mappings"].items()))
-                if key not in seen:
+                if len(suffixes) > 1 or shared.intersection(made["allocations"]):
+                    # Only then can another tree yield the same request again.
+                    key = (frozenset((rp, rc, n) for rp, res in made["allocations"].items()
+                                     for rc, n in res.items()),
+                           frozenset((s, tuple(p)) for s, p in made["mappings"].items()))
+                    if key in seen:
+                        continue
                     seen.add(key)
-                    found.append(made)
+                found.append(made)
     first = next((rc for g in groups.values() for rc in g["resources"]), None)
     found.sort(key=lambda m: (len(m["allocations"]),
                               -_free(world, next(iter(m["allocations"]), ""), first)))
@@ -178,10 +182,11 @@ def _combine(world: _World, request: dict, suffixes: list[str], combo,
             for rc, n in res.items():
                 merged.setdefault(rp, {})[rc] = merged.get(rp, {}).get(rc, 0) + n
         mappings[suffix] = list(used)
-    for rp, res in merged.items():
-        for rc, n in res.items():
-            if not world.fits(rp, rc, n):
-                return None
+    if len(suffixes) > 1:  # a single group's amounts were checked already
+        for rp, res in merged.items():
+            for rc, n in res.items():
+                if not world.fits(rp, rc, n):
+                    return None
     roots = [world.rows[rp].root_provider_uuid for rp in merged]
     if not nested_aware and len(set(roots)) < len(roots):
         return None  # before 1.29 one tree lends one provider only
