@@ -38,7 +38,7 @@ NOAUTH = "noauth"
 KEYSTONE = "keystone"
 
 # Routes anyone may read: the API description.
-PUBLIC_ENDPOINTS = frozenset({"api-docs.openapi_json"})
+PUBLIC_ENDPOINTS = frozenset({"api-docs.openapi_json", "placement.versions"})
 
 # Paths where the OpenStack noauth2 token convention is honoured.
 NOAUTH_TOKEN_PREFIXES = ("/placement",)
@@ -66,7 +66,7 @@ def noauth_identity(headers, path: str) -> Identity | None:
         # NOTE: mirrors OpenStack Placement's NoAuthMiddleware: "admin" is an
         # admin; "user:project" names both; a bare "name" is user and project.
         user, _sep, project = token.partition(":")
-        roles = ("admin",) if token == "admin" else _split_roles(headers.get("X-Roles"))
+        roles = _split_roles(headers.get("X-Roles")) or (("admin",) if user == "admin" else ())
         return Identity(project or user, user, roles)
     return None
 

@@ -90,13 +90,14 @@ def _title(status: int) -> str:
         return "Error"
 
 
-def _default_code(status: int) -> str:
+def default_code(status: int) -> str:
+    """The code of an error that names none of its own."""
     return HTTP_CODES.get(status) or "fleetflow." + _title(status).lower().replace(" ", "_")
 
 
 def make_error(status: int, detail: str, code: str | None = None) -> dict:
     """One error object of the format."""
-    return {"status": status, "code": code or _default_code(status), "title": _title(status),
+    return {"status": status, "code": code or default_code(status), "title": _title(status),
             "detail": detail, "request_id": request_id()}
 
 

@@ -33,6 +33,8 @@ ERRORS = {
     "401": "No identity (noauth: no X-Project-Id; keystone: no valid X-Auth-Token).",
     "403": "Not allowed: the policy, another project's path, or a quota.",
     "404": "No such resource (another project's resource answers 404 too).",
+    "405": "/placement: the method is not available at the OpenStack-API-Version asked "
+           "for (or the default, 1.0).",
     "406": "The OpenStack-API-Version asked for is outside the supported range.",
     "409": "Conflicts with the resource's current state (or a stale generation).",
     "413": "The request body is larger than the configured limit.",
@@ -74,7 +76,7 @@ def _error_statuses(path: str, method: str, operation: dict, path_params: list) 
     if any(p.get("name") == "Idempotency-Key" for p in operation.get("parameters") or []):
         statuses.append("422")
     if path.startswith("/placement"):
-        statuses += ["404", "406", "409"]
+        statuses += ["404", "405", "406", "409"]
     return sorted(set(statuses))
 
 

@@ -3,63 +3,28 @@
 Request bodies follow Placement's schemas by microversion: 1.12+ dict-shaped
 allocations, 1.28+ a required ``consumer_generation`` (``null`` for a new
 consumer), 1.34+ optional ``mappings`` (accepted, not stored), 1.38+ a
-required ``consumer_type``. Older list-shaped (pre-1.12) bodies are refused.
+required ``consumer_type``; list-shaped bodies before 1.12 (without project and user
+before 1.8). See :mod:`.allocation_schemas`.
 """
 
 from __future__ import annotations
 
-from fleetflow.api.placement import microversion
-from fleetflow.api.placement.blueprint import blp, body, fence, no_content, query_args, store
-from fleetflow.persistence.placement import candidates, errors
+from fleetflow.api.placement import allocation_schemas, candidate_query, microversion, schemas
+from fleetflow.api.placement.blueprint import blp, fence, no_content, store
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
 from fleetflow.persistence.placement.providers import canonical_uuid
 
 
-def _consumer_fields() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(required, optional) keys of one consumer's allocation body at this version."""
-    required = ["allocations", "project_id", "user_id"]
-    optional = []
-    if microversion.at_least(1, 28):
-        required.append("consumer_generation")
-    if microversion.at_least(1, 34):
-        optional.append("mappings")
-    if microversion.at_least(1, 38):
-        required.append("consumer_type")
-    return tuple(required), tuple(optional)
-
-
-def _consumer_write(consumer_uuid: str, data: dict) -> ConsumerWrite:
-    """One consumer's body -> ConsumerWrite (BadRequest on a bad shape)."""
-    required, optional = _consumer_fields()
-    missing = [k for k in required if k not in data]
-    extra = sorted(set(data) - set(required) - set(optional))
-    if missing or extra:
-        what = (f"'{missing[0]}' is a required property" if missing
-                else f"Additional properties are not allowed ('{extra[0]}' was unexpected)")
-        raise errors.BadRequest(f"JSON does not validate: {what}")
-    allocations = data["allocations"]
-    if not isinstance(allocations, dict):
-        raise errors.BadRequest("JSON does not validate: allocations must be an object "
-                                "keyed by resource provider uuid (microversion 1.12+)")
-    plain = {}
-    for rp, entry in allocations.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("resources"), dict) \
-                or set(entry) - {"resources", "generation"}:
-            raise errors.BadRequest(f"JSON does not validate: allocations[{rp!r}] must be "
-                                    "{\"resources\": {...}}")
-        plain[rp] = entry["resources"]
-    for key in ("project_id", "user_id"):
-        if not isinstance(data[key], str) or not data[key]:
-            raise errors.BadRequest(f"JSON does not validate: {key} must be a non-empty "
-                                    "string")
+def consumer_write(consumer_uuid: str, data: dict) -> ConsumerWrite:
+    """One consumer's validated body -> ConsumerWrite."""
+    allocations = allocation_schemas.as_dict_shaped(data)
+    plain = {rp: entry["resources"] for rp, entry in allocations.items()}
     generation = data.get("consumer_generation") if microversion.at_least(1, 28) \
         else ANY_GENERATION
-    consumer_type = data.get("consumer_type")
-    if consumer_type is not None and (not isinstance(consumer_type, str)
-                                      or not consumer_type):
-        raise errors.BadRequest("JSON does not validate: consumer_type must be a string")
-    return ConsumerWrite(consumer_uuid, plain, data["project_id"], data["user_id"],
-                         generation, consumer_type)
+    return ConsumerWrite(consumer_uuid, plain,
+                         data.get("project_id", allocation_schemas.INCOMPLETE_CONSUMER_ID),
+                         data.get("user_id", allocation_schemas.INCOMPLETE_CONSUMER_ID),
+                         generation, data.get("consumer_type"))
 
 
 @blp.route("/allocations/<consumer_uuid>", methods=["GET"])
@@ -78,31 +43,18 @@ def show_allocations(consumer_uuid):
 
 @blp.route("/allocations/<consumer_uuid>", methods=["PUT"])
 def set_allocations(consumer_uuid):
-    if not microversion.at_least(1, 12):
-        raise errors.BadRequest("list-shaped allocations (before microversion 1.12) are "
-                                "not supported; send OpenStack-API-Version: placement 1.12 "
-                                "or newer")
+    data = schemas.json_body(allocation_schemas.one_consumer())
     consumer_uuid = canonical_uuid(consumer_uuid, "consumer_uuid")
-    write = _consumer_write(consumer_uuid, body())
-    if not write.allocations and not microversion.at_least(1, 28):
-        raise errors.BadRequest("JSON does not validate: allocations must not be empty "
-                                "before microversion 1.28")
-    store().set_allocations([write], fence())
+    store().set_allocations([consumer_write(consumer_uuid, data)], fence())
     return no_content()
 
 
 @blp.route("/allocations", methods=["POST"])
 def set_many_allocations():
     microversion.require(1, 13)
-    data = body()
-    if not data:
-        raise errors.BadRequest("JSON does not validate: name at least one consumer")
-    writes = []
-    for consumer_uuid, entry in data.items():
-        if not isinstance(entry, dict):
-            raise errors.BadRequest(f"JSON does not validate: {consumer_uuid} must map to "
-                                    "an object")
-        writes.append(_consumer_write(canonical_uuid(consumer_uuid, "consumer uuid"), entry))
+    data = schemas.json_body(allocation_schemas.many_consumers())
+    writes = [consumer_write(canonical_uuid(consumer_uuid, "consumer uuid"), entry)
+              for consumer_uuid, entry in data.items()]
     store().set_allocations(writes, fence())
     return no_content()
 
@@ -125,37 +77,22 @@ def provider_allocations(uuid):
 @blp.route("/allocation_candidates", methods=["GET"])
 def allocation_candidates():
     microversion.require(1, 10)
-    allowed = ["resources"]
-    if microversion.at_least(1, 16):
-        allowed.append("limit")
-    if microversion.at_least(1, 17):
-        allowed.append("required")
-    args = query_args(tuple(allowed))
-    resources = candidates.parse_resources(args.get("resources", ""))
-    if not resources:
-        raise errors.BadRequest("Invalid query string parameters: 'resources' is a "
-                                "required property")
-    limit = None
-    if "limit" in args:
-        if not args["limit"].isdigit() or int(args["limit"]) < 1:
-            raise errors.BadRequest("Invalid query string parameters: limit must be a "
-                                    "positive integer")
-        limit = int(args["limit"])
-    required = args.getlist("required")
-    if not microversion.at_least(1, 39) and any(r.startswith("in:") for r in required):
-        raise errors.BadRequest("Invalid query string parameters: 'in:' needs "
-                                "microversion 1.39")
-    found = store().allocation_candidates(resources, required, limit)
-    return _candidates_json(found)
+
+    def search(session):
+        request = candidate_query.parse(session)
+        requested = {rc for group in request["groups"].values() for rc in group["resources"]}
+        return candidate_query.find(session, request), requested
+    return _candidates_json(*store().in_transaction(search))
 
 
-def _candidates_json(found: dict) -> dict:
+def _candidates_json(found: dict, requested: dict) -> dict:
     requests = []
     for request in found["allocation_requests"]:
         if microversion.at_least(1, 12):
             item = {"allocations": request["allocations"]}
             if microversion.at_least(1, 34):
-                item["mappings"] = {"": sorted(request["allocations"])}
+                item["mappings"] = request.get("mappings") or {
+                    "": sorted(request["allocations"])}
         else:
             item = {"allocations": [{"resource_provider": {"uuid": rp},
                                      "resources": entry["resources"]}
@@ -163,7 +100,9 @@ def _candidates_json(found: dict) -> dict:
         requests.append(item)
     summaries = {}
     for rp, summary in found["provider_summaries"].items():
-        item = {"resources": summary["resources"]}
+        # Every class of the provider from 1.27; before, only the requested ones.
+        item = {"resources": {rc: usage for rc, usage in summary["resources"].items()
+                              if microversion.at_least(1, 27) or rc in requested}}
         if microversion.at_least(1, 17):
             item["traits"] = summary["traits"]
         if microversion.at_least(1, 29):

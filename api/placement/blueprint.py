@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import flask
 import flask_smorest
-from werkzeug import exceptions as wexc
 
-from fleetflow.api import bodies, policy
+from fleetflow.api import policy
 from fleetflow.api.placement import microversion
 from fleetflow.api.state import current_state
 from fleetflow.persistence.placement import errors
 
 FENCE_HEADER = "FleetFlow-Fence"
 STORE_SERVICE = "placement_store"
+VERSIONS_ENDPOINT = "placement.versions"
 
 blp = flask_smorest.Blueprint(
     "placement", __name__, url_prefix="/placement",
@@ -29,11 +29,10 @@ blp = flask_smorest.Blueprint(
 @blp.before_request
 def _negotiate_and_authorize() -> None:
     microversion.negotiate()
+    if flask.request.endpoint == VERSIONS_ENDPOINT:
+        return  # version discovery needs no credentials, as in Placement
     rule = "placement:read" if flask.request.method in ("GET", "HEAD") else "placement:write"
     policy.enforce(rule)
-
-
-blp.after_request(microversion.stamp)
 
 
 def store():
@@ -46,52 +45,6 @@ def store():
         found = state.services.setdefault(
             STORE_SERVICE, PlacementStore(state.database, state.conf.placement.max_retries))
     return found
-
-
-def body(required: tuple[str, ...] = (), allowed: tuple[str, ...] | None = None) -> dict:
-    """The JSON object of the request, with its top-level keys checked (400)."""
-    if flask.request.mimetype != "application/json":
-        raise wexc.UnsupportedMediaType(
-            f"The media type {flask.request.mimetype or 'None'} is not supported, use "
-            "application/json")
-    try:
-        data = bodies.decode(flask.request.get_data(cache=True))
-    except bodies.BodyError as exc:
-        raise errors.BadRequest(f"Malformed JSON: {exc.describe()}") from None
-    if not isinstance(data, dict):
-        raise errors.BadRequest("Malformed JSON: the body must be a JSON object")
-    missing = [k for k in required if k not in data]
-    if missing:
-        raise errors.BadRequest(f"JSON does not validate: '{missing[0]}' is a required "
-                                "property")
-    if allowed is not None:
-        extra = sorted(set(data) - set(allowed) - set(required))
-        if extra:
-            raise errors.BadRequest(f"JSON does not validate: Additional properties are not "
-                                    f"allowed ('{extra[0]}' was unexpected)")
-    return data
-
-
-def query_args(allowed: tuple[str, ...]) -> dict:
-    """Query parameters (400 for unknown or repeated ones, as Placement)."""
-    args = flask.request.args
-    unknown = sorted(set(args) - set(allowed))
-    if unknown:
-        raise errors.BadRequest(f"Invalid query string parameters: '{unknown[0]}' was "
-                                "unexpected")
-    for key in args:
-        if key != "required" and len(args.getlist(key)) > 1:
-            raise errors.BadRequest(f"Query parameter {key!r} may only be given once")
-    return args
-
-
-def integer(value, name: str, minimum: int = 0, nullable: bool = False):
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise errors.BadRequest(f"JSON does not validate: {name} must be an integer "
-                                f">= {minimum}, got {value!r}")
-    return value
 
 
 def fence() -> dict | None:

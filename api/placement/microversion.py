@@ -22,7 +22,7 @@ MIN_VERSION = (1, 0)
 # 1.28 (consumer generations) and here: 1.34 mappings, 1.38 consumer types.
 MAX_VERSION = (1, 39)
 
-_VERSION = re.compile(r"^([1-9]\d*)\.([1-9]\d*|0)$")
+_VERSION = re.compile(r"^([1-9]\d*|0)\.([1-9]\d*|0)$")
 
 
 def as_text(version: tuple[int, int]) -> str:
@@ -59,14 +59,6 @@ def negotiate() -> None:
     flask.g.placement_version = parse_header(flask.request.headers.get(HEADER))
 
 
-def stamp(response: flask.Response) -> flask.Response:
-    """after_request hook: tell the client which version answered."""
-    version = getattr(flask.g, "placement_version", MIN_VERSION)
-    response.headers[HEADER] = f"{SERVICE} {as_text(version)}"
-    response.headers.add("Vary", HEADER)
-    return response
-
-
 def current() -> tuple[int, int]:
     return getattr(flask.g, "placement_version", MIN_VERSION)
 
@@ -76,9 +68,9 @@ def at_least(major: int, minor: int) -> bool:
     return current() >= (major, minor)
 
 
-def require(major: int, minor: int) -> None:
-    """404 for a route that does not exist before ``major.minor`` (as Placement)."""
+def require(major: int, minor: int, status: int = 404) -> None:
+    """404 (or ``status``) for a route that does not exist before ``major.minor``."""
     if not at_least(major, minor):
-        flask_smorest.abort(404, code=UNDEFINED, message=(
+        flask_smorest.abort(status, code=UNDEFINED, message=(
             f"The resource could not be found (needs microversion {major}.{minor}; "
             f"the request asked for {as_text(current())})."))

@@ -35,9 +35,9 @@ GENERATION = {"type": "integer", "minimum": 0,
 UUID = {"type": "string", "format": "uuid"}
 NULLABLE_UUID = {"type": "string", "format": "uuid", "nullable": True}
 # NOTE: not format uuid: an empty string is taken as no parent, as null is.
-PARENT = {"type": "string", "nullable": True,
-          "description": "An existing provider's uuid (400 otherwise); null or empty: none. "
-                         "Once set it cannot change."}
+PARENT = {"type": "string", "format": "uuid", "nullable": True,
+          "description": "An existing provider's uuid (400 otherwise), or null: none. "
+                         "Microversion 1.14+; re-parenting and un-parenting from 1.37."}
 RESOURCE_AMOUNTS = {"type": "object", "additionalProperties": {"type": "integer"},
                     "description": "Amount per resource class (VCPU, MEMORY_MB, DISK_GB ...)."}
 
@@ -70,11 +70,11 @@ SCHEMAS = {
         {"resource_providers": {"type": "array", "items": _ref("ResourceProvider")}},
         required=("resource_providers",)),
     "ResourceProviderCreate": _object({
-        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "name": {"type": "string", "maxLength": 200},
         "uuid": {**UUID, "description": "Made by the server when not given."},
         "parent_provider_uuid": PARENT}, required=("name",)),
     "ResourceProviderUpdate": _object({
-        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "name": {"type": "string", "maxLength": 200},
         "parent_provider_uuid": PARENT}, required=("name",)),
     "Inventory": _object(INVENTORY_PROPERTIES, required=("total",),
                          description="Omitted fields take Placement's defaults."),
@@ -109,6 +109,38 @@ SCHEMAS = {
         "consumer_type": {"type": "string", "description": "Microversion 1.38+."}},
         required=("allocations",),
         description="project_id and user_id from microversion 1.12, when any."),
+    "ProviderAggregates": _object({
+        "aggregates": {"type": "array", "items": UUID, "uniqueItems": True},
+        "resource_provider_generation": {**GENERATION, "description": "Microversion 1.19+."}},
+        required=("aggregates",)),
+    "ProviderAggregatesWrite": _object({
+        "aggregates": {"type": "array", "items": UUID, "uniqueItems": True},
+        "resource_provider_generation": GENERATION},
+        required=("aggregates", "resource_provider_generation"),
+        description="From microversion 1.19; before it the body is the list of aggregate "
+                    "uuids alone."),
+    "InventoryCreate": _object({**INVENTORY_PROPERTIES,
+                                "resource_class": {"type": "string",
+                                                   "pattern": "^[A-Z0-9_]+$"}},
+                               required=("resource_class", "total")),
+    "ResourceClass": _object({"name": {"type": "string"},
+                              "links": {"type": "array", "items": _ref("PlacementLink")}},
+                             required=("name", "links")),
+    "ResourceClasses": _object(
+        {"resource_classes": {"type": "array", "items": _ref("ResourceClass")}},
+        required=("resource_classes",)),
+    "ResourceClassCreate": _object(
+        {"name": {"type": "string", "pattern": "^CUSTOM_[A-Z0-9_]+$", "maxLength": 255}},
+        required=("name",)),
+    "Reshape": _object({
+        "inventories": {"type": "object", "minProperties": 1,
+                        "additionalProperties": _ref("Inventories"),
+                        "description": "Per resource provider uuid: its whole inventory."},
+        "allocations": {"type": "object", "description": "Per consumer uuid, as POST "
+                                                         "/allocations (1.28+ shape)."}},
+        required=("inventories", "allocations"),
+        description="Inventories and allocations changed in one transaction; every "
+                    "provider and consumer generation is checked (409 if any is stale)."),
     "AllocationsWrite": _object({
         "allocations": {"type": "object", "additionalProperties": _object(
             {"resources": RESOURCE_AMOUNTS, "generation": GENERATION},
@@ -175,7 +207,9 @@ REQUIRED_QUERY = _query("required", "Traits a provider must have (!TRAIT: must n
 # method, path -> what the operation takes and answers. Errors are added for
 # every operation by fleetflow.api.openapi.
 OPERATIONS = {
-    ("get", "/placement/"): {"responses": {"200": _json("PlacementVersions")}},
+    # Version discovery, as Placement: no credentials needed.
+    ("get", "/placement/"): {"responses": {"200": _json("PlacementVersions")},
+                             "security": []},
     ("get", "/placement/resource_providers"): {
         "parameters": [_query("name", "Exact name."), _query("uuid", "Exact uuid."),
                        _query("member_of", "Aggregates (none are kept: always empty)."),
@@ -216,6 +250,33 @@ OPERATIONS = {
         "responses": {"200": _json("ProviderUsages")}},
     ("get", "/placement/resource_providers/{uuid}/allocations"): {
         "responses": {"200": _json("ProviderAllocations")}},
+    ("get", "/placement/resource_providers/{uuid}/aggregates"): {
+        "responses": {"200": _json("ProviderAggregates", "Microversion 1.1+.")}},
+    ("put", "/placement/resource_providers/{uuid}/aggregates"): {
+        "requestBody": "ProviderAggregatesWrite",
+        "responses": {"200": _json("ProviderAggregates", "Microversion 1.1+.")}},
+    ("post", "/placement/resource_providers/{uuid}/inventories"): {
+        "requestBody": "InventoryCreate",
+        "responses": {"201": _json("InventoryItem", "Created; Location names it.")}},
+    ("post", "/placement/reshaper"): {
+        "requestBody": "Reshape",
+        "responses": {"204": _empty("Reshaped, all or nothing (microversion 1.30+).")}},
+    ("get", "/placement/resource_classes"): {
+        "responses": {"200": _json("ResourceClasses", "Microversion 1.2+.")}},
+    ("post", "/placement/resource_classes"): {
+        "requestBody": "ResourceClassCreate",
+        "responses": {"201": _empty("Created; Location names it (microversion 1.2+).")}},
+    ("get", "/placement/resource_classes/{name}"): {
+        "responses": {"200": _json("ResourceClass", "Microversion 1.2+.")}},
+    ("put", "/placement/resource_classes/{name}"): {
+        "responses": {"200": _json("ResourceClass", "Renamed (1.2-1.6, body "
+                                                    "{\"name\": new name})."),
+                      "201": _empty("Created (1.7+; no body); Location names it."),
+                      "204": _empty("It existed already (1.7+).")}},
+    ("delete", "/placement/resource_classes/{name}"): {
+        "responses": {"204": _empty("Deleted (a custom class no inventory uses).")}},
+    ("delete", "/placement/traits/{name}"): {
+        "responses": {"204": _empty("Deleted (a custom trait no provider has).")}},
     ("get", "/placement/traits"): {
         "parameters": [_query("name", "startswith:PREFIX or in:A,B,..."),
                        _query("associated", "Accepted, not applied.")],
@@ -275,6 +336,8 @@ def document(spec) -> None:
         responses.update(doc["responses"])
         operation.setdefault("parameters", []).extend(
             [*doc.get("parameters", ()), VERSION_HEADER])
+        if "security" in doc:
+            operation["security"] = doc["security"]
         if "requestBody" in doc:
             operation["requestBody"] = {"required": True, "content": {
                 "application/json": {"schema": _ref(doc["requestBody"])}}}

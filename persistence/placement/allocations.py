@@ -233,21 +233,40 @@ def _check_capacity(conn, writes, rps) -> None:
             for rc, amount in resources.items():
                 inv = inventories.get((rp, rc))
                 if inv is None:
+                    if not _class_exists(conn, rc):
+                        raise errors.BadRequest(
+                            f"Unable to allocate inventory for consumer {w.consumer_uuid}: "
+                            f"No such resource class {rc}.")
                     raise errors.CapacityExceeded(
-                        f"Unable to allocate inventory: resource provider {rp} has no "
-                        f"inventory of {rc}")
+                        f"Unable to allocate inventory: Inventory for '{rc}' on resource "
+                        f"provider '{rp}' invalid.")
                 if amount < inv.min_unit or amount > inv.max_unit or amount % inv.step_size:
                     raise errors.ConstraintViolated(
-                        f"Unable to allocate inventory: {amount} {rc} on {rp} violates "
-                        f"min_unit={inv.min_unit}, max_unit={inv.max_unit}, "
-                        f"step_size={inv.step_size}")
+                        f"Unable to allocate inventory: Unable to create allocation for "
+                        f"'{rc}' on resource provider '{rp}'. The requested amount would "
+                        f"violate inventory constraints (min_unit={inv.min_unit}, "
+                        f"max_unit={inv.max_unit}, step_size={inv.step_size}).")
                 needed.add((rp, rc))
     for rp, rc in sorted(needed):
         limit = capacity(inventories[(rp, rc)])
         if totals[(rp, rc)] > limit:
             raise errors.CapacityExceeded(
-                f"Unable to allocate inventory: capacity of {rc} on resource provider {rp} "
-                f"exceeded ({totals[(rp, rc)]} > {limit})", provider=rp, resource_class=rc)
+                f"Unable to allocate inventory: Unable to create allocation for '{rc}' on "
+                f"resource provider '{rp}'. The requested amount would exceed the capacity "
+                f"({totals[(rp, rc)]} > {limit}).", provider=rp, resource_class=rc)
+
+
+def _class_exists(conn, rc: str) -> bool:
+    """Whether Placement knows ``rc`` (only asked on the failure path of a write)."""
+    from fleetflow.persistence.placement import catalog
+    from fleetflow.persistence.placement.models import ResourceClass
+
+    if rc in catalog.STANDARD_CLASSES:
+        return True
+    # A class some inventory has is known too (a fleet file may name its own).
+    return any(conn.execute(query).first() is not None for query in (
+        sa.select(ResourceClass.name).where(ResourceClass.name == rc),
+        sa.select(INV.c.resource_class).where(INV.c.resource_class == rc).limit(1)))
 
 
 def usages_by_provider(session: orm.Session, rps=None) -> dict[str, dict[str, int]]:

@@ -19,20 +19,33 @@ from fleetflow.persistence.placement.providers import NAME_PATTERN, capacity
 
 
 def parse_resources(text: str) -> dict[str, int]:
-    """``"VCPU:2,MEMORY_MB:2048"`` -> ``{"VCPU": 2, "MEMORY_MB": 2048}`` (BadRequest)."""
+    """``"VCPU:2,MEMORY_MB:2048"`` -> ``{"VCPU": 2, "MEMORY_MB": 2048}`` (BadRequest).
+
+    The wording is Placement's, which its clients and tests match.
+    """
+    if not (text or "").strip():
+        raise errors.BadRequest("Badly formed resources parameter. Expected resources query "
+                                "string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. "
+                                "Got: empty string.")
     resources: dict[str, int] = {}
-    for item in filter(None, (text or "").split(",")):
-        rc, _, amount = item.partition(":")
-        rc = rc.strip()
-        if not NAME_PATTERN.match(rc) or not amount.strip().isdigit():
-            raise errors.BadRequest(f"Badly formed resources parameter. Expected resources "
-                                    f"query string parameter in form: "
-                                    f"?resources=VCPU:2,MEMORY_MB:1024. Got: {text}.")
-        if rc in resources:
-            raise errors.BadRequest(f"resource class {rc} is repeated in {text}")
-        resources[rc] = int(amount)
-    if any(n < 1 for n in resources.values()):
-        raise errors.BadRequest(f"Requested resource amounts must be >= 1: {text}")
+    for item in text.split(","):
+        rc, sep, amount = item.partition(":")
+        if not sep or ":" in amount:
+            raise errors.BadRequest("Badly formed resources parameter. Expected resources "
+                                    "query string parameter in form: "
+                                    f"?resources=VCPU:2,MEMORY_MB:1024. Got: {item}.")
+        try:
+            number = int(amount)
+        except ValueError:
+            raise errors.BadRequest(f"Requested resource {rc} expected positive integer "
+                                    f"amount. Got: {amount}.") from None
+        if number < 1:
+            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. "
+                                    f"Got: {number}.")
+        if not NAME_PATTERN.match(rc):
+            raise errors.BadRequest(f"Invalid resource class in resources parameter: No "
+                                    f"such resource class {rc}.")
+        resources[rc] = number
     return resources
 
 

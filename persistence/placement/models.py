@@ -109,3 +109,25 @@ class Allocation(Base):
     # Capacity checks sum ``used`` per provider and class.
     __table_args__ = (sa.Index("ix_allocations_provider_class",
                                "resource_provider_uuid", "resource_class"),)
+
+
+class ResourceClass(Base):
+    """A custom resource class (CUSTOM_*); the standard ones come from os-resource-classes."""
+
+    __tablename__ = "resource_classes"
+
+    name: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=_utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=_utcnow,
+                                                    onupdate=_utcnow)
+
+
+class ProviderAggregate(Base):
+    """A provider's membership of one aggregate (Placement's aggregates are bare uuids)."""
+
+    __tablename__ = "provider_aggregates"
+
+    resource_provider_uuid: Mapped[str] = mapped_column(
+        sa.String(36), sa.ForeignKey("resource_providers.uuid", ondelete="CASCADE"),
+        primary_key=True)
+    aggregate_uuid: Mapped[str] = mapped_column(sa.String(36), primary_key=True, index=True)

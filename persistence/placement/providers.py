@@ -11,6 +11,7 @@ import logging
 import re
 import uuid as uuidlib
 
+import os_resource_classes
 import sqlalchemy as sa
 from sqlalchemy import orm
 
@@ -19,6 +20,7 @@ from fleetflow.persistence.placement.models import (
     MAX_INT,
     Allocation,
     Inventory,
+    ProviderAggregate,
     ProviderTrait,
     ResourceProvider,
     Trait,
@@ -76,17 +78,21 @@ def create_provider(session: orm.Session, name: str, rp_uuid: str | None = None,
     rp_uuid = canonical_uuid(rp_uuid) if rp_uuid else str(uuidlib.uuid4())
     root = rp_uuid
     if parent_provider_uuid:
+        cannot = f'Unable to create resource provider "{name}", {rp_uuid}: '
+        if parent_provider_uuid == rp_uuid:
+            raise errors.BadRequest(cannot + "parent provider UUID cannot be same as UUID. "
+                                    "Please set parent provider UUID to None if there is "
+                                    "no parent.")
         parent = session.get(ResourceProvider, parent_provider_uuid)
         if parent is None:
-            raise errors.BadRequest(
-                f"parent provider UUID {parent_provider_uuid} does not exist")
+            raise errors.BadRequest(cannot + "parent provider UUID does not exist.")
         root = parent.root_provider_uuid
     clash = session.execute(sa.select(ResourceProvider.uuid, ResourceProvider.name).where(
         sa.or_(ResourceProvider.uuid == rp_uuid, ResourceProvider.name == name))).first()
     if clash is not None:
         field = "uuid" if clash.uuid == rp_uuid else "name"
         raise errors.DuplicateProvider(
-            f"Conflicting resource provider {field} {rp_uuid if field == 'uuid' else name} "
+            f"Conflicting resource provider {field}: {rp_uuid if field == 'uuid' else name} "
             "already exists.")
     row = ResourceProvider(uuid=rp_uuid, name=name, generation=0,
                            parent_provider_uuid=parent_provider_uuid or None,
@@ -103,21 +109,12 @@ def create_provider(session: orm.Session, name: str, rp_uuid: str | None = None,
 
 
 def update_provider(session: orm.Session, rp_uuid: str, name: str,
-                    parent_provider_uuid: str | None = None) -> ResourceProvider:
+                    parent_provider_uuid: str | None = None,
+                    allow_reparenting: bool = False) -> ResourceProvider:
+    """Rename and (re-)parent a provider, as Placement (re-parenting from 1.37)."""
     row = get_provider(session, rp_uuid)
     if parent_provider_uuid != row.parent_provider_uuid:
-        # Placement allows re-parenting only since 1.37; we only allow setting
-        # a parent on a provider that has none (what 1.14 allowed).
-        if row.parent_provider_uuid is not None:
-            raise errors.BadRequest("re-parenting a provider is not allowed.")
-        parent = session.get(ResourceProvider, parent_provider_uuid)
-        if parent is None or parent.root_provider_uuid == row.uuid:
-            raise errors.BadRequest(
-                f"parent provider UUID {parent_provider_uuid} is invalid")
-        row.parent_provider_uuid = parent.uuid
-        session.execute(sa.update(ResourceProvider)
-                        .where(ResourceProvider.root_provider_uuid == row.uuid)
-                        .values(root_provider_uuid=parent.root_provider_uuid))
+        _move(session, row, parent_provider_uuid, allow_reparenting)
     if name != row.name:
         taken = session.execute(sa.select(ResourceProvider.uuid)
                                 .where(ResourceProvider.name == name)).first()
@@ -128,6 +125,48 @@ def update_provider(session: orm.Session, rp_uuid: str, name: str,
     session.flush()
     session.refresh(row)
     return row
+
+
+def _move(session: orm.Session, row: ResourceProvider, parent_uuid: str | None,
+          allow_reparenting: bool) -> None:
+    """Give ``row`` a new parent (None: make it a root), its whole subtree following."""
+    cannot = f"Unable to save resource provider {row.uuid}: "
+    if parent_uuid is None:
+        if not allow_reparenting:
+            raise errors.BadRequest(cannot + "un-parenting a provider is not currently "
+                                    "allowed.")
+        new_root = row.uuid
+    else:
+        parent = session.get(ResourceProvider, parent_uuid)
+        if parent is None:
+            raise errors.BadRequest(cannot + "parent provider UUID does not exist.")
+        if row.parent_provider_uuid is not None and not allow_reparenting:
+            raise errors.BadRequest(cannot + "re-parenting a provider is not currently "
+                                    "allowed.")
+        if parent.uuid in _subtree(session, row):
+            raise errors.BadRequest(cannot + "creating loop in the provider tree is not "
+                                    "allowed.")
+        new_root = parent.root_provider_uuid
+    subtree = _subtree(session, row)
+    row.parent_provider_uuid = parent_uuid
+    session.execute(sa.update(ResourceProvider)
+                    .where(ResourceProvider.uuid.in_(subtree))
+                    .values(root_provider_uuid=new_root))
+
+
+def _subtree(session: orm.Session, row: ResourceProvider) -> set[str]:
+    """``row`` and every provider below it."""
+    children: dict[str, list[str]] = {}
+    for uuid, parent in session.execute(
+            sa.select(ResourceProvider.uuid, ResourceProvider.parent_provider_uuid)
+            .where(ResourceProvider.root_provider_uuid == row.root_provider_uuid)):
+        children.setdefault(parent, []).append(uuid)
+    found, todo = set(), [row.uuid]
+    while todo:
+        uuid = todo.pop()
+        found.add(uuid)
+        todo.extend(children.get(uuid, ()))
+    return found
 
 
 def delete_provider(session: orm.Session, rp_uuid: str) -> None:
@@ -145,6 +184,8 @@ def delete_provider(session: orm.Session, rp_uuid: str) -> None:
     session.execute(sa.delete(ProviderTrait).where(
         ProviderTrait.resource_provider_uuid == rp_uuid))
     session.execute(sa.delete(Inventory).where(Inventory.resource_provider_uuid == rp_uuid))
+    session.execute(sa.delete(ProviderAggregate).where(
+        ProviderAggregate.resource_provider_uuid == rp_uuid))
     try:
         with session.begin_nested():
             session.delete(row)
@@ -210,6 +251,14 @@ def normalize_inventory(rc: str, spec: dict) -> dict:
     return inv
 
 
+def _class_order(rc: str) -> tuple[int, str]:
+    """Standard classes in os-resource-classes' order (Placement's ids), then the rest."""
+    try:
+        return os_resource_classes.STANDARDS.index(rc), rc
+    except ValueError:
+        return len(os_resource_classes.STANDARDS), rc
+
+
 def capacity(inv) -> int:
     """Usable amount: (total - reserved) * allocation_ratio, as Placement computes it."""
     get = inv.get if isinstance(inv, dict) else lambda f: getattr(inv, f)
@@ -232,10 +281,11 @@ def set_inventories(session: orm.Session, rp_uuid: str, generation: int,
         sa.select(Allocation.resource_class, sa.func.sum(Allocation.used))
         .where(Allocation.resource_provider_uuid == rp_uuid)
         .group_by(Allocation.resource_class)).all())
-    removed_in_use = sorted(rc for rc, n in used.items() if n and rc not in wanted)
+    removed_in_use = sorted((rc for rc, n in used.items() if n and rc not in wanted),
+                            key=_class_order)
     if removed_in_use:
-        raise errors.InventoryInUse(f"Inventory for {', '.join(removed_in_use)} on "
-                                    f"resource provider {rp_uuid} in use.")
+        raise errors.InventoryInUse(f"Inventory for '{', '.join(removed_in_use)}' on "
+                                    f"resource provider '{rp_uuid}' in use.")
     for rc, inv in wanted.items():
         if used.get(rc, 0) > capacity(inv):
             LOG.warning("resource provider %s is now over capacity for %s", rp_uuid, rc)

@@ -59,6 +59,10 @@ class PlacementStore:
             time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
 
+    def in_transaction(self, fn, *args, **kwargs):
+        """``fn(session, *args, **kwargs)`` in one transaction (catalogue reads and writes)."""
+        return self._read(fn, *args, **kwargs)
+
     # -- providers -------------------------------------------------------------
     def create_provider(self, name: str, uuid: str | None = None,
                         parent_provider_uuid: str | None = None) -> dict:
@@ -82,9 +86,10 @@ class PlacementStore:
             return [providers.provider_dict(row) for row in rows]
         return self._read(query)
 
-    def update_provider(self, uuid: str, name: str, parent_provider_uuid=None) -> dict:
+    def update_provider(self, uuid: str, name: str, parent_provider_uuid=None,
+                        allow_reparenting: bool = False) -> dict:
         return providers.provider_dict(self._read(
-            providers.update_provider, uuid, name, parent_provider_uuid))
+            providers.update_provider, uuid, name, parent_provider_uuid, allow_reparenting))
 
     def delete_provider(self, uuid: str) -> None:
         self._read(providers.delete_provider, uuid)
@@ -159,6 +164,13 @@ class PlacementStore:
         """
         self.set_allocations([ConsumerWrite(c, a, project_id, user_id, None, consumer_type)
                               for c, a in claims.items()], fence)
+
+    def reshape(self, inventories: dict[str, tuple[int, dict]], writes: list[ConsumerWrite],
+                fence: dict | None = None) -> None:
+        """Replace inventories and allocations of several providers in one transaction."""
+        from fleetflow.persistence.placement import reshaper
+
+        self._write(reshaper.reshape, inventories, writes, fence)
 
     def delete_allocations(self, consumer_uuid: str, fence: dict | None = None) -> None:
         """Drop every allocation of a consumer; ConsumerNotFound when it has none."""

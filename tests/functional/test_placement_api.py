@@ -34,6 +34,9 @@ def make_rp(client):
         r = client.put(f"/placement/resource_providers/{rp}/inventories", headers=H,
                        json={"resource_provider_generation": 0, "inventories": invs})
         assert r.status_code == 200, r.json
+        for custom in (t for t in traits if t.startswith("CUSTOM_")):
+            assert client.put(f"/placement/traits/{custom}", headers=H).status_code in (201,
+                                                                                      204)
         if traits:
             r = client.put(f"/placement/resource_providers/{rp}/traits", headers=H,
                            json={"resource_provider_generation": 1, "traits": list(traits)})
@@ -227,7 +230,8 @@ def test_consumer_type_at_138(client, make_rp):
 def test_provider_lifecycle(client, make_rp):
     r = client.post("/placement/resource_providers", json={"name": "h-1"},
                     headers=headers("1.19"))
-    assert r.status_code == 201 and r.headers["Location"].startswith("/placement/")
+    assert r.status_code == 201 and r.headers["Location"].startswith(
+        "http://localhost/placement/resource_providers/")
     dup = client.post("/placement/resource_providers", json={"name": "h-1"}, headers=H)
     assert dup.status_code == 409 and error_code(dup) == "placement.duplicate_name"
     rp = r.headers["Location"].rsplit("/", 1)[1]
@@ -278,6 +282,9 @@ def test_traits_and_candidates(client, make_rp):
     assert len(client.get(url + "&limit=1", headers=H).json["allocation_requests"]) == 1
     big = client.get("/placement/allocation_candidates?resources=VCPU:4", headers=H).json
     assert list(big["provider_summaries"]) == [fast]
+    unknown = client.get(url + "&required=in:CUSTOM_SLOW,CUSTOM_NONE", headers=headers("1.39"))
+    assert unknown.status_code == 400 and "CUSTOM_NONE" in unknown.json["errors"][0]["detail"]
+    assert client.put("/placement/traits/CUSTOM_NONE", headers=H).status_code == 201
     either = client.get(url + "&required=in:CUSTOM_SLOW,CUSTOM_NONE",
                         headers=headers("1.39")).json
     assert list(either["provider_summaries"]) == [slow]
