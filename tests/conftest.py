@@ -151,12 +151,17 @@ def service_gate():
     return need_service, SERVICES
 
 
-@pytest.fixture
-def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
+def pick_free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for module-wide servers)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    return pick_free_port()
 
 
 @pytest.fixture

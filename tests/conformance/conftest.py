@@ -8,13 +8,14 @@ HTTP (the fleet's host provider included), so nothing else writes to placement.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
+
+from tests.conftest import pick_free_port
 
 STARTUP_TIMEOUT = 120
 # The smallest fleet `fleetflow serve` accepts; its provider is deleted before each file.
@@ -30,17 +31,11 @@ regions:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def placement_url(tmp_path_factory):
     directory = tmp_path_factory.mktemp("conformance")
     (directory / "fleet.yaml").write_text(FLEET)
-    port = _free_port()
+    port = pick_free_port()
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("FLEETFLOW_")}
     env.update({"FLEETFLOW_API_PORT": str(port),

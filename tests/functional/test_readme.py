@@ -16,13 +16,14 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
+
+from tests.conftest import pick_free_port
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 README_ADDRESS = "127.0.0.1:8774"
@@ -65,19 +66,13 @@ def _excluded(block: str) -> str | None:
     return next((why for marker, why in EXCLUDED.items() if marker in block), None)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory):
     """``(environment, directory)`` of a served cloud: ``fleetflow serve`` on a free port."""
     if shutil.which("curl") is None:
         pytest.fail("the README's examples need curl")
     directory = tmp_path_factory.mktemp("readme")
-    port = _free_port()
+    port = pick_free_port()
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("FLEETFLOW_")}
     env.update({
