@@ -185,22 +185,22 @@ def filter_providers(session: orm.Session, uuids: list[str], traits: list[set[st
     and none of the refused ones."""
     keep = set(uuids)
     if traits or refused_traits:
-        carried: dict[str, set[str]] = {}
-        for rp, trait in session.execute(sa.select(ProviderTrait.resource_provider_uuid,
-                                                   ProviderTrait.trait)):
-            carried.setdefault(rp, set()).add(trait)
-        keep = {u for u in keep
-                if all(group & carried.get(u, set()) for group in traits)
-                and not refused_traits & carried.get(u, set())}
+        keep = _holding(session, keep, ProviderTrait.trait, traits, refused_traits)
     if aggregates or refused_aggregates:
-        member: dict[str, set[str]] = {}
-        for rp, aggregate in session.execute(sa.select(ProviderAggregate.resource_provider_uuid,
-                                                       ProviderAggregate.aggregate_uuid)):
-            member.setdefault(rp, set()).add(aggregate)
-        keep = {u for u in keep
-                if all(group & member.get(u, set()) for group in aggregates)
-                and not refused_aggregates & member.get(u, set())}
+        keep = _holding(session, keep, ProviderAggregate.aggregate_uuid, aggregates,
+                        refused_aggregates)
     return keep
+
+
+def _holding(session, uuids: set[str], column, groups, refused: set[str]) -> set[str]:
+    """Of ``uuids``, those with one value of ``column`` from each group and none refused."""
+    owner = column.class_.resource_provider_uuid
+    held: dict[str, set[str]] = {}
+    for rp, value in session.execute(sa.select(owner, column)):
+        held.setdefault(rp, set()).add(value)
+    return {u for u in uuids
+            if all(group & held.get(u, set()) for group in groups)
+            and not refused & held.get(u, set())}
 
 
 def providers_in_all(session: orm.Session, groups: list[set[str]]) -> set[str]:
