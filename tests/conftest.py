@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 import urllib.parse
 import uuid
@@ -156,6 +157,16 @@ def pick_free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_server(server) -> None:
+    """Stop a server subprocess: SIGTERM, then SIGKILL if it has not exited in 30 s."""
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 @pytest.fixture

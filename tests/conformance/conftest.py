@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import pick_free_port
+from tests.conftest import pick_free_port, stop_server
 
 STARTUP_TIMEOUT = 120
 # The smallest fleet `fleetflow serve` accepts; its provider is deleted before each file.
@@ -51,12 +51,7 @@ def placement_url(tmp_path_factory):
             _wait_until_served(server, port, log_path)
             yield f"http://127.0.0.1:{port}/placement"
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_server(server)
 
 
 def _wait_until_served(server, port, log_path) -> None:

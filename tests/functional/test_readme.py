@@ -23,7 +23,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import pick_free_port
+from tests.conftest import pick_free_port, stop_server
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 README_ADDRESS = "127.0.0.1:8774"
@@ -93,12 +93,7 @@ def cloud(tmp_path_factory):
         _wait_until_served(server, port, directory)
         yield env, directory, port
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
         log.close()
 
 
