@@ -76,7 +76,7 @@ class FakeCloud:
         ``capabilities``, ``group_id``, ``volume_gb``, ``min_count``,
         ``tenant_id`` ...); the image is ``cirros``.
         """
-        from fleetflow.engine.operations import Operations, ReservationRequest
+        from fleetflow.services.operations import Operations, ReservationRequest
 
         ops = Operations(self.conf, self.database, submit=self.submit)
         req = ReservationRequest(tenant_id=fields.pop("tenant_id", "t1"), user_id="u1",

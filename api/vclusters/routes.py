@@ -56,8 +56,8 @@ from fleetflow.api.reservations.routes import _idempotency_key as idempotency_ke
 from fleetflow.api.state import current_state
 from fleetflow.api.vclusters import schemas
 from fleetflow.common.exceptions import NotFound
-from fleetflow.engine.vclusters import VClusterRequest
 from fleetflow.persistence.models import VCluster
+from fleetflow.services.vclusters import VClusterRequest
 
 LOG = logging.getLogger(__name__)
 

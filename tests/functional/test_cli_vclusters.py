@@ -78,8 +78,8 @@ def cloud(small_cloud, api_services, conf, db, runs):
     import taskflow.engines
 
     import fleetflow.flows.vcluster  # noqa: F401  (registers the flows)
-    from fleetflow.engine.vclusters import VClusterOps
     from fleetflow.flows import registry
+    from fleetflow.services.vclusters import VClusterOps
 
     def submit(flow_name, flow_kwargs, store=None, flow_id=None, **_options):
         runs.append(flow_name)

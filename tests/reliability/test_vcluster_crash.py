@@ -3,7 +3,7 @@
 Conductors are real ``fleetflow conductor`` subprocesses on the SQL jobboard
 (embedded mode: SQLite, the simulated hosts and their storage served
 in-process by each conductor from one shared state file). Clusters are
-created and deleted the way the API does it (engine/vclusters.py). See
+created and deleted the way the API does it (services/vclusters.py). See
 tests/reliability/vcluster_cloud.py for the cloud and its lanes.
 
 1. Every atom boundary of the seed's second example (two servers, two

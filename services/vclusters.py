@@ -27,8 +27,6 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine import vcluster_views as views
-from fleetflow.engine.operations import resolve_flavor, resolve_image
 from fleetflow.flows import keys
 from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import intents
@@ -36,6 +34,8 @@ from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import Instance, StorageBackend, VCluster
 from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
+from fleetflow.services import vcluster_views as views
+from fleetflow.services.operations import resolve_flavor, resolve_image
 
 LOG = logging.getLogger(__name__)
 
