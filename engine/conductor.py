@@ -47,15 +47,15 @@ from taskflow.conductors.backends import impl_blocking
 from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
-from fleetflow.engine import claim_owners
+from fleetflow.engine import claim_owners, flow_meta
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
 from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
 from fleetflow.engine.jobboard import make_jobboard
-from fleetflow.engine.status_listener import ReservationStatusListener
 from fleetflow.flows import keys
+from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import CRASH_ENV, CrashPointListener
 from fleetflow.persistence import fences
 from fleetflow.persistence.db import get_database
@@ -352,8 +352,9 @@ class FleetConductor(impl_blocking.BlockingConductor):
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
         # Reservation rows follow their flow: PAUSED, BUILDING again, REVERTING.
-
-        listeners.append(ReservationStatusListener(engine, self._database))
+        listeners.append(ReservationStatusListener(
+            engine, self._database,
+            paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)))
         if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:
             pause = PauseOnErrorListener(engine)
             self._pause_listeners[job.uuid] = pause
