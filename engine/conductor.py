@@ -47,6 +47,7 @@ from taskflow.conductors.backends import impl_blocking
 from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
+from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine import claim_owners, flow_meta
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
@@ -56,7 +57,7 @@ from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_ST
 from fleetflow.engine.jobboard import make_jobboard
 from fleetflow.flows import keys
 from fleetflow.flows.status_listener import ReservationStatusListener
-from fleetflow.flows.tasks.base import CRASH_ENV, CrashPointListener
+from fleetflow.flows.tasks.base import CrashPointListener
 from fleetflow.persistence import fences
 from fleetflow.persistence.db import get_database
 

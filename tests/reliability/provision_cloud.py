@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from forkserver import ForkServer  # this directory is on sys.path (conftest, PYTHONPATH)
 
 from fleetflow.common import config, states
-from fleetflow.flows.tasks.base import CRASH_ENV
+from fleetflow.common.crash_points import CRASH_ENV
 
 GOOD, BAD = "good", "bad"
 FLAVOR, IMAGE, TENANT = "m1.tiny", "cirros", "crash-tenant"

@@ -33,8 +33,13 @@ from taskflow import task as tf_task
 from taskflow.flow import Flow
 
 from fleetflow.common import states
+from fleetflow.common.crash_points import (
+    AFTER_CHECKPOINT,
+    AFTER_EFFECT,
+    BEFORE_EXECUTE,
+    DURING_REVERT,
+)
 from fleetflow.flows.provision.flow import provision_flow
-from fleetflow.flows.tasks.base import AFTER_CHECKPOINT, AFTER_EFFECT, BEFORE_EXECUTE, DURING_REVERT
 
 COUNT = 5
 RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
