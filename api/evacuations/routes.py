@@ -1,4 +1,4 @@
-"""Evacuations: every server off one or several hosts, as one durable operation (seed 001).
+"""Evacuations: every server off one or several hosts, as one durable operation.
 
 ``POST`` hands the request to the ``evacuations`` service
 (:class:`fleetflow.services.evacuations.EvacuationOps`), which checks it against

@@ -1,4 +1,4 @@
-"""Schemas of the evacuation routes: moving every server off hosts (seed 001)."""
+"""Schemas of the evacuation routes: moving every server off hosts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reservations: N instances asked for together, built by one provision flow (seed 000).
+"""Reservations: N instances asked for together, built by one provision flow.
 
 ``POST`` validates the request against the cloud (flavor, image, group, the
 count limit, the project's quota), writes the reservation and its instance

@@ -1,4 +1,4 @@
-"""Virtual clusters (seed 004): servers, volumes and the groupings over them.
+"""Virtual clusters: servers, volumes and the groupings over them.
 
 ``POST`` checks the request against the cloud (flavors, images, volume
 types, the groupings' contradictions, the quotas) and posts the build flow
@@ -13,7 +13,7 @@ first cluster (``202``, ``Location``, ``Idempotent-Replayed: true``); the
 same key with another body (name, instances or groupings) is a ``422``.
 
 XML (``Content-Type``/``Accept: application/xml``, see
-:mod:`fleetflow.api.xml`) uses seed 004's shape: members are repeated
+:mod:`fleetflow.api.xml`) has this shape: members are repeated
 ``<instance>`` elements in ``<instances>``, groupings ``<grouping>`` in
 ``<groupings>``, a grouping's members ``<member>`` elements in
 ``<membersRef>``; capabilities are ``<capability key="...">`` entries and the

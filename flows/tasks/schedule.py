@@ -2,7 +2,8 @@
 
 The view is read in one go — hosts, placement usage, the group's current
 members, hosts that failed builds lately — and handed to the pure scheduler
-(seed 000, point 2: one view so N instances are balanced, not N racing views).
+(one view, so N instances are balanced, not N racing views:
+docs/origins.md, "Reservations of N instances").
 """
 
 from __future__ import annotations

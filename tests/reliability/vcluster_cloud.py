@@ -91,7 +91,7 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
 
 
 def seed_two(lane: str) -> dict:
-    """The seed's second example, its servers asking for ``lane``."""
+    """Example two of docs/vcluster.md, its servers asking for ``lane``."""
     return {"instances": [server("db-server-1", lane), volume("db-vol-1"),
                           server("db-server-2", lane), volume("db-vol-2")],
             "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity"),

@@ -1,6 +1,6 @@
 """The vcluster flows on TaskFlow's in-memory backend, against the real small cloud.
 
-Seed 004's two examples, failures absorbed by alternates, the all-or-nothing
+The two examples of docs/vcluster.md, failures absorbed by alternates, the all-or-nothing
 revert (nothing held afterwards: the audit is clean), updates and delete.
 """
 
@@ -36,7 +36,7 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
     return {"name": name, "membersRef": members, "spec": spec}
 
 
-# Seed 004's second example (its fourth grouping renamed: names are unique).
+# Example two of docs/vcluster.md.
 SEED_TWO = {
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
                   volume("db-vol-2")],
