@@ -115,7 +115,7 @@ class PauseOnErrorListener(listener_base.Listener):
         self.paused = True
         # Recorded in the flow detail, so a conductor that finds this job
         # again (we died before consuming it) leaves the flow alone too.
-        options = dict(self._engine.storage.flow_meta.get(META_KEY) or {})
+        options = flow_meta.options(self._engine.storage.flow_meta)
         options.update(paused=True, paused_at=name)
         self._engine.storage.update_flow_metadata({META_KEY: options})
         self._engine.suspend()
@@ -244,7 +244,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
             LOG.warning("flow %s: its final state could not be read back; abandoning job "
                         "%s for another run", flow_id, job.uuid, exc_info=True)
             return False
-        paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        paused = flow_meta.is_paused(flow_detail.meta)
         if flow_detail.state in ENDED_EARLY_STATES and self._wait_timeout.is_stopped():
             return not self._ended_early(flow_id)
         if flow_detail.state in SETTLED_FLOW_STATES or paused:
@@ -323,7 +323,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
         operator, who re-posts it after resetting it.
         """
         flow_detail = self._flow_detail_from_job(job)
-        paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        paused = flow_meta.is_paused(flow_detail.meta)
         if flow_detail.state in SETTLED_FLOW_STATES or paused:
             LOG.info("flow %s is %s%s already: consuming job %s without running it",
                      flow_detail.uuid, flow_detail.state, " (paused)" if paused else "",
@@ -333,7 +333,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def _engine_from_job(self, job):
         flow_detail = self._flow_detail_from_job(job)
-        self._job_options[job.uuid] = dict((flow_detail.meta or {}).get(META_KEY, {}))
+        self._job_options[job.uuid] = flow_meta.options(flow_detail.meta)
         with self._database.session() as session:
             fence = fences.advance(session, flow_detail.uuid, self._name)
         LOG.info("conductor %s runs flow %s (job %s) with fence token %s",

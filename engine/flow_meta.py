@@ -36,3 +36,8 @@ def options(meta: dict | None) -> dict:
 def is_paused(meta: dict | None) -> bool:
     """True while the flow whose ``meta`` this is waits for an operator."""
     return bool(options(meta).get("paused"))
+
+
+def with_options(meta: dict | None, options: dict) -> dict:
+    """A copy of a flow detail's ``meta`` whose fleetflow options are ``options``."""
+    return {**(meta or {}), META_KEY: options}
