@@ -119,7 +119,7 @@ class Cloud:
         from fleetflow.compute import agent_processes
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
-        from fleetflow.engine.conductor import ConductorPool
+        from fleetflow.engine.conductor_pool import ConductorPool
         from fleetflow.engine.jobboard import make_jobboard
         from fleetflow.engine.submit import Submitter
         from fleetflow.flows import runtime

@@ -337,7 +337,7 @@ class FlowEngine:
         import time
 
         from fleetflow.engine.actions import show_flow
-        from fleetflow.engine.conductor import ConductorPool
+        from fleetflow.engine.conductor_pool import ConductorPool
 
         deadline = time.monotonic() + 30
         with ConductorPool(self.conf, workers=1, persistence=self.backend, wait_timeout=0.05):

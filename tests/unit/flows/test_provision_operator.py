@@ -13,7 +13,7 @@ import pytest
 from taskflow.persistence import backends as tf_backends
 
 from fleetflow.common import states
-from fleetflow.engine import actions, conductor, flow_meta, taskflow_retry_fix
+from fleetflow.engine import actions, conductor, conductor_pool, flow_meta, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.jobboard import make_jobboard
 from fleetflow.flows.status_listener import ReservationStatusListener
@@ -41,8 +41,8 @@ def operator(cloud):
 
     def run_until(flow_id, *wanted):
         deadline = time.monotonic() + 60
-        with conductor.ConductorPool(cloud.conf, workers=1, persistence=backend,
-                                     engine_factory=engine_with_status, wait_timeout=0.05):
+        with conductor_pool.ConductorPool(cloud.conf, workers=1, persistence=backend,
+                                          engine_factory=engine_with_status, wait_timeout=0.05):
             while True:
                 state = actions.show_flow(backend, flow_id)["state"]
                 if state in wanted and board.job_count == 0:
