@@ -214,7 +214,7 @@ class Volume(Timestamps, Base):
 
 
 class Quota(Base):
-    """A tenant's limits; tenants without a row get the [quota] defaults."""
+    """A tenant's limits; tenants without a row get the defaults of [quota]."""
 
     __tablename__ = "quotas"
 
@@ -222,7 +222,7 @@ class Quota(Base):
     instances: Mapped[int] = mapped_column(sa.Integer)
     vcpus: Mapped[int] = mapped_column(sa.Integer)
     ram_mb: Mapped[int] = mapped_column(sa.Integer)
-    # None: the [quota] default.
+    # None: the default of [quota].
     volumes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     gigabytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
 
