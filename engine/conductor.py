@@ -1,7 +1,8 @@
 """Conductor workers: TaskFlow's blocking conductor with leases, fences and a pause.
 
 A worker claims a job from the board (engine/jobboard.py), rebuilds the flow
-from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
+from its flow detail (flows/registry.py) and runs it; the workers of one
+process are started by engine/conductor_pool.py. On top of TaskFlow's
 ``BlockingConductor`` it adds, per job:
 
 1. **keep-alive**: the claim is extended every ``[jobboard] keepalive_interval``
