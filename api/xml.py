@@ -1,4 +1,4 @@
-"""XML bodies for the resources that speak it, beside JSON (seed 003: groups).
+"""XML bodies for the resources that speak it (groups, virtual clusters), beside JSON.
 
 A blueprint opts in with :func:`enable` and an :class:`XmlShape`; then
 

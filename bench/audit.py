@@ -25,13 +25,13 @@ from fleetflow.common import config, states
 from fleetflow.compute import agent as compute_agent
 from fleetflow.compute import messaging
 from fleetflow.compute.rpcapi import ComputeAPI
-from fleetflow.engine import audit_sources
-from fleetflow.engine.audit import audit
 from fleetflow.persistence import fleet
 from fleetflow.persistence.db import Database
 from fleetflow.persistence.models import Host, Instance
 from fleetflow.persistence.placement.client import LocalPlacement
 from fleetflow.persistence.placement.store import PlacementStore
+from fleetflow.services import audit_sources
+from fleetflow.services.audit import audit
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 1024}
 

@@ -91,10 +91,10 @@ def open_board(conf):
 def audit_direct(conf, strict: bool, hosts, rpc_timeout: float,
                  flow_grace: float | None = None) -> tuple[dict, str]:
     from fleetflow.compute.rpcapi import ComputeAPI
-    from fleetflow.engine import audit_flows
-    from fleetflow.engine.audit import audit
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
+    from fleetflow.services import audit_flows
+    from fleetflow.services.audit import audit
 
     database = get_database(conf)
     placement = placement_from_conf(conf, database)

@@ -1,4 +1,4 @@
-"""``fleetflow groups create|list|show|update|delete``: server groups (seed 003)."""
+"""``fleetflow groups create|list|show|update|delete``: server groups."""
 
 from __future__ import annotations
 

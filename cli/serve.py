@@ -119,14 +119,14 @@ class Cloud:
         from fleetflow.compute import agent_processes
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
-        from fleetflow.engine.conductor import ConductorPool
-        from fleetflow.engine.evacuations import EvacuationOps
-        from fleetflow.engine.hosts import HostOps
+        from fleetflow.engine.conductor_pool import ConductorPool
         from fleetflow.engine.jobboard import make_jobboard
-        from fleetflow.engine.operations import Operations
         from fleetflow.engine.submit import Submitter
-        from fleetflow.engine.vclusters import VClusterOps
         from fleetflow.flows import runtime
+        from fleetflow.services.evacuations import EvacuationOps
+        from fleetflow.services.hosts import HostOps
+        from fleetflow.services.operations import Operations
+        from fleetflow.services.vclusters import VClusterOps
 
         conf = self.conf
         os.makedirs(conf.state_dir, exist_ok=True)

@@ -1,4 +1,7 @@
-"""Identifiers. A reservation id is never an instance id (seed 000, point 1)."""
+"""Identifiers. A reservation id is never an instance id.
+
+See docs/origins.md, "Reservations of N instances".
+"""
 
 import uuid
 

@@ -42,7 +42,7 @@ VOLUME_IN_USE = "IN-USE"
 VOLUME_ERROR = "ERROR"
 VOLUME_DELETED = "DELETED"
 
-# Virtual clusters (seed 004): the cluster's status; its members keep their own.
+# Virtual clusters: the cluster's status; its members keep their own.
 UPDATING = "UPDATING"
 VCLUSTER_STATUSES = (PENDING, SCHEDULING, BUILDING, ACTIVE, UPDATING, ERROR, REVERTING,
                      REVERTED, DELETING, DELETED, PAUSED)

@@ -50,13 +50,12 @@ import logging
 
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
-from taskflow import storage as tf_storage
 from taskflow.persistence import models as tf_models
 
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine import flow_progress, taskflow_retry_fix
+from fleetflow.engine import flow_meta, flow_progress, flow_views, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
 
@@ -71,13 +70,11 @@ REVERTIBLE = frozenset({tf_states.SUSPENDED, PAUSED, tf_states.FAILURE})
 # Flow states in which an engine may still be writing atoms: we only re-post.
 _LIVE = frozenset({tf_states.PENDING, tf_states.RUNNING, tf_states.SUSPENDING,
                    tf_states.RESUMING})
-# Atom states that say the atom's execute was started at least once.
-_NEVER_RAN = frozenset({tf_states.PENDING, tf_states.IGNORE, None})
 _LIST_BATCH = 500
 
 
 def _options(flow_detail) -> dict:
-    return dict((flow_detail.meta or {}).get(META_KEY) or {})
+    return flow_meta.options(flow_detail.meta)
 
 
 def flow_state(flow_detail) -> str:
@@ -180,25 +177,6 @@ def _with_progress(backend, flows: list[dict]) -> list[dict]:
 # -- show ---------------------------------------------------------------------------
 
 
-def _atom_view(atom) -> dict:
-    is_retry = isinstance(atom, tf_models.RetryDetail)
-    if is_retry:
-        attempts = len(atom.results)
-    else:
-        # NOTE: TaskFlow keeps no execution count for a task; we can only
-        # tell whether it was started (a resumed task may have run twice).
-        attempts = 0 if atom.state in _NEVER_RAN else 1
-    return {
-        "name": atom.name,
-        "kind": "retry" if is_retry else "task",
-        "state": atom.state,
-        "intention": atom.intention,
-        "attempts": attempts,
-        "failure": submit_mod.failure_view(atom.failure, atom.name),
-        "revert_failure": submit_mod.failure_view(atom.revert_failure, atom.name),
-    }
-
-
 def _load(backend, flow_id: str):
     # NOTE: without the fix a retry's history is decoded wrong, and writing
     # it back (resume, revert) would store the damage for good.
@@ -208,11 +186,6 @@ def _load(backend, flow_id: str):
             return conn.get_flow_details(flow_id)
         except tf_exc.NotFound as exc:
             raise NotFound(f"flow {flow_id} not found", flow_id=flow_id) from exc
-
-
-def _atoms(flow_detail):
-    # The injector holds store values TaskFlow injected; it is not an atom.
-    return [ad for ad in flow_detail if ad.name != tf_storage.Storage.injector_name]
 
 
 def show_flow(backend, flow_id: str, tenant: str | None = None) -> dict:
@@ -226,7 +199,7 @@ def show_flow(backend, flow_id: str, tenant: str | None = None) -> dict:
     if tenant is not None and view["owner_tenant"] != tenant:
         raise NotFound(f"flow {flow_id} not found", flow_id=flow_id)
     _with_progress(backend, [view])
-    atoms = sorted((_atom_view(ad) for ad in _atoms(flow_detail)), key=lambda a: a["name"])
+    atoms = flow_views.atom_views(flow_detail)
     view["atoms"] = atoms
     failed = [a for a in atoms if a["state"] in (tf_states.FAILURE, tf_states.REVERT_FAILURE)]
     first = failed[0] if failed else None
@@ -245,7 +218,7 @@ def _save(backend, flow_detail, changed: list[str]) -> None:
     conductor never finds the flow unpaused with its failed atom not reset.
     """
     with contextlib.closing(backend.get_connection()) as conn:
-        for atom in _atoms(flow_detail):
+        for atom in flow_views.atoms(flow_detail):
             if atom.name in changed:
                 conn.update_atom_details(atom)
         bare = tf_models.FlowDetail(flow_detail.name, flow_detail.uuid)
@@ -257,7 +230,7 @@ def _reset_for_resume(flow_detail) -> list[str]:
     """Rewrite a stopped flow's atoms so that the next run carries on; returns their names."""
     changed = []
     reverting = flow_detail.state == tf_states.FAILURE
-    for atom in _atoms(flow_detail):
+    for atom in flow_views.atoms(flow_detail):
         if atom.state == tf_states.REVERT_FAILURE:
             # Only this revert is retried; the run then goes on reverting.
             atom.state, atom.intention, atom.revert_failure = (
@@ -283,7 +256,7 @@ def _reset_for_resume(flow_detail) -> list[str]:
 def _mark_for_revert(flow_detail) -> list[str]:
     """Every atom to REVERT, as TaskFlow's RevertAll does; failed atoms keep their failure."""
     changed = []
-    for atom in _atoms(flow_detail):
+    for atom in flow_views.atoms(flow_detail):
         before = (atom.state, atom.intention)
         if atom.state in (tf_states.FAILURE, tf_states.REVERT_FAILURE):
             # NOTE: not left in FAILURE: on load the engine would ask the
@@ -346,7 +319,7 @@ def resume(board, backend, flow_id: str) -> dict:
         options = _options(flow_detail)
         options.pop("paused", None)
         options.pop("paused_at", None)
-        flow_detail.meta = {**(flow_detail.meta or {}), META_KEY: options}
+        flow_detail.meta = flow_meta.with_options(flow_detail.meta, options)
         if flow_detail.state == tf_states.FAILURE:
             flow_detail.state = tf_states.SUSPENDED  # conductors skip FAILURE flows
         _save(backend, flow_detail, changed)
@@ -358,7 +331,7 @@ def resume(board, backend, flow_id: str) -> dict:
 def _reverting(flow_detail) -> bool:
     """True when an operator's revert was applied (on_error revert, atoms marked)."""
     return (_options(flow_detail).get("on_error") == ON_ERROR_REVERT
-            and any(a.intention == tf_states.REVERT for a in _atoms(flow_detail)))
+            and any(a.intention == tf_states.REVERT for a in flow_views.atoms(flow_detail)))
 
 
 def revert(board, backend, flow_id: str) -> dict:
@@ -380,7 +353,7 @@ def revert(board, backend, flow_id: str) -> dict:
     options.pop("paused", None)
     options.pop("paused_at", None)
     options["on_error"] = ON_ERROR_REVERT
-    flow_detail.meta = {**(flow_detail.meta or {}), META_KEY: options}
+    flow_detail.meta = flow_meta.with_options(flow_detail.meta, options)
     if flow_detail.state == tf_states.FAILURE:
         flow_detail.state = tf_states.SUSPENDED
     _save(backend, flow_detail, changed)

@@ -1,7 +1,8 @@
 """Conductor workers: TaskFlow's blocking conductor with leases, fences and a pause.
 
 A worker claims a job from the board (engine/jobboard.py), rebuilds the flow
-from its flow detail (flows/registry.py) and runs it. On top of TaskFlow's
+from its flow detail (flows/registry.py) and runs it; the workers of one
+process are started by engine/conductor_pool.py. On top of TaskFlow's
 ``BlockingConductor`` it adds, per job:
 
 1. **keep-alive**: the claim is extended every ``[jobboard] keepalive_interval``
@@ -47,16 +48,17 @@ from taskflow.conductors.backends import impl_blocking
 from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
-from fleetflow.engine import claim_owners
+from fleetflow.common.crash_points import CRASH_ENV
+from fleetflow.engine import flow_meta
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
 from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
 from fleetflow.engine.jobboard import make_jobboard
-from fleetflow.engine.status_listener import ReservationStatusListener
 from fleetflow.flows import keys
-from fleetflow.flows.tasks.base import CRASH_ENV, CrashPointListener
+from fleetflow.flows.status_listener import ReservationStatusListener
+from fleetflow.flows.tasks.base import CrashPointListener
 from fleetflow.persistence import fences
 from fleetflow.persistence.db import get_database
 
@@ -114,7 +116,7 @@ class PauseOnErrorListener(listener_base.Listener):
         self.paused = True
         # Recorded in the flow detail, so a conductor that finds this job
         # again (we died before consuming it) leaves the flow alone too.
-        options = dict(self._engine.storage.flow_meta.get(META_KEY) or {})
+        options = flow_meta.options(self._engine.storage.flow_meta)
         options.update(paused=True, paused_at=name)
         self._engine.storage.update_flow_metadata({META_KEY: options})
         self._engine.suspend()
@@ -243,7 +245,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
             LOG.warning("flow %s: its final state could not be read back; abandoning job "
                         "%s for another run", flow_id, job.uuid, exc_info=True)
             return False
-        paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        paused = flow_meta.is_paused(flow_detail.meta)
         if flow_detail.state in ENDED_EARLY_STATES and self._wait_timeout.is_stopped():
             return not self._ended_early(flow_id)
         if flow_detail.state in SETTLED_FLOW_STATES or paused:
@@ -322,7 +324,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
         operator, who re-posts it after resetting it.
         """
         flow_detail = self._flow_detail_from_job(job)
-        paused = ((flow_detail.meta or {}).get(META_KEY) or {}).get("paused")
+        paused = flow_meta.is_paused(flow_detail.meta)
         if flow_detail.state in SETTLED_FLOW_STATES or paused:
             LOG.info("flow %s is %s%s already: consuming job %s without running it",
                      flow_detail.uuid, flow_detail.state, " (paused)" if paused else "",
@@ -332,7 +334,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def _engine_from_job(self, job):
         flow_detail = self._flow_detail_from_job(job)
-        self._job_options[job.uuid] = dict((flow_detail.meta or {}).get(META_KEY, {}))
+        self._job_options[job.uuid] = flow_meta.options(flow_detail.meta)
         with self._database.session() as session:
             fence = fences.advance(session, flow_detail.uuid, self._name)
         LOG.info("conductor %s runs flow %s (job %s) with fence token %s",
@@ -352,8 +354,9 @@ class FleetConductor(impl_blocking.BlockingConductor):
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
         # Reservation rows follow their flow: PAUSED, BUILDING again, REVERTING.
-
-        listeners.append(ReservationStatusListener(engine, self._database))
+        listeners.append(ReservationStatusListener(
+            engine, self._database,
+            paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)))
         if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:
             pause = PauseOnErrorListener(engine)
             self._pause_listeners[job.uuid] = pause
@@ -375,80 +378,3 @@ def make_conductor(conf, name: str | None = None, persistence=None,
     board = make_jobboard(conf, persistence)
     return FleetConductor(name or default_name(conf), board, persistence, conf,
                           engine_factory=engine_factory, wait_timeout=wait_timeout)
-
-
-class ConductorPool:
-    """``workers`` conductor threads in one process (``fleetflow serve``).
-
-    Each worker has its own board connection and runs one job at a time;
-    names are ``<name>-<i>`` so claims and fences say which thread owns what.
-    """
-
-    def __init__(self, conf, workers: int | None = None, name: str | None = None,
-                 persistence=None, engine_factory: Callable | None = None,
-                 wait_timeout: float | None = None):
-        self._conf = conf
-        self._count = conf.conductor.workers if workers is None else int(workers)
-        self._name = name or default_name(conf)
-        self._persistence = persistence
-        self._engine_factory = engine_factory
-        self._wait_timeout = wait_timeout
-        self.conductors: list[FleetConductor] = []
-        self._threads: list[threading.Thread] = []
-        self._owner_records: claim_owners.OwnerRecords | None = None
-
-    def start(self) -> None:
-        """Start the workers (returns at once).
-
-        Claims left by a dead conductor process of the same state directory
-        and host are released first, so the workers take those jobs now
-        rather than once the claims expire (engine/claim_owners.py).
-        """
-        for index in range(self._count):
-            self.conductors.append(make_conductor(self._conf, f"{self._name}-{index}",
-                                                  persistence=self._persistence,
-                                                  engine_factory=self._engine_factory,
-                                                  wait_timeout=self._wait_timeout))
-        if self.conductors:
-            names = [conductor.name for conductor in self.conductors]
-            self._owner_records = claim_owners.OwnerRecords(self._conf.state_dir)
-            claim_owners.take_over_dead_claims(self.conductors[0].jobboard,
-                                               self._owner_records, names)
-            self._owner_records.register(names)
-        for conductor in self.conductors:
-            thread = threading.Thread(target=self._run, args=(conductor,), daemon=True,
-                                      name=f"conductor-{conductor.name}")
-            self._threads.append(thread)
-            thread.start()
-
-    @staticmethod
-    def _run(conductor: FleetConductor) -> None:
-        try:
-            conductor.run()
-        except Exception:
-            LOG.exception("conductor %s stopped on an error", conductor.name)
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Ask every worker to stop and wait for them.
-
-        A running flow is suspended at its next atom boundary and its job
-        abandoned, so another conductor (or this process restarted) resumes it.
-        """
-        for conductor in self.conductors:
-            conductor.stop()
-        for thread in self._threads:
-            thread.join(timeout)
-        for conductor in self.conductors:
-            conductor.close()
-        self.conductors.clear()
-        self._threads.clear()
-        if self._owner_records is not None:
-            self._owner_records.unregister()
-            self._owner_records = None
-
-    def __enter__(self) -> ConductorPool:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

@@ -26,3 +26,18 @@ ON_ERROR_CHOICES = (ON_ERROR_REVERT, ON_ERROR_PAUSE)
 
 #: Flow states a conductor never runs again on its own.
 SETTLED_FLOW_STATES = frozenset({tf_states.SUCCESS, tf_states.REVERTED, tf_states.FAILURE})
+
+
+def options(meta: dict | None) -> dict:
+    """A copy of fleetflow's options in a flow detail's ``meta`` (empty when absent)."""
+    return dict((meta or {}).get(META_KEY) or {})
+
+
+def is_paused(meta: dict | None) -> bool:
+    """True while the flow whose ``meta`` this is waits for an operator."""
+    return bool(options(meta).get("paused"))
+
+
+def with_options(meta: dict | None, options: dict) -> dict:
+    """A copy of a flow detail's ``meta`` whose fleetflow options are ``options``."""
+    return {**(meta or {}), META_KEY: options}

@@ -39,9 +39,10 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
+from fleetflow.engine import flow_meta
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor import default_name
-from fleetflow.engine.flow_meta import META_KEY, SETTLED_FLOW_STATES
+from fleetflow.engine.flow_meta import SETTLED_FLOW_STATES
 from fleetflow.persistence import intents
 from fleetflow.persistence.db import READ_ONLY
 
@@ -86,7 +87,7 @@ class _Flow:
 
 def _flow(uuid, state, meta, book_name) -> _Flow:
     meta = jsonutils.loads(meta) if isinstance(meta, str) else (meta or {})
-    options = (meta or {}).get(META_KEY) or {}
+    options = flow_meta.options(meta)
     return _Flow(uuid, state, bool(options.get("paused")), book_name, options.get("board"))
 
 

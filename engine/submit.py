@@ -29,13 +29,12 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
-from taskflow import storage as tf_storage
 from taskflow.engines import helpers as tf_helpers
 from taskflow.persistence import models as tf_models
 
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
-from fleetflow.engine import taskflow_patches
+from fleetflow.engine import flow_meta, flow_views, taskflow_patches
 from fleetflow.engine.conductor import wake_local_conductors
 from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys, registry
@@ -181,7 +180,7 @@ def _engine_of(database, backend) -> sa.Engine | None:
 
 
 class Submitter:
-    """``submit`` bound to a board and a backend, the callable engine/operations.py takes.
+    """``submit`` bound to a board and a backend, the callable services/operations.py takes.
 
     ``submitter(flow_name, flow_kwargs, store=..., tenant_id=..., on_error=..., flow_id=...,
     session=...)``
@@ -239,16 +238,6 @@ def _columns(intent) -> dict:
             "on_error": intent.on_error}
 
 
-def failure_view(failure, step: str) -> dict | None:
-    """An atom's stored ``Failure`` as the API shows it: type, message, atom name."""
-    if failure is None:
-        return None
-    # A Failure loaded from storage has no exception object, only type names.
-    type_names = failure.to_dict(include_args=False).get("exc_type_names") or ["Exception"]
-    return {"type": type_names[0].rsplit(".", 1)[-1], "message": failure.exception_str,
-            "step": step}
-
-
 def load_status(backend, flow_id: str) -> dict:
     """The flow's state and every atom's state, intention and failure.
 
@@ -260,31 +249,14 @@ def load_status(backend, flow_id: str) -> dict:
             flow_detail = conn.get_flow_details(flow_id)
         except tf_exc.NotFound as exc:
             raise NotFound(f"flow {flow_id} not found", flow_id=flow_id) from exc
-    meta = flow_detail.meta or {}
-    atoms = []
-    for atom in flow_detail:
-        if atom.name == tf_storage.Storage.injector_name:
-            continue  # where TaskFlow keeps injected store values, not an atom
-        attempts = None
-        if isinstance(atom, tf_models.RetryDetail):
-            attempts = len(atom.results)
-        atoms.append({
-            "name": atom.name,
-            "kind": "retry" if isinstance(atom, tf_models.RetryDetail) else "task",
-            "state": atom.state,
-            "intention": atom.intention,
-            "attempts": attempts,
-            "failure": failure_view(atom.failure, atom.name),
-            "revert_failure": failure_view(atom.revert_failure, atom.name),
-        })
-    atoms.sort(key=lambda a: a["name"])
+    options = flow_meta.options(flow_detail.meta)
     return {
         "id": flow_detail.uuid,
         "name": flow_detail.name,
         "state": flow_detail.state or tf_states.PENDING,
-        "flow_name": meta.get(META_KEY, {}).get("flow_name"),
-        "owner_tenant": meta.get(META_KEY, {}).get("owner_tenant"),
-        "on_error": meta.get(META_KEY, {}).get("on_error", ON_ERROR_REVERT),
-        "paused": bool(meta.get(META_KEY, {}).get("paused")),
-        "atoms": atoms,
+        "flow_name": options.get("flow_name"),
+        "owner_tenant": options.get("owner_tenant"),
+        "on_error": options.get("on_error", ON_ERROR_REVERT),
+        "paused": bool(options.get("paused")),
+        "atoms": flow_views.atom_views(flow_detail),
     }

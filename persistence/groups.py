@@ -1,4 +1,4 @@
-"""Server groups (seed 003): CRUD rules and membership.
+"""Server groups: CRUD rules and membership (docs/origins.md, "Server groups").
 
 Membership is read-only through the API: an instance joins when it is claimed
 with a ``group_id`` hint and leaves when it is deleted or its claim is

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, orm
 from sqlalchemy.orm import Mapped, mapped_column
 
+from fleetflow.common import crash_points
 from fleetflow.persistence.db import Base
 
 LOG = logging.getLogger(__name__)
@@ -89,10 +90,9 @@ def _crash_after_commit(session: orm.Session, flow_name: str) -> None:
     commit: the rows and the intent are durable, the flow's materialization
     (logbook saved, job posted) has not begun.
     """
-    from fleetflow.flows.tasks import base  # flows import persistence, not the reverse
-
-    if base.CRASH_ENV in os.environ:
-        on_commit(session, functools.partial(base.maybe_crash, flow_name, base.AFTER_COMMIT))
+    if crash_points.CRASH_ENV in os.environ:
+        on_commit(session, functools.partial(crash_points.maybe_crash, flow_name,
+                                             crash_points.AFTER_COMMIT))
 
 
 def get(session: orm.Session, flow_id: str) -> FlowIntent | None:

@@ -111,7 +111,10 @@ class Image(Base):
 
 
 class ServerGroup(Timestamps, Base):
-    """Seed 003's instance group: policies, metadata and read-only members."""
+    """A server group: policies, metadata and read-only members.
+
+    See docs/origins.md, "Server groups".
+    """
 
     __tablename__ = "server_groups"
 
@@ -146,7 +149,10 @@ class GroupMember(Base):
 
 
 class Reservation(Timestamps, Base):
-    """N instances asked for together (seed 000). Its id is never an instance id."""
+    """N instances asked for together. Its id is never an instance id.
+
+    See docs/origins.md, "Reservations of N instances".
+    """
 
     __tablename__ = "reservations"
     __table_args__ = (sa.UniqueConstraint("tenant_id", "idempotency_key"),)
@@ -208,7 +214,7 @@ class Volume(Timestamps, Base):
 
 
 class Quota(Base):
-    """A tenant's limits; tenants without a row get the [quota] defaults."""
+    """A tenant's limits; tenants without a row get the defaults of [quota]."""
 
     __tablename__ = "quotas"
 
@@ -216,13 +222,13 @@ class Quota(Base):
     instances: Mapped[int] = mapped_column(sa.Integer)
     vcpus: Mapped[int] = mapped_column(sa.Integer)
     ram_mb: Mapped[int] = mapped_column(sa.Integer)
-    # None: the [quota] default.
+    # None: the default of [quota].
     volumes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     gigabytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
 
 
 class Evacuation(Timestamps, Base):
-    """Moving every server off one or several hosts (seed 001), as one durable operation.
+    """Moving every server off one or several hosts, as one durable operation.
 
     Each run of its flow handles the moves still unfinished; an operator's
     resume or skip starts a new run (``flow_id`` is the current one, ``runs``
@@ -285,7 +291,7 @@ class Move(Timestamps, Base):
 
 
 class VCluster(Timestamps, Base):
-    """A tenant's small datacentre (seed 004): servers, volumes and groupings over them.
+    """A tenant's small datacentre: servers, volumes and groupings over them.
 
     Each create, update and delete is one run of a flow; ``flow_id`` is the
     current one, ``runs`` every one (``{"flow_id", "kind", "added", "removed"}``).

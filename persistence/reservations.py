@@ -41,7 +41,7 @@ def _limits(row: Quota, defaults) -> dict[str, int]:
 
 
 def quota_for(session: orm.Session, tenant_id: str, defaults) -> dict[str, int]:
-    """The tenant's limits: its row, else the [quota] defaults (-1: unlimited)."""
+    """The tenant's limits: its row, else the defaults of [quota] (-1: unlimited)."""
     row = session.get(Quota, tenant_id)
     if row is not None:
         return _limits(row, defaults)

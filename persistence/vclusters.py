@@ -1,4 +1,6 @@
-"""Virtual clusters (seed 004): the cluster, its members and groupings, as rows.
+"""Virtual clusters: the cluster, its members and groupings, as rows.
+
+What a virtual cluster is for: docs/origins.md, "Virtual clusters".
 
 A member is a row of ``vcluster_members`` naming the resource row that holds
 its state: an :class:`Instance` for a server, a :class:`Volume` for a volume.

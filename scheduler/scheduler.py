@@ -1,4 +1,6 @@
-"""Place N instances in one pass over one view of the cloud (seed 000, point 2).
+"""Place N instances in one pass over one view of the cloud.
+
+Why one pass: docs/origins.md, "Reservations of N instances".
 
 How the pass stays fast (1,000 instances on 10,000 hosts well under 1 s):
 

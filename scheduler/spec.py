@@ -93,7 +93,7 @@ class GroupSpec:
 
 @dataclasses.dataclass
 class RequestSpec:
-    """N identical instances to place together (seed 000: one view, one pass).
+    """N identical instances to place together: one view, one pass.
 
     Give ``count`` (exactly N) or ``min_count``/``max_count``; ``resources``
     per instance by resource class; ``capabilities`` in the syntax of

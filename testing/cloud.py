@@ -76,7 +76,7 @@ class FakeCloud:
         ``capabilities``, ``group_id``, ``volume_gb``, ``min_count``,
         ``tenant_id`` ...); the image is ``cirros``.
         """
-        from fleetflow.engine.operations import Operations, ReservationRequest
+        from fleetflow.services.operations import Operations, ReservationRequest
 
         ops = Operations(self.conf, self.database, submit=self.submit)
         req = ReservationRequest(tenant_id=fields.pop("tenant_id", "t1"), user_id="u1",
@@ -104,6 +104,7 @@ class FakeCloud:
         """Run ``flow`` (built by the caller) to its end; returns its final state."""
         import taskflow.engines
 
+        from fleetflow.common import crash_points
         from fleetflow.flows import keys
         from fleetflow.flows.tasks import base
 
@@ -113,7 +114,7 @@ class FakeCloud:
         options = {"max_workers": workers} if engine == "parallel" else {}
         loaded = taskflow.engines.load(flow, store=store, engine=engine, **options)
         with contextlib.ExitStack() as stack:
-            if base.CRASH_ENV in os.environ:
+            if crash_points.CRASH_ENV in os.environ:
                 # As a conductor does: the after-checkpoint points fire too.
                 stack.enter_context(base.CrashPointListener(loaded))
             # A failed flow raises once it has reverted; its state says what happened.

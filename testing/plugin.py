@@ -72,17 +72,17 @@ class CrashPoints:
 
     def arm(self, atom_name: str, point: str) -> None:
         """Make ``point`` (``before-execute``, ``after-effect`` ...) of ``atom_name`` fire."""
-        from fleetflow.flows.tasks import base
+        from fleetflow.common import crash_points
 
-        if point not in base.CRASH_POINTS:
-            raise ValueError(f"{point!r} is not among {', '.join(base.CRASH_POINTS)}")
+        if point not in crash_points.CRASH_POINTS:
+            raise ValueError(f"{point!r} is not among {', '.join(crash_points.CRASH_POINTS)}")
         self._armed.append(f"{atom_name}:{point}")
-        self._monkeypatch.setenv(base.CRASH_ENV, ",".join(self._armed))
+        self._monkeypatch.setenv(crash_points.CRASH_ENV, ",".join(self._armed))
 
     def _record(self, atom_name: str, point: str) -> None:
-        from fleetflow.flows.tasks import base
+        from fleetflow.common import crash_points
 
-        if (atom_name, point) in base.crash_targets():
+        if (atom_name, point) in crash_points.crash_targets():
             self.reached.append((atom_name, point))
 
 
@@ -95,8 +95,12 @@ def fleetflow_crash_points(monkeypatch):
     after it need a process to kill and a persistent backend (see
     docs/testing.md).
     """
+    from fleetflow.common import crash_points
     from fleetflow.flows.tasks import base
 
     points = CrashPoints(monkeypatch)
+    # The tasks' points (flows/tasks/base.py) and the submission's after-commit
+    # (persistence/intents.py) each call their own binding.
     monkeypatch.setattr(base, "maybe_crash", points._record)
+    monkeypatch.setattr(crash_points, "maybe_crash", points._record)
     return points

@@ -1,7 +1,7 @@
-"""Evacuations: every server off one or several hosts, as one durable operation (seed 001).
+"""Evacuations: every server off one or several hosts, as one durable operation.
 
 ``POST`` hands the request to the ``evacuations`` service
-(:class:`fleetflow.engine.evacuations.EvacuationOps`), which checks it against
+(:class:`fleetflow.services.evacuations.EvacuationOps`), which checks it against
 the cloud, writes the evacuation with one move per server, takes the hosts and
 posts the flow, all before the ``202``; progress is read back with ``GET``.
 An evacuation that paused on a server it could not move is steered with
@@ -19,7 +19,7 @@ from flask.views import MethodView
 from fleetflow.api import auth, common, openapi, policy
 from fleetflow.api.evacuations import schemas
 from fleetflow.api.state import current_state
-from fleetflow.engine.evacuations import EvacuationRequest
+from fleetflow.services.evacuations import EvacuationRequest
 
 blp = common.Blueprint("evacuations", __name__, url_prefix="/v2/admin/evacuations",
                        description="Host evacuations and their moves (administrators only).")

@@ -1,4 +1,4 @@
-"""Schemas of the evacuation routes: moving every server off hosts (seed 001)."""
+"""Schemas of the evacuation routes: moving every server off hosts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import FaultSchema
 from fleetflow.common import states
-from fleetflow.engine.evacuations import MAX_PARALLEL_LIMIT
+from fleetflow.services.evacuations import MAX_PARALLEL_LIMIT
 
 HOST_NAME = ma.validate.Length(min=1, max=255)
 

@@ -1,4 +1,4 @@
-"""Server groups of a project (seed 003), in JSON or XML.
+"""Server groups of a project, in JSON or XML.
 
 Members are read-only: an instance joins the group named by its
 reservation's ``group_id`` when it is claimed, and leaves when it is deleted.
@@ -41,8 +41,8 @@ def _loaded(group: ServerGroup) -> ServerGroup:
 
 
 def _check_tenant_field(fields: dict, tenant_id: str) -> None:
-    # NOTE: seed 003 lists tenant_id among the attributes a client sends;
-    # accepting only the path's project keeps it from moving a group elsewhere.
+    # NOTE: tenant_id is among the attributes a client may send; accepting
+    # only the path's project keeps it from moving a group elsewhere.
     given = fields.pop("tenant_id", None)
     if given is not None and given != tenant_id:
         abort(400, message=f"Invalid body field 'group.tenant_id': must be the project "

@@ -1,4 +1,4 @@
-"""Schemas of the server group routes (seed 003's instance groups)."""
+"""Schemas of the server group routes."""
 
 from __future__ import annotations
 

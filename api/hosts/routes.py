@@ -2,7 +2,7 @@
 
 The state shown (and filtered on) is the effective one: an ``up`` host whose
 agent stopped reporting reads ``down``. The logic lives in the ``hosts``
-service (:class:`fleetflow.engine.hosts.HostOps`); evacuating one host is the
+service (:class:`fleetflow.services.hosts.HostOps`); evacuating one host is the
 evacuation routes' POST with that single host.
 """
 
@@ -16,8 +16,8 @@ from fleetflow.api.evacuations import routes as evacuation_routes
 from fleetflow.api.evacuations import schemas as evacuation_schemas
 from fleetflow.api.hosts import schemas
 from fleetflow.api.state import current_state
-from fleetflow.engine import hosts as host_ops
 from fleetflow.persistence.models import Host, utcnow
+from fleetflow.services import hosts as host_ops
 
 blp = common.Blueprint("hosts", __name__, url_prefix="/v2/admin/hosts",
                        description="Compute hosts of the fleet (administrators only).")

@@ -8,7 +8,7 @@ from fleetflow.api.placement import microversion
 from fleetflow.api.placement.schemas import RC_PATTERN, UUID_PATTERN
 
 # Before 1.8 a consumer could be written without its project and user; Placement
-# files it under this id (its [placement] incomplete_consumer_*_id default).
+# files it under this id (the default of its own incomplete_consumer_*_id options).
 INCOMPLETE_CONSUMER_ID = "00000000-0000-0000-0000-000000000000"
 
 _RESOURCES = {"type": "object", "minProperties": 1,

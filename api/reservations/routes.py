@@ -1,4 +1,4 @@
-"""Reservations: N instances asked for together, built by one provision flow (seed 000).
+"""Reservations: N instances asked for together, built by one provision flow.
 
 ``POST`` validates the request against the cloud (flavor, image, group, the
 count limit, the project's quota), writes the reservation and its instance
@@ -24,9 +24,9 @@ from fleetflow.api import auth, common, fields, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.engine.flow_meta import ON_ERROR_REVERT
-from fleetflow.engine.operations import ReservationRequest
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Reservation
+from fleetflow.services.operations import ReservationRequest
 
 blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",
                        description="Reservations of N instances and their progress.")

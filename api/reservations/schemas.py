@@ -1,4 +1,4 @@
-"""Schemas of the reservation routes: N instances asked for together (seed 000)."""
+"""Schemas of the reservation routes: N instances asked for together."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Servers: every instance of a project, whatever reservation made it.
 
-A server's id is a uuid and never a reservation id (seed 000, point 1); the
-servers of one reservation are ``GET .../servers?reservation_id=r-...``.
+A server's id is a uuid and never a reservation id (docs/origins.md,
+"Reservations of N instances"); the servers of one reservation are
+``GET .../servers?reservation_id=r-...``.
 Another project's server answers 404.
 """
 

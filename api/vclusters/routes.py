@@ -1,4 +1,4 @@
-"""Virtual clusters (seed 004): servers, volumes and the groupings over them.
+"""Virtual clusters: servers, volumes and the groupings over them.
 
 ``POST`` checks the request against the cloud (flavors, images, volume
 types, the groupings' contradictions, the quotas) and posts the build flow
@@ -13,7 +13,7 @@ first cluster (``202``, ``Location``, ``Idempotent-Replayed: true``); the
 same key with another body (name, instances or groupings) is a ``422``.
 
 XML (``Content-Type``/``Accept: application/xml``, see
-:mod:`fleetflow.api.xml`) uses seed 004's shape: members are repeated
+:mod:`fleetflow.api.xml`) has this shape: members are repeated
 ``<instance>`` elements in ``<instances>``, groupings ``<grouping>`` in
 ``<groupings>``, a grouping's members ``<member>`` elements in
 ``<membersRef>``; capabilities are ``<capability key="...">`` entries and the
@@ -56,8 +56,8 @@ from fleetflow.api.reservations.routes import _idempotency_key as idempotency_ke
 from fleetflow.api.state import current_state
 from fleetflow.api.vclusters import schemas
 from fleetflow.common.exceptions import NotFound
-from fleetflow.engine.vclusters import VClusterRequest
 from fleetflow.persistence.models import VCluster
+from fleetflow.services.vclusters import VClusterRequest
 
 LOG = logging.getLogger(__name__)
 

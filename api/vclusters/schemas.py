@@ -1,4 +1,4 @@
-"""Schemas of the virtual cluster routes (seed 004): servers, volumes, groupings.
+"""Schemas of the virtual cluster routes: servers, volumes, groupings.
 
 A member's ``spec`` is one schema for both kinds, documented field by field
 (servers: ``imageRef``, ``flavorRef``, ``capabilities``; volumes: ``size``,

@@ -25,6 +25,8 @@ after-commit       the submission's rows and intent are committed; its flow
 (:class:`CrashPointListener`), which conductors attach when the variable is set;
 ``after-commit`` fires in the submitting process (persistence/intents.py).
 Nothing happens when the variable is unset: production code pays one dict lookup.
+The variable and the points are defined in common/crash_points.py, so that the
+persistence layer can fire ``after-commit`` without importing the flows.
 
 **Database outages.** Every task and retry here is idempotent by design (it
 may run twice after a crash), so one that meets a lost database connection
@@ -42,51 +44,23 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import signal
 
 from taskflow import retry, task
 from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
 
+from fleetflow.common.crash_points import (
+    AFTER_CHECKPOINT,
+    AFTER_EFFECT,
+    BEFORE_EXECUTE,
+    DURING_REVERT,
+    crash_targets,
+    maybe_crash,
+)
 from fleetflow.flows import runtime
 from fleetflow.persistence import db_retry
 
 LOG = logging.getLogger(__name__)
-
-CRASH_ENV = "FLEETFLOW_CRASH_AT"
-BEFORE_EXECUTE = "before-execute"
-AFTER_EFFECT = "after-effect"
-AFTER_CHECKPOINT = "after-checkpoint"
-DURING_REVERT = "during-revert"
-AFTER_COMMIT = "after-commit"
-CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT)
-
-
-def crash_targets(environ=None) -> set[tuple[str, str]]:
-    """The (atom name, point) pairs named by FLEETFLOW_CRASH_AT."""
-    raw = (os.environ if environ is None else environ).get(CRASH_ENV, "")
-    targets = set()
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        atom, _, point = item.rpartition(":")
-        if not atom or point not in CRASH_POINTS:
-            raise ValueError(f"{CRASH_ENV}: {item!r} is not '<atom name>:<point>' with "
-                             f"a point among {', '.join(CRASH_POINTS)}")
-        targets.add((atom, point))
-    return targets
-
-
-def maybe_crash(atom_name: str, point: str) -> None:
-    """SIGKILL this process if FLEETFLOW_CRASH_AT names (atom_name, point)."""
-    if CRASH_ENV not in os.environ:
-        return
-    if (atom_name, point) in crash_targets():
-        LOG.warning("crash point %s:%s reached: killing process %d", atom_name, point,
-                    os.getpid())
-        # SIGKILL, not an exception: nothing may run after this line, not even
-        # finally blocks or atexit handlers — that is what a crash looks like.
-        os.kill(os.getpid(), signal.SIGKILL)
-
 
 def _retry_policy() -> db_retry.RetryPolicy | None:
     """The installed runtime's database retry window; None: no runtime, no retries."""

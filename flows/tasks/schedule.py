@@ -2,7 +2,8 @@
 
 The view is read in one go — hosts, placement usage, the group's current
 members, hosts that failed builds lately — and handed to the pure scheduler
-(seed 000, point 2: one view so N instances are balanced, not N racing views).
+(one view, so N instances are balanced, not N racing views:
+docs/origins.md, "Reservations of N instances").
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def group_spec(session, spec: dict, own_instances: list[str]) -> GroupSpec | Non
 
 def request_spec(session, spec: dict, instance_uuids: list[str],
                  excluded_hosts: list[str] = (), count: int | None = None) -> RequestSpec:
-    """The scheduler's RequestSpec for a stored request (see engine.operations)."""
+    """The scheduler's RequestSpec for a stored request (see services.operations)."""
     min_count = spec["min_count"] if count is None else count
     max_count = spec["max_count"] if count is None else count
     return RequestSpec(

@@ -33,7 +33,7 @@ def recording_services(conf, db, jobs):
 
     A test module uses them by overriding ``api_services`` to return them.
     """
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.operations import Operations
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))
@@ -224,8 +224,8 @@ class SmallCloud:
         import taskflow.engines
 
         from fleetflow.common import ids
-        from fleetflow.engine.operations import Operations, ReservationRequest
         from fleetflow.flows import registry
+        from fleetflow.services.operations import Operations, ReservationRequest
 
         def record(flow_name, flow_kwargs, store=None, tenant_id=None, flow_id=None, **_):
             self.posted.append((flow_name, flow_kwargs, store))
@@ -245,7 +245,7 @@ class SmallCloud:
         return engine.storage.get_flow_state()
 
     def audit(self, strict: bool = True, **kwargs):
-        from fleetflow.engine.audit import audit
+        from fleetflow.services.audit import audit
 
         kwargs.setdefault("service_down_time", self.conf.compute.service_down_time)
         return audit(self.database, self.placement, self.compute, strict=strict, **kwargs)
@@ -264,10 +264,10 @@ def small_cloud(conf, db, api_services):
     from fleetflow.compute import agent as compute_agent
     from fleetflow.compute import messaging
     from fleetflow.compute.rpcapi import ComputeAPI
-    from fleetflow.engine.vclusters import VClusterOps
     from fleetflow.flows import runtime
     from fleetflow.persistence import fleet
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
+    from fleetflow.services.vclusters import VClusterOps
 
     conf.set_override("rpc_timeout", 5, group="messaging")
     with db.session() as session:
@@ -337,7 +337,7 @@ class FlowEngine:
         import time
 
         from fleetflow.engine.actions import show_flow
-        from fleetflow.engine.conductor import ConductorPool
+        from fleetflow.engine.conductor_pool import ConductorPool
 
         deadline = time.monotonic() + 30
         with ConductorPool(self.conf, workers=1, persistence=self.backend, wait_timeout=0.05):

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.engine.evacuations import MAX_PARALLEL_LIMIT
 from fleetflow.persistence import evacuations as rows
 from fleetflow.persistence.models import Evacuation, Host, Instance, Move
+from fleetflow.services.evacuations import MAX_PARALLEL_LIMIT
 
 URL = "/v2/admin/evacuations"
 SOURCE = "z1-r1-h01"
@@ -29,8 +29,8 @@ def jobs():
 
 @pytest.fixture
 def cloud(small_cloud, api_services, conf, db, jobs):
-    from fleetflow.engine.evacuations import EvacuationOps
-    from fleetflow.engine.hosts import HostOps
+    from fleetflow.services.evacuations import EvacuationOps
+    from fleetflow.services.hosts import HostOps
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))
@@ -302,7 +302,7 @@ def test_second_evacuation_of_a_held_host_is_409(started, evacuate, db, jobs):
 def test_rebuild_only_of_a_down_and_silent_host_which_it_fences(evacuate, client,
                                                                  admin_headers, cloud, db,
                                                                  jobs):
-    from fleetflow.engine.hosts import DISABLED_TRAIT
+    from fleetflow.services.hosts import DISABLED_TRAIT
 
     server = cloud.boot(SOURCE)
     up = evacuate(mode="rebuild")

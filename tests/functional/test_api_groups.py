@@ -1,4 +1,4 @@
-"""Server group routes (seed 003) in JSON and in XML."""
+"""Server group routes in JSON and in XML."""
 
 from __future__ import annotations
 

@@ -45,9 +45,9 @@ SIZES = st.one_of(st.sampled_from([30, 63, 64, 65, 999, 1000, 4300, 4301, 6000])
 @pytest.fixture
 def services(small_cloud, flow_engine, api_services, conf, db):
     """Every service a write route reaches, jobs recorded instead of run."""
-    from fleetflow.engine.evacuations import EvacuationOps
-    from fleetflow.engine.hosts import HostOps
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.evacuations import EvacuationOps
+    from fleetflow.services.hosts import HostOps
+    from fleetflow.services.operations import Operations
 
     def submit(flow_name, flow_kwargs, **options):
         return options.get("flow_id") or "flow"

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.compute.exceptions import HostDead
-from fleetflow.engine.hosts import DISABLED_TRAIT, HostOps, sync_disabled_trait
 from fleetflow.persistence.models import Host, Instance, utcnow
+from fleetflow.services.hosts import DISABLED_TRAIT, HostOps, sync_disabled_trait
 
 HOSTS = "/v2/admin/hosts"
 

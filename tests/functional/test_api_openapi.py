@@ -205,7 +205,7 @@ def test_group_times_carry_their_utc_offset_in_json_and_xml(client, member_heade
 @pytest.fixture
 def api_services(conf, db):
     """Reservations are accepted; their flows are only recorded, never run."""
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.operations import Operations
 
     return {"operations": Operations(conf, db, submit=lambda *a, **options: "flow")}
 

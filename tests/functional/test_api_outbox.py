@@ -44,7 +44,7 @@ def engine_parts(conf, db):
 
 @pytest.fixture
 def api_services(conf, db, engine_parts):
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.operations import Operations
 
     board, backend, _ = engine_parts
     return {"operations": Operations(conf, db, submit_mod.Submitter(board, backend))}

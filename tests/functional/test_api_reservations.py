@@ -465,9 +465,9 @@ def test_concurrent_retries_with_one_key_make_one_reservation_on_postgresql(pg_u
     from concurrent.futures import ThreadPoolExecutor
 
     from fleetflow.api.app import create_app
-    from fleetflow.engine.operations import Operations
     from fleetflow.persistence.db import Database
     from fleetflow.persistence.models import Flavor, Image
+    from fleetflow.services.operations import Operations
 
     conf = make_conf(database={"connection": pg_url})
     database = Database(pg_url)

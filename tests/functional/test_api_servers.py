@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from fleetflow.common import states
-from fleetflow.engine.operations import Operations, ReservationRequest
 from fleetflow.persistence import reservations as rows
+from fleetflow.services.operations import Operations, ReservationRequest
 
 URL = "/v2/tenant-a/servers"
 

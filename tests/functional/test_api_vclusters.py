@@ -599,9 +599,9 @@ def test_postgresql_retries_race_to_one_vcluster_and_long_names_fit(pg_url, make
     from concurrent.futures import ThreadPoolExecutor
 
     from fleetflow.api.app import create_app
-    from fleetflow.engine.vclusters import VClusterOps
     from fleetflow.persistence.db import Database
     from fleetflow.persistence.models import Flavor, Image
+    from fleetflow.services.vclusters import VClusterOps
 
     conf = make_conf(database={"connection": pg_url})
     database = Database(pg_url)

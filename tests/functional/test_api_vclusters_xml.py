@@ -1,8 +1,8 @@
-"""/v2/{tenant_id}/vclusters in XML: seed 004's documents in, the same shape out.
+"""/v2/{tenant_id}/vclusters in XML: the examples of docs/vcluster.md in, the same shape out.
 
 The small cloud's ``vclusters`` service posts its jobs to ``small_cloud.posted``;
 :func:`settle` runs them on TaskFlow's serial engine, as a conductor would. The
-last test sends seed 004's second example to the embedded cloud of ``fleetflow
+last test sends example two to the embedded cloud of ``fleetflow
 serve`` (conductor threads, the SQL jobboard) and polls until it settles.
 """
 
@@ -23,7 +23,7 @@ from fleetflow.persistence.models import VCluster
 URL = "/v2/tenant-a/vclusters"
 XML = "application/xml"
 
-# Seed 004's first example, as the seed writes it.
+# Example one of docs/vcluster.md, as written there.
 SEED_ONE = (b'<vcluster name="db"><instances><instance name="db-server-1" type="server">'
             b'<spec imageRef="cirros" flavorRef="1"/></instance><instance name="db-vol-1" '
             b'type="volume"><spec size="10" volume_type="ssd"/></instance></instances>'
@@ -47,7 +47,7 @@ def _grouping(name: str, members: list[str], rule: str) -> str:
             f'<spec rule="{rule}"/></grouping>')
 
 
-# Seed 004's second example.
+# Example two of docs/vcluster.md.
 SEED_TWO = ('<?xml version="1.0" encoding="UTF-8"?>\n<vcluster name="db2"><instances>'
             + _server("db-server-1") + _volume("db-vol-1") + _server("db-server-2")
             + _volume("db-vol-2") + "</instances><groupings>"

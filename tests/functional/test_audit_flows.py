@@ -16,10 +16,10 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from taskflow import states as tf_states
 
-from fleetflow.engine import audit_flows
 from fleetflow.engine import submit as submit_mod
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook.models import FLOWDETAILS
+from fleetflow.services import audit_flows
 
 
 def _toy_flows() -> None:

@@ -50,8 +50,8 @@ def play(db, evacuation_id: str, status: str) -> None:
 
 @pytest.fixture
 def cloud(small_cloud, api_services, conf, db, jobs, outcome):
-    from fleetflow.engine.evacuations import EvacuationOps
-    from fleetflow.engine.hosts import HostOps
+    from fleetflow.services.evacuations import EvacuationOps
+    from fleetflow.services.hosts import HostOps
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))

@@ -32,7 +32,7 @@ def jobs():
 
 @pytest.fixture
 def api_services(conf, db, jobs, outcome):
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.operations import Operations
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))

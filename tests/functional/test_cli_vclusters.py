@@ -32,7 +32,7 @@ def grouping(name: str, members: list[str], rule: str) -> dict:
     return {"name": name, "membersRef": members, "spec": {"rule": rule}}
 
 
-# The seed's second example: two servers apart, each with its volume beside it.
+# Example two of docs/vcluster.md: two servers apart, each with its volume beside it.
 SEED_TWO = {
     "name": "db",
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
@@ -78,8 +78,8 @@ def cloud(small_cloud, api_services, conf, db, runs):
     import taskflow.engines
 
     import fleetflow.flows.vcluster  # noqa: F401  (registers the flows)
-    from fleetflow.engine.vclusters import VClusterOps
     from fleetflow.flows import registry
+    from fleetflow.services.vclusters import VClusterOps
 
     def submit(flow_name, flow_kwargs, store=None, flow_id=None, **_options):
         runs.append(flow_name)
@@ -124,7 +124,7 @@ def write(tmp_path):
 
 @pytest.fixture
 def active(run, write):
-    """The seed's second example built and ACTIVE; its id."""
+    """Example two (docs/vcluster.md) built and ACTIVE; its id."""
     created = run_json(run, "vclusters", "create", "-f", write("db.json", SEED_TWO),
                        "--watch", "--interval", "0.05")
     assert created["status"] == "ACTIVE", created

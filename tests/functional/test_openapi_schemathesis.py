@@ -49,15 +49,15 @@ def fuzz_app(tmp_path_factory):
     from fleetflow.compute import agent as compute_agent
     from fleetflow.compute import messaging
     from fleetflow.compute.rpcapi import ComputeAPI
-    from fleetflow.engine.evacuations import EvacuationOps
-    from fleetflow.engine.hosts import HostOps
     from fleetflow.engine.jobboard import make_jobboard
-    from fleetflow.engine.operations import Operations
-    from fleetflow.engine.vclusters import VClusterOps
     from fleetflow.flows import runtime
     from fleetflow.persistence import fleet
     from fleetflow.persistence.db import Database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
+    from fleetflow.services.evacuations import EvacuationOps
+    from fleetflow.services.hosts import HostOps
+    from fleetflow.services.operations import Operations
+    from fleetflow.services.vclusters import VClusterOps
 
     root = tmp_path_factory.mktemp("fuzz")
     conf = config.load(args=[], environ={})

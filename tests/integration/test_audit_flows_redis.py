@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 from taskflow import states as tf_states
 
-from fleetflow.engine import audit_flows
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.audit import audit
 from fleetflow.persistence.logbook.models import FLOWDETAILS
+from fleetflow.services import audit_flows
+from fleetflow.services.audit import audit
 
 
 def _toy_flows() -> None:

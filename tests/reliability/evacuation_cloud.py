@@ -13,8 +13,8 @@ shared state file), with its two racks put to other uses:
   ``target_hosts``, so no server ever lands on another evacuation's source.
 
 Evacuations are created the way the API creates them
-(engine/evacuations.py ``EvacuationOps``, with the host operations of
-engine/hosts.py to kill a host and set it down), each posted on the board
+(services/evacuations.py ``EvacuationOps``, with the host operations of
+services/hosts.py to kill a host and set it down), each posted on the board
 the caller names: the evacuate flow's atom names are the same in every
 evacuation, so a crash target (``FLEETFLOW_CRASH_AT``) singles out one
 evacuation only when the doomed conductor sees no other job.
@@ -83,7 +83,7 @@ class EvacuationCloud(ProvisionCloud):
                  live_migrate_seconds: float = 0.0, migrate_seconds: float = 0.0,
                  agent_threads: int = 16, **kwargs):
         import fleetflow.flows.evacuate  # noqa: F401  (registers the flow to post)
-        from fleetflow.engine.hosts import HostOps
+        from fleetflow.services.hosts import HostOps
 
         settings = {
             "FLEETFLOW_COMPUTE_LIVE_MIGRATE_SECONDS": str(live_migrate_seconds),
@@ -183,8 +183,8 @@ class EvacuationCloud(ProvisionCloud):
 
     # -- evacuations ---------------------------------------------------------------
     def ops(self, board: str | None = None):
-        from fleetflow.engine.evacuations import EvacuationOps
         from fleetflow.engine.submit import Submitter
+        from fleetflow.services.evacuations import EvacuationOps
 
         return EvacuationOps(self.conf, self.database,
                              submit=Submitter(self.board(board), self.backend),
@@ -194,7 +194,7 @@ class EvacuationCloud(ProvisionCloud):
                  targets: list[str] | None = None) -> str:
         """A source host with ``count`` servers (killed first for a rebuild), evacuated
         onto ``targets`` (the cloud's targets when None); the job posted on ``board``."""
-        from fleetflow.engine.evacuations import EvacuationRequest
+        from fleetflow.services.evacuations import EvacuationRequest
 
         source = self.take_source()
         servers = self.boot(source, count)

@@ -26,7 +26,8 @@ import time
 import traceback
 
 PRELOAD = (
-    "fleetflow.cli.main", "fleetflow.engine.conductor", "fleetflow.engine.engines",
+    "fleetflow.cli.main", "fleetflow.engine.conductor", "fleetflow.engine.conductor_pool",
+    "fleetflow.engine.engines",
     "fleetflow.engine.jobboard", "fleetflow.engine.backend", "fleetflow.engine.submit",
     "fleetflow.flows.runtime", "fleetflow.compute.drivers.fake", "fleetflow.compute.rpcapi",
     "fleetflow.persistence.placement.client", "fleetflow.persistence.placement.store",

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from forkserver import ForkServer  # this directory is on sys.path (conftest, PYTHONPATH)
 
 from fleetflow.common import config, states
-from fleetflow.flows.tasks.base import CRASH_ENV
+from fleetflow.common.crash_points import CRASH_ENV
 
 GOOD, BAD = "good", "bad"
 FLAVOR, IMAGE, TENANT = "m1.tiny", "cirros", "crash-tenant"
@@ -151,8 +151,8 @@ class ProvisionCloud:
     def reserve(self, count: int, pool: str = GOOD, board: str | None = None,
                 policy: str = states.ALL_OR_NOTHING) -> str:
         """A reservation of ``count`` instances in ``pool``, posted on ``board``."""
-        from fleetflow.engine.operations import Operations, ReservationRequest
         from fleetflow.engine.submit import Submitter
+        from fleetflow.services.operations import Operations, ReservationRequest
 
         ops = Operations(self.conf, self.database,
                          submit=Submitter(self.board(board), self.backend))

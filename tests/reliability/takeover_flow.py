@@ -25,9 +25,10 @@ import sqlalchemy as sa
 from taskflow.patterns import linear_flow
 
 from fleetflow.common import config
+from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.common.exceptions import StaleFence
 from fleetflow.flows import registry
-from fleetflow.flows.tasks.base import CRASH_ENV, FleetTask
+from fleetflow.flows.tasks.base import FleetTask
 
 FLOW_NAME = "takeover-boot"
 HOSTS_ENV = "TAKEOVER_HOSTS"

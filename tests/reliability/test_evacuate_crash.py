@@ -5,7 +5,7 @@ Conductors are real ``fleetflow conductor`` subprocesses on the SQL jobboard
 conductor from one shared state file). Servers are made consistently on a
 source host of their own (row, placement claim, guest), the host is killed
 and set down for a rebuild, and the evacuation is created the way the API
-creates it (engine/evacuations.py). See tests/reliability/evacuation_cloud.py.
+creates it (services/evacuations.py). See tests/reliability/evacuation_cloud.py.
 
 1. Every atom boundary of a 5-server evacuation, in each of ``rebuild``,
    ``live`` and ``cold``: one evacuation per (mode, atom, crash point), each

@@ -3,7 +3,7 @@
 Conductors are real ``fleetflow conductor`` subprocesses on the SQL jobboard
 (embedded mode: SQLite, the simulated hosts served in-process by each
 conductor from one shared state file). Reservations are made the way the API
-makes them (engine/operations.py). See tests/reliability/provision_cloud.py.
+makes them (services/operations.py). See tests/reliability/provision_cloud.py.
 
 1. Every atom boundary of a 5-instance reservation: one reservation per
    (atom, crash point), each on a board of its own, so the conductor that
@@ -33,8 +33,13 @@ from taskflow import task as tf_task
 from taskflow.flow import Flow
 
 from fleetflow.common import states
+from fleetflow.common.crash_points import (
+    AFTER_CHECKPOINT,
+    AFTER_EFFECT,
+    BEFORE_EXECUTE,
+    DURING_REVERT,
+)
 from fleetflow.flows.provision.flow import provision_flow
-from fleetflow.flows.tasks.base import AFTER_CHECKPOINT, AFTER_EFFECT, BEFORE_EXECUTE, DURING_REVERT
 
 COUNT = 5
 RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))

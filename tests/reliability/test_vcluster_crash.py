@@ -3,10 +3,10 @@
 Conductors are real ``fleetflow conductor`` subprocesses on the SQL jobboard
 (embedded mode: SQLite, the simulated hosts and their storage served
 in-process by each conductor from one shared state file). Clusters are
-created and deleted the way the API does it (engine/vclusters.py). See
+created and deleted the way the API does it (services/vclusters.py). See
 tests/reliability/vcluster_cloud.py for the cloud and its lanes.
 
-1. Every atom boundary of the seed's second example (two servers, two
+1. Every atom boundary of example two of docs/vcluster.md (two servers, two
    volumes, each server affine with its volume, the servers anti-affine and
    the volumes anti-affine): one cluster per (atom, crash point), each on a
    board of its own, so the conductor that carries the crash target dies
@@ -32,7 +32,7 @@ tests/reliability/vcluster_cloud.py for the cloud and its lanes.
    member's retry claims an alternate on its way, replacing the member's
    allocation, and the one claim's revert releases it).
 
-   Then the teardown (delete) of the seed cluster, every atom at every
+   Then the teardown (delete) of that cluster, every atom at every
    boundary; it is never reverted (an operator resumes a stopped one).
 2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20) at random
    moments of conductors building 50-server + 50-volume clusters (each server
@@ -69,7 +69,7 @@ from fleetflow.flows.tasks.base import (
 from fleetflow.flows.vcluster.build import build_flow
 from fleetflow.flows.vcluster.teardown import teardown_flow
 
-SEED_MEMBERS = 2  # servers, and volumes, of the seed's second example
+SEED_MEMBERS = 2  # servers, and volumes, of example two (docs/vcluster.md)
 BOUNDARIES = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT)
 # Cases at once: each spends most of its time waiting for a dead conductor's
 # claim to expire, so more run than there are cores.
@@ -79,7 +79,7 @@ BIG = 50
 
 
 def seed_flows() -> tuple:
-    """The seed cluster's build and teardown flows, as a conductor rebuilds them."""
+    """Example two's build and teardown flows, as a conductor rebuilds them."""
     servers = [{"index": i, "name": f"db-server-{i + 1}", "id": f"srv-{i}",
                 "resources": {"VCPU": 1}, "image_id": "img"} for i in range(SEED_MEMBERS)]
     volumes = [{"index": i, "name": f"db-vol-{i + 1}", "id": f"vol-{i}", "size_gb": 10}

@@ -19,7 +19,7 @@ meant to fail never share a host or a backend with the others:
   died just before it (a host dying must not touch the other clusters).
 
 Clusters are created and deleted the way the API does it
-(engine/vclusters.py ``VClusterOps``), each posted on the board the caller
+(services/vclusters.py ``VClusterOps``), each posted on the board the caller
 names: atom names are the same in every cluster, so a crash target
 (``FLEETFLOW_CRASH_AT``) singles out one cluster only when the doomed
 conductor sees no other job.
@@ -91,7 +91,7 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
 
 
 def seed_two(lane: str) -> dict:
-    """The seed's second example, its servers asking for ``lane``."""
+    """Example two of docs/vcluster.md, its servers asking for ``lane``."""
     return {"instances": [server("db-server-1", lane), volume("db-vol-1"),
                           server("db-server-2", lane), volume("db-vol-2")],
             "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity"),
@@ -110,7 +110,7 @@ class VClusterCloud(ProvisionCloud):
     def __init__(self, workdir, lanes: dict[str, tuple[int, int]], vcpus: int = 64,
                  agent_threads: int = 16, **kwargs):
         import fleetflow.flows.vcluster  # noqa: F401  (registers the flows to post)
-        from fleetflow.engine.hosts import HostOps
+        from fleetflow.services.hosts import HostOps
 
         # ProvisionCloud loads the fleet its fleet_doc describes; this one is
         # swapped in for the construction. Unset, agent_threads would start an
@@ -172,7 +172,7 @@ class VClusterCloud(ProvisionCloud):
     # -- vclusters ---------------------------------------------------------------
     def ops(self, board: str | None = None):
         from fleetflow.engine.submit import Submitter
-        from fleetflow.engine.vclusters import VClusterOps
+        from fleetflow.services.vclusters import VClusterOps
 
         return VClusterOps(self.conf, self.database,
                            submit=Submitter(self.board(board), self.backend))
@@ -180,7 +180,7 @@ class VClusterCloud(ProvisionCloud):
     def create(self, body: dict, board: str | None = None, lane: str = GOOD,
                name: str = "db", expected: tuple[str, ...] | None = None) -> str:
         """The cluster ``body`` describes, its build posted on ``board``."""
-        from fleetflow.engine.vclusters import VClusterRequest
+        from fleetflow.services.vclusters import VClusterRequest
 
         vcluster, created = self.ops(board).create(VClusterRequest(
             tenant_id=TENANT, user_id="crash-user", name=name, instances=body["instances"],

@@ -1,5 +1,8 @@
 """Configuration from defaults, a file and FLEETFLOW_<GROUP>_<OPTION> variables."""
 
+import pathlib
+import re
+
 import pytest
 from oslo_config import cfg
 
@@ -72,3 +75,22 @@ def test_max_reschedules_is_an_option_of_the_scheduler():
     assert conf.scheduler.max_reschedules == 0
     with pytest.raises(cfg.ConfigFileValueError, match="FLEETFLOW_SCHEDULER_MAX_RESCHEDULES"):
         config.load(environ={"FLEETFLOW_SCHEDULER_MAX_RESCHEDULES": "-1"})
+
+
+def _registered_options() -> dict[str, set[str]]:
+    return {group or "DEFAULT": {opt.dest for opt in opts} for group, opts in config.OPTS.items()}
+
+
+def test_every_option_the_code_and_docs_cite_exists():
+    # "[group] option" in a docstring, a comment, the README or docs/ names a
+    # real option: a citation of one that does not exist sends readers astray.
+    root = pathlib.Path(__file__).resolve().parents[2]
+    registered = _registered_options()
+    cited = re.compile(r"\[(\w+)\]\s*`{0,2}(\w+)")
+    texts = [path for pattern in ("*.py", "*.md") for path in root.rglob(pattern)
+             if not {".venv", ".git", "build", "tests"} & set(path.relative_to(root).parts)]
+    found = [(str(path.relative_to(root)), group, option)
+             for path in texts for group, option in cited.findall(path.read_text())
+             if group in registered]
+    assert len(found) >= 20
+    assert [f for f in found if f[2] not in registered[f[1]]] == []

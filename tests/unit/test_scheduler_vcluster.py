@@ -125,7 +125,7 @@ def assert_valid(servers, volumes, groupings, snapshot, backends, result):
                         assert backend_of[a] != backend_of[b]
 
 
-# -- the seed's examples ---------------------------------------------------------------
+# -- the examples of docs/vcluster.md -----------------------------------------------
 
 
 def test_a_server_and_its_volume_are_attached_on_the_host_local_backend_first():

@@ -18,7 +18,7 @@ from taskflow.types import failure as tf_failure
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine import actions
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import ConductorPool
+from fleetflow.engine.conductor_pool import ConductorPool
 from fleetflow.flows import registry
 from fleetflow.flows.tasks.base import FleetTask
 

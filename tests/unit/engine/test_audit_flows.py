@@ -16,9 +16,7 @@ import sqlalchemy as sa
 from taskflow import states as tf_states
 
 from fleetflow.common import ids, states
-from fleetflow.engine import audit_flows
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.audit import KINDS, audit
 from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.persistence import intents
 from fleetflow.persistence.jobs import Job as JobRow
@@ -32,6 +30,8 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
+from fleetflow.services import audit_flows
+from fleetflow.services.audit import KINDS, audit
 
 LONG_AGO = dt.timedelta(minutes=10)
 
@@ -425,7 +425,7 @@ def test_evacuation_statuses(database, sql_board, sql_backend):
 def test_a_row_that_moves_on_while_audited_is_not_reported(database, sql_board, sql_backend,
                                                            monkeypatch):
     """Read BUILDING, its flow then read SUCCESS: the row is read again before reporting."""
-    from fleetflow.engine import audit_status
+    from fleetflow.services import audit_status
 
     reservation_id, _ = _provisioned(database, sql_board, sql_backend, states.BUILDING,
                                      [states.ACTIVE], tf_states.SUCCESS)

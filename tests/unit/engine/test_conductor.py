@@ -15,7 +15,8 @@ from taskflow import states as tf_states
 
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import ConductorPool, make_conductor
+from fleetflow.engine.conductor import make_conductor
+from fleetflow.engine.conductor_pool import ConductorPool
 from fleetflow.engine.fencing import FencedBackend, StaleCheckpoint
 from fleetflow.flows import keys
 from fleetflow.persistence import fences

@@ -20,10 +20,11 @@ from taskflow.patterns import linear_flow
 
 from fleetflow.common import states
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import ConductorPool, make_conductor
+from fleetflow.engine.conductor import make_conductor
+from fleetflow.engine.conductor_pool import ConductorPool
 from fleetflow.engine.jobboard import make_jobboard
-from fleetflow.engine.status_listener import ReservationStatusListener
 from fleetflow.flows import keys, registry, runtime
+from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence.logbook.backend import LogbookBackend
 from fleetflow.persistence.models import Reservation
@@ -294,7 +295,8 @@ def test_a_status_write_waits_out_a_disconnect(outage_db):
 
     outage_db.session = session
     try:
-        ReservationStatusListener(_Engine(), outage_db)._write(states.PAUSED)
+        ReservationStatusListener(_Engine(), outage_db, paused=lambda: True)._write(
+            states.PAUSED)
     finally:
         del outage_db.session
     assert len(calls) == 3

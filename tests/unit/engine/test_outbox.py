@@ -15,7 +15,7 @@ from taskflow import states as tf_states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.engine import reconcile as reconcile_mod
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import ConductorPool
+from fleetflow.engine.conductor_pool import ConductorPool
 from fleetflow.persistence import intents
 from fleetflow.persistence.fences import Fence
 from fleetflow.persistence.jobs import Job as JobRow

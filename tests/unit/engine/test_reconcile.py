@@ -15,7 +15,8 @@ from taskflow import states as tf_states
 
 from fleetflow.engine import reconcile as reconcile_mod
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import ConductorPool, make_conductor
+from fleetflow.engine.conductor import make_conductor
+from fleetflow.engine.conductor_pool import ConductorPool
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook import backend as logbook_backend

@@ -1,4 +1,4 @@
-"""engine/status_listener.py: a reservation reads PAUSED, BUILDING again, REVERTING.
+"""flows/status_listener.py: a reservation reads PAUSED, BUILDING again, REVERTING.
 
 The listener is attached here by hand, next to the conductor's pause listener,
 to engines loaded from the flow detail the way a conductor loads them. Each
@@ -17,11 +17,11 @@ from taskflow.patterns import linear_flow
 from taskflow.retry import Times
 
 from fleetflow.common import states
-from fleetflow.engine import actions
+from fleetflow.engine import actions, flow_meta
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor import PauseOnErrorListener
-from fleetflow.engine.status_listener import ReservationStatusListener
 from fleetflow.flows import registry
+from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence.models import Reservation
 
@@ -77,13 +77,19 @@ def reservation(database):
     FAULTS.clear()
 
 
+def _status_listener(engine, database):
+    """The status listener as the conductor attaches it (paused = the flow detail says so)."""
+    return ReservationStatusListener(
+        engine, database, paused=lambda: flow_meta.is_paused(engine.storage.flow_meta))
+
+
 def _run(backend, flow_id, database):
     """Load the flow like a conductor, with the pause and status listeners; run it."""
     detail = backend.get_connection().get_flow_details(flow_id)
     engine = engines.load_from_detail(detail, store=dict(detail.meta["store"]),
                                       backend=backend, engine="serial")
     seen = _state.pop("on_running", None)
-    with PauseOnErrorListener(engine), ReservationStatusListener(engine, database):
+    with PauseOnErrorListener(engine), _status_listener(engine, database):
         if seen is not None:  # the status once the listeners saw RUNNING
             engine.notifier.register(
                 tf_states.RUNNING, lambda *_a, **_k: seen.append(_status("r-1")))
@@ -139,7 +145,7 @@ def test_a_retry_reverting_its_subflow_is_not_a_reservation_revert(
                                       backend=memory_backend, engine="serial")
     # Repaired after the first failure: the retry's second try works.
     engine.atom_notifier.register(tf_states.REVERTED, lambda *_a, **_k: FAULTS.clear())
-    with ReservationStatusListener(engine, database):
+    with _status_listener(engine, database):
         engine.run()
     assert engine.storage.get_flow_state() == tf_states.SUCCESS
     assert ("revert", STEP[2], states.BUILDING) in SEEN
@@ -155,7 +161,7 @@ def test_flows_without_a_reservation_are_left_alone(board, memory_backend, datab
     engine = engines.load_from_detail(detail, store={**detail.meta["store"],
                                                      "fence": {"token": 1}},
                                       backend=memory_backend, engine="serial")
-    with PauseOnErrorListener(engine), ReservationStatusListener(engine, database):
+    with PauseOnErrorListener(engine), _status_listener(engine, database):
         engine.run()
     assert engine.storage.get_flow_state() == tf_states.SUSPENDED
     assert _status(reservation) == states.BUILDING

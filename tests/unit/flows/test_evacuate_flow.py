@@ -14,11 +14,11 @@ from taskflow import states as tf_states
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import NotFound
-from fleetflow.engine.evacuations import EvacuationOps, EvacuationRequest, HostAlive
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.models import GroupMember, Host, Instance, Volume
+from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest, HostAlive
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
 IMAGE = "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01"
@@ -70,7 +70,7 @@ def guest(cloud, host: str, uuid: str):
 
 
 def assert_clean(cloud) -> None:
-    from fleetflow.engine.audit import audit
+    from fleetflow.services.audit import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)
@@ -364,7 +364,7 @@ def test_on_error_revert_cancels_moves_in_flight(evac_cloud):
 
 def test_a_server_being_moved_cannot_be_deleted(evac_cloud):
     from fleetflow.common.exceptions import Conflict
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.operations import Operations
 
     uuid = boot(evac_cloud)
     ops(evac_cloud).evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE))
@@ -380,7 +380,7 @@ def test_a_server_being_moved_cannot_be_deleted(evac_cloud):
 
 def test_deleting_a_server_of_a_dead_host_finishes_and_the_host_cleans_up_on_return(
         evac_cloud):
-    from fleetflow.engine.operations import Operations
+    from fleetflow.services.operations import Operations
 
     uuid = boot(evac_cloud)
     kill(evac_cloud, SOURCE)

@@ -146,7 +146,7 @@ def test_data_volumes_are_created_near_the_host_and_attached(cloud):
 
 
 def _dry_run(cloud, count, **fields):
-    from fleetflow.engine.operations import Operations, ReservationRequest
+    from fleetflow.services.operations import Operations, ReservationRequest
 
     ops = Operations(cloud.conf, cloud.database, submit=lambda *a, **k: None)
     return ops.dry_run(ReservationRequest(tenant_id="t1", user_id="u1", flavor_ref="m1.small",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from fleetflow.common import ids, states
-from fleetflow.engine.audit import KINDS, audit
 from fleetflow.persistence.models import (
     GroupMember,
     Host,
@@ -22,6 +21,7 @@ from fleetflow.persistence.models import (
     Volume,
 )
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
+from fleetflow.services.audit import KINDS, audit
 from fleetflow.tests.unit.flows.test_vcluster_flow import (
     SEED_TWO,
     create,

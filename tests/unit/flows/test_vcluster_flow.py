@@ -1,6 +1,6 @@
 """The vcluster flows on TaskFlow's in-memory backend, against the real small cloud.
 
-Seed 004's two examples, failures absorbed by alternates, the all-or-nothing
+The two examples of docs/vcluster.md, failures absorbed by alternates, the all-or-nothing
 revert (nothing held afterwards: the audit is clean), updates and delete.
 """
 
@@ -11,10 +11,10 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, InvalidInput
-from fleetflow.engine.vclusters import VClusterOps, VClusterRequest
 from fleetflow.flows.vcluster.build import build_flow
 from fleetflow.flows.vcluster.teardown import teardown_flow
 from fleetflow.persistence.models import GroupMember, ServerGroup, Volume
+from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 
 IMAGE = "cirros"
 
@@ -36,7 +36,7 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
     return {"name": name, "membersRef": members, "spec": spec}
 
 
-# Seed 004's second example (its fourth grouping renamed: names are unique).
+# Example two of docs/vcluster.md.
 SEED_TWO = {
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
                   volume("db-vol-2")],
@@ -72,7 +72,7 @@ def members(view: dict) -> dict[str, dict]:
 
 
 def assert_clean(cloud) -> None:
-    from fleetflow.engine.audit import audit
+    from fleetflow.services.audit import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)
@@ -298,7 +298,7 @@ def test_delete_goes_through_when_a_server_host_is_dead(evac_cloud):
 
 
 def test_an_evacuation_keeps_every_group_of_a_cluster_server(evac_cloud):
-    from fleetflow.engine.evacuations import EvacuationOps, EvacuationRequest
+    from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 
     body = {"instances": [server("a"), server("b"), server("c"), volume("va", volume_type="ssd")],
             "groupings": [grouping("ab", ["a", "b"], "anti-affinity"),
@@ -324,8 +324,8 @@ def test_an_evacuation_keeps_every_group_of_a_cluster_server(evac_cloud):
 
 
 def test_a_cluster_server_being_moved_or_deleted_alone_is_refused(evac_cloud):
-    from fleetflow.engine.operations import Operations
     from fleetflow.persistence.models import Instance
+    from fleetflow.services.operations import Operations
 
     vcluster_id = create(evac_cloud, SEED_TWO)
     assert run_last(evac_cloud) == "SUCCESS"

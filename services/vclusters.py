@@ -27,8 +27,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine import vcluster_views as views
-from fleetflow.engine.operations import resolve_flavor, resolve_image
+from fleetflow.engine.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import intents
@@ -36,11 +35,12 @@ from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import Instance, StorageBackend, VCluster
 from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
+from fleetflow.services import vcluster_views as views
+from fleetflow.services.operations import resolve_flavor, resolve_image
 
 LOG = logging.getLogger(__name__)
 
 BUILD, TEARDOWN = "vcluster-build", "vcluster-teardown"
-ON_ERROR_PAUSE = "pause"
 SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
 #: Statuses a cluster can be deleted from.
 DELETABLE = (states.ACTIVE, states.ERROR, states.REVERTED, states.PAUSED)
@@ -189,7 +189,7 @@ class VClusterOps:
     def _post(self, session, flow_name: str, vcluster: VCluster, run: str, flow_id: str,
               servers: list, volumes: list) -> None:
         """Submit a run in ``session``'s transaction: posted once the rows commit."""
-        on_error = ON_ERROR_PAUSE if flow_name == TEARDOWN else "revert"
+        on_error = ON_ERROR_PAUSE if flow_name == TEARDOWN else ON_ERROR_REVERT
         self.submit(flow_name, {"vcluster_id": vcluster.id, "run": run, "servers": servers,
                                 "volumes": volumes},
                     store={keys.VCLUSTER_ID: vcluster.id, keys.TENANT_ID: vcluster.tenant_id,

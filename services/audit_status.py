@@ -34,8 +34,6 @@ from collections import Counter, defaultdict
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.engine import audit_flows
-from fleetflow.engine.audit_flows import age, ago
 from fleetflow.persistence.models import (
     Evacuation,
     Instance,
@@ -44,6 +42,8 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
+from fleetflow.services import audit_flows
+from fleetflow.services.audit_flows import age, ago
 
 KINDS = {
     "status_mismatch": "a reservation, vcluster or evacuation whose status disagrees with "

@@ -40,7 +40,8 @@ from oslo_serialization import jsonutils
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 
-from fleetflow.engine.flow_meta import META_KEY, SETTLED_FLOW_STATES
+from fleetflow.engine import flow_meta
+from fleetflow.engine.flow_meta import SETTLED_FLOW_STATES
 from fleetflow.flows import keys
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.intents import FlowIntent
@@ -144,7 +145,7 @@ def resource_of(*sources: dict | None) -> str | None:
 
 def _flow(uuid, name, state, meta, updated_at, atoms_at) -> Flow:
     meta = jsonutils.loads(meta) if isinstance(meta, str) else (meta or {})
-    options = meta.get(META_KEY) or {}
+    options = flow_meta.options(meta)
     kwargs = (meta.get("factory") or {}).get("kwargs")
     stamps = [t for t in (updated_at, atoms_at) if t is not None]
     return Flow(uuid, options.get("flow_name") or name or "?", state or tf_states.PENDING,

@@ -32,9 +32,9 @@ from collections import Counter
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import NotFound
-from fleetflow.engine import audit_flows, audit_status, audit_volumes
-from fleetflow.engine import audit_sources as sources
-from fleetflow.engine.audit_volumes import GONE, VolumeChecks, fmt
+from fleetflow.services import audit_flows, audit_status, audit_volumes
+from fleetflow.services import audit_sources as sources
+from fleetflow.services.audit_volumes import GONE, VolumeChecks, fmt
 
 # Every kind of mismatch, with what it means (also the CLI's and API's legend).
 KINDS = {

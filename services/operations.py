@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents
@@ -32,8 +32,6 @@ from fleetflow.persistence.models import (
 
 PROVISION = "provision"
 TEARDOWN = "teardown"
-# The engine's on_error value that stops a failed flow for an operator.
-ON_ERROR_PAUSE = "pause"
 
 # submit(flow_name, flow_kwargs, store=, tenant_id=, on_error=, flow_id=, session=) -> flow id
 Submitter = Callable[..., str]

@@ -63,7 +63,7 @@ class EvacuationOps:
         self.submit = intents.joining(submit)
         self.compute = compute
         # Called with (host name, state) after the evacuation fenced a host,
-        # to keep its placement provider in step (engine.hosts).
+        # to keep its placement provider in step (services.hosts).
         self.on_host_state = on_host_state
 
     # -- creating ------------------------------------------------------------------

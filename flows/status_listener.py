@@ -26,14 +26,23 @@ A vcluster's flow (``vcluster_id`` in its store) gets the same transitions;
 resumed, it reads BUILDING (a create), UPDATING (an add or a remove) or
 DELETING (a delete) again.
 
-The conductor attaches it next to the pause listener, for every job::
+The conductor (engine/conductor.py) attaches it for every job, next to its
+pause listener, and tells it how to know a suspended flow is paused for an
+operator rather than stopped::
 
-    listeners.append(ReservationStatusListener(engine))
+    listeners.append(ReservationStatusListener(
+        engine, database, paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)))
+
+It lives with the flows because it writes their rows (the same rows the
+lifecycle tasks write); the engine only attaches it. Taking the pause as a
+callable keeps it free of the engine's flow-detail format, so flows/ never
+imports engine/.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from taskflow import exceptions as tf_exc
@@ -41,7 +50,6 @@ from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
 
 from fleetflow.common import states
-from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.flows import keys
 from fleetflow.persistence.models import Reservation, VCluster
 
@@ -56,16 +64,19 @@ _VCLUSTER_RESUMED = {states.RUN_CREATE: states.BUILDING, states.RUN_ADD: states.
 class ReservationStatusListener(listener_base.Listener):
     """Writes a reservation's PAUSED / BUILDING / REVERTING from its flow's transitions.
 
-    ``database`` defaults to the flow runtime's (flows/runtime.py). A flow
-    without ``reservation_id`` in its store is ignored.
+    ``database`` defaults to the flow runtime's (flows/runtime.py). ``paused``
+    says whether the engine's flow, once SUSPENDED, waits for an operator (it
+    was paused on an error) rather than for the next conductor. A flow without
+    ``reservation_id`` (or ``vcluster_id``) in its store is ignored.
     """
 
-    def __init__(self, engine, database=None):
+    def __init__(self, engine, database=None, *, paused: Callable[[], bool]):
         super().__init__(engine,
                          task_listen_for=(tf_states.REVERTING,),
                          flow_listen_for=(tf_states.RUNNING, tf_states.SUSPENDED),
                          retry_listen_for=(tf_states.REVERTING,))
         self._database = database
+        self._paused = paused
         self._reservation_id = _UNSET
         self._root_atoms: list[str] | None = None
         self._reverting_written = False
@@ -126,9 +137,6 @@ class ReservationStatusListener(listener_base.Listener):
             LOG.info("%s %s is %s", model.__tablename__, reservation_id, status)
 
     # -- flow -------------------------------------------------------------------
-
-    def _paused(self) -> bool:
-        return bool((self._engine.storage.flow_meta.get(META_KEY) or {}).get("paused"))
 
     def _flow_receiver(self, state, details):
         if state == tf_states.SUSPENDED and self._paused():

@@ -41,7 +41,7 @@ ON_BACKEND = frozenset({states.VOLUME_AVAILABLE, states.VOLUME_IN_USE})
 # Live only once they name a backend (a failed create keeps its space for the retry).
 HOLDING = frozenset({states.VOLUME_CREATING, states.VOLUME_ERROR, states.DELETING})
 IN_FLIGHT = frozenset({states.VOLUME_CREATING, states.DELETING})
-# Where a grouping sees a member (the API's view, engine/vcluster_views.py).
+# Where a grouping sees a member (the API's view, services/vcluster_views.py).
 SERVER_PLACED = frozenset({states.ACTIVE, states.BUILDING})
 VOLUME_PLACED = frozenset({states.VOLUME_AVAILABLE, states.VOLUME_IN_USE,
                            states.VOLUME_CREATING})
