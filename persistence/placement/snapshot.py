@@ -24,7 +24,6 @@ which only makes the next request reload them once more, never keep stale ones.
 from __future__ import annotations
 
 import json
-import threading
 import typing
 from collections import defaultdict
 
@@ -198,7 +197,6 @@ class SnapshotCache:
 
     def __init__(self):
         self._snapshot: Snapshot | None = None
-        self._lock = threading.Lock()
 
     def current(self, session: orm.Session) -> Snapshot:
         """The snapshot that matches the database as ``session`` sees it now."""
@@ -213,9 +211,9 @@ class SnapshotCache:
         old = self._snapshot
         if old is not None and old.stamps == stamps:
             return old
-        fresh = self._refresh(conn, old, stamps)
-        with self._lock:
-            self._snapshot = fresh
+        # Requests in other threads may refresh at the same time: each builds its
+        # own snapshot from what it read, and the last one kept is as good as any.
+        self._snapshot = fresh = self._refresh(conn, old, stamps)
         return fresh
 
     @staticmethod
