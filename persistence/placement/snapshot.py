@@ -57,7 +57,6 @@ _IN_CHUNK = 500
 class Provider(typing.NamedTuple):
     uuid: str
     name: str
-    generation: int
     parent_provider_uuid: str | None
     root_provider_uuid: str
 
@@ -72,51 +71,87 @@ class Inv(typing.NamedTuple):
     capacity: int  # (total - reserved) * allocation_ratio, as Placement computes it
 
 
+def _patched(base: dict, dropped, fresh: dict) -> dict:
+    """``base`` without the ``dropped`` providers' entries, with ``fresh`` ones instead."""
+    out = dict(base)
+    for rp in dropped:
+        out.pop(rp, None)
+    out.update(fresh)
+    return out
+
+
 class Snapshot:
-    """Read-only view of placement at one set of stamps (shared between requests)."""
+    """Read-only view of placement at one set of stamps (shared between requests).
 
-    def __init__(self, stamps: list[tuple], inventories: dict, usages: dict, traits: dict,
-                 aggregates: dict, summaries: dict | None = None,
-                 summary_texts: dict | None = None):
+    Made from ``base`` (the previous snapshot), only the ``dropped`` providers'
+    (changed or gone) entries are replaced by ``details`` (their fresh rows).
+    """
+
+    def __init__(self, stamps: list[tuple], details: tuple[dict, dict, dict, dict],
+                 base: Snapshot | None = None, dropped: set[str] | None = None):
         self.stamps = stamps
-        self.rows = {s[0]: Provider(*s[:5]) for s in stamps}  # in name order
-        self.inventories: dict[str, dict[str, Inv]] = inventories
-        self.usages: dict[str, dict[str, int]] = usages
-        self.traits: dict[str, frozenset[str]] = traits
-        self.aggregates: dict[str, frozenset[str]] = aggregates
-        # Trees in the order of their first provider by name; members by name.
-        self.trees: dict[str, list[str]] = defaultdict(list)
-        for uuid, row in self.rows.items():
-            self.trees[row.root_provider_uuid].append(uuid)
-        self.trees = dict(self.trees)
-        # Built on first use; a provider's summary depends on its own rows only.
-        self.summaries: dict[str, dict] = summaries or {}
-        self.summary_texts: dict[str, str] = summary_texts or {}
-        # Per resource class: (provider, free, min_unit, max_unit, step_size).
-        self._free: dict[str, list[tuple]] = {}
-        self._free_by_rp: dict[str | None, dict[str, int]] = {}
+        # What the trees are made of: unchanged by claims, inventories or traits.
+        self.shape = [(s[0], s[1], s[3], s[4]) for s in stamps]  # in name order
+        if base is not None and base.shape == self.shape:
+            self.rows, self.trees = base.rows, base.trees
+            self.solo, self.nested = base.solo, base.nested
+        else:
+            self._make_trees()
+        if base is None:
+            (self.inventories, self.usages, self.traits, self.aggregates) = details
+            # Built on first use; a provider's summary depends on its own rows only.
+            self.summaries: dict[str, dict] = {}
+            self.summary_texts: dict[str, str] = {}
+            # Per resource class: {provider: (free, min_unit, max_unit, step_size)}.
+            self._free: dict[str, dict[str, tuple]] = {}
+            return
+        self.inventories, self.usages, self.traits, self.aggregates = (
+            _patched(mine, dropped, theirs) for mine, theirs in zip(
+                (base.inventories, base.usages, base.traits, base.aggregates), details,
+                strict=True))
+        self.summaries = _patched(base.summaries, dropped, {})
+        self.summary_texts = _patched(base.summary_texts, dropped, {})
+        self._free = {rc: _patched(entries, dropped, {
+            rp: self._entry(rp, rc) for rp in dropped
+            if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
 
-    def _entries(self, rc: str) -> list[tuple]:
+    def _make_trees(self) -> None:
+        self.rows = {s[0]: Provider(*s) for s in self.shape}
+        # Trees in the order of their first provider by name; members by name.
+        trees: dict[str, list[str]] = defaultdict(list)
+        for uuid, row in self.rows.items():
+            trees[row.root_provider_uuid].append(uuid)
+        self.trees = dict(trees)
+        # One-provider trees (root: position among the trees); the others' positions.
+        self.solo: dict[str, int] = {}
+        self.nested: list[tuple[int, str]] = []
+        for position, (root, members) in enumerate(self.trees.items()):
+            if len(members) == 1:
+                self.solo[root] = position
+            else:
+                self.nested.append((position, root))
+
+    def _entry(self, rp: str, rc: str) -> tuple[int, int, int, int]:
+        inv = self.inventories[rp][rc]
+        return (inv.capacity - self.usages.get(rp, {}).get(rc, 0), inv.min_unit,
+                inv.max_unit, inv.step_size)
+
+    def _entries(self, rc: str) -> dict[str, tuple]:
         entries = self._free.get(rc)
         if entries is None:
-            entries = self._free[rc] = [
-                (rp, inv.capacity - self.usages.get(rp, {}).get(rc, 0), inv.min_unit,
-                 inv.max_unit, inv.step_size)
-                for rp, invs in self.inventories.items() if (inv := invs.get(rc)) is not None]
+            entries = self._free[rc] = {rp: self._entry(rp, rc)
+                                        for rp, invs in self.inventories.items() if rc in invs}
         return entries
 
     def free(self, rc: str | None) -> dict[str, int]:
         """``{provider: capacity - used}`` of every provider with ``rc`` inventory."""
-        found = self._free_by_rp.get(rc)
-        if found is None:
-            found = self._free_by_rp[rc] = {e[0]: e[1] for e in self._entries(rc)}
-        return found
+        return {rp: entry[0] for rp, entry in self._entries(rc).items()}
 
     def fitting(self, resources: dict[str, int]) -> set[str]:
         """Providers with room, each alone, for every class of ``resources``."""
         found: set[str] | None = None
         for rc, amount in resources.items():
-            fits = {rp for rp, free, low, high, step in self._entries(rc)
+            fits = {rp for rp, (free, low, high, step) in self._entries(rc).items()
                     if free >= amount and low <= amount <= high and not amount % step}
             found = fits if found is None else found & fits
         return found or set()
@@ -166,7 +201,9 @@ def _read_details(conn, uuids: list[str] | None) -> tuple[dict, dict, dict, dict
     queries = [
         sa.select(INV.c.resource_provider_uuid, INV.c.resource_class, INV.c.total,
                   INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
-                  INV.c.allocation_ratio),
+                  INV.c.allocation_ratio)
+        # The primary key's order: a provider's classes always in one order.
+        .order_by(INV.c.resource_provider_uuid, INV.c.resource_class),
         sa.select(A.c.resource_provider_uuid, A.c.resource_class, sa.func.sum(A.c.used))
         .group_by(A.c.resource_provider_uuid, A.c.resource_class),
         sa.select(PT.c.resource_provider_uuid, PT.c.trait),
@@ -222,19 +259,9 @@ class SnapshotCache:
             before = {s[0]: s for s in old.stamps}
             changed = [s[0] for s in stamps if before.get(s[0]) != s]
             if len(changed) * _FULL_RELOAD_SHARE <= len(stamps):
-                same = {s[0] for s in stamps}.difference(changed)
-                merged = []
-                for mine, theirs in zip((old.inventories, old.usages, old.traits,
-                                         old.aggregates), _read_details(conn, changed),
-                                        strict=True):
-                    kept = {rp: value for rp, value in mine.items() if rp in same}
-                    kept.update(theirs)
-                    merged.append(kept)
-                return Snapshot(stamps, *merged, summaries={
-                    rp: summary for rp, summary in old.summaries.items() if rp in same},
-                    summary_texts={rp: text for rp, text in old.summary_texts.items()
-                                   if rp in same})
-        return Snapshot(stamps, *_read_details(conn, None))
+                dropped = set(changed) | before.keys() - {s[0] for s in stamps}
+                return Snapshot(stamps, _read_details(conn, changed), old, dropped)
+        return Snapshot(stamps, _read_details(conn, None))
 
 
 def touch(session: orm.Session, uuids) -> None:

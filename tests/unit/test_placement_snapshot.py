@@ -13,13 +13,16 @@ from fleetflow.persistence.placement.snapshot import SnapshotCache
 from fleetflow.persistence.placement.store import PlacementStore
 
 AGGREGATE = str(uuid.UUID(int=0xA))
+CLASSES = ("VCPU", "MEMORY_MB", "CUSTOM_OLD", "CUSTOM_NEW")
 
 
 def contents(snapshot) -> dict:
     return {"rows": list(snapshot.rows.values()), "trees": snapshot.trees,
             "inventories": snapshot.inventories, "usages": snapshot.usages,
             "traits": snapshot.traits, "aggregates": snapshot.aggregates,
-            "summaries": {rp: snapshot.summary(rp) for rp in snapshot.rows}}
+            "summaries": {rp: snapshot.summary_json(rp) for rp in snapshot.rows},
+            # Kept per class once asked for, and patched when providers change.
+            "free": {rc: snapshot.free(rc) for rc in CLASSES}}
 
 
 @pytest.fixture
