@@ -6,8 +6,8 @@ A SQLite database in a temporary directory gets ``--providers`` providers: compu
 hosts with VCPU (ratio 4.0), MEMORY_MB (2 GiB reserved, ratio 1.5) and DISK_GB
 inventories, a tenth of them with a child provider (an SR-IOV NIC with
 ``SRIOV_NET_VF``), a few traits (AVX2 on half, AVX-512 on a tenth, a few disabled
-hosts), one of four aggregates each, and usage from 3,000 consumers (some hosts
-full, so they drop out). Each query variant is then timed (median and p90 of
+hosts), one of four aggregates each, and three or four consumers per host (one
+host in twenty full, so it drops out). Each query variant is then timed (median and p90 of
 ``--repeat``; the last variant with a claim on one host, untimed, before each
 request, so the server must read that host again):
 
