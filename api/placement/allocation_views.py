@@ -97,27 +97,57 @@ def _candidates_json(found: dict, requested: set[str], world) -> flask.Response:
     own, shared between requests: only copies of them are trimmed for older versions,
     and from 1.29 each is encoded once per snapshot."""
     version = microversion.current()
-    if version >= (1, 34):
-        requests = found["allocation_requests"]  # allocations and mappings, as they are
-    elif version >= (1, 12):
-        requests = [{"allocations": r["allocations"]} for r in found["allocation_requests"]]
+    if version >= (1, 12):
+        requests = _requests_json(found["allocation_requests"], version >= (1, 34))
     else:
         requests = [{"allocations": [{"resource_provider": {"uuid": rp},
                                       "resources": entry["resources"]}
                                      for rp, entry in r["allocations"].items()]}
                     for r in found["allocation_requests"]]
     summaries = found["provider_summaries"]
+    if version < (1, 12):
+        requests = json.dumps(requests, separators=(",", ":"))
     if version < (1, 29):
-        body = json.dumps({"allocation_requests": requests, "provider_summaries": {
-            rp: _older_summary(summary, version, requested)
-            for rp, summary in summaries.items()}}, separators=(",", ":"))
+        body = "".join(('{"allocation_requests":', requests, ',"provider_summaries":',
+                        json.dumps({rp: _older_summary(summary, version, requested)
+                                    for rp, summary in summaries.items()},
+                                   separators=(",", ":")), "}"))
     else:
-        body = "".join(('{"allocation_requests":',
-                        json.dumps(requests, separators=(",", ":")),
-                        ',"provider_summaries":{',
+        body = "".join(('{"allocation_requests":', requests, ',"provider_summaries":{',
                         ",".join(f'"{rp}":{world.summary_json(rp)}' for rp in summaries),
                         "}}"))
     return flask.Response(body, mimetype="application/json")
+
+
+def _requests_json(requests: list[dict], with_mappings: bool) -> str:
+    """The dict-shaped (1.12+) allocation requests as JSON text.
+
+    Provider uuids are canonical (hex and dashes), so they go in as they are; an
+    allocation entry that many requests share (the direct search path's) is encoded
+    once. Mappings from 1.34; a request without its own maps every provider to the
+    unsuffixed group.
+    """
+    encoded: dict[int, str] = {}
+    suffixes: dict[str, str] = {}
+    items = []
+    for request in requests:
+        allocations = request["allocations"]
+        parts = []
+        for rp, entry in allocations.items():
+            text = encoded.get(id(entry))
+            if text is None:
+                text = encoded[id(entry)] = json.dumps(entry, separators=(",", ":"))
+            parts.append(f'"{rp}":{text}')
+        item = '{"allocations":{' + ",".join(parts) + "}"
+        if with_mappings:
+            mappings = request.get("mappings") or {"": sorted(allocations)}
+            groups = []
+            for suffix, rps in mappings.items():
+                key = suffixes.get(suffix) or suffixes.setdefault(suffix, json.dumps(suffix))
+                groups.append(key + ":[" + ",".join(f'"{rp}"' for rp in rps) + "]")
+            item += ',"mappings":{' + ",".join(groups) + "}"
+        items.append(item + "}")
+    return "[" + ",".join(items) + "]"
 
 
 def _older_summary(summary: dict, version: tuple[int, int], requested: set[str]) -> dict:

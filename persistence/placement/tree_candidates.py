@@ -74,6 +74,8 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
     root_forbidden = request.get("root_forbidden", set())
     alone = _single_group(request)
     fitting = world.fitting(alone["resources"]) if alone else frozenset()
+    # Every direct-path request allocates the same amounts: one (read-only) dict.
+    amounts = dict(alone["resources"]) if alone else {}
     for anchor, tree in world.trees.items():
         if root_required or root_forbidden:
             root_traits = world.traits.get(anchor, _NOTHING)
@@ -83,7 +85,7 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
             # The usual request on the usual tree: what the general search below
             # would find, without building its options one by one.
             if anchor in fitting and _alone_fits(world, anchor, alone):
-                found.append({"allocations": {anchor: dict(alone["resources"])},
+                found.append({"allocations": {anchor: amounts},
                               "mappings": {suffixes[0]: [anchor]}})
             continue
         options = []
@@ -110,9 +112,10 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
     free = world.free(first)
     found.sort(key=lambda m: (len(m["allocations"]),
                               -free.get(next(iter(m["allocations"]), ""), 0)))
+    entries: dict[int, dict] = {}  # one entry per amounts dict: shared amounts, one entry
     return {"allocation_requests": [
-                {"allocations": {rp: {"resources": res}
-                                 for rp, res in m["allocations"].items()},
+                {"allocations": {rp: entries.get(id(res)) or entries.setdefault(
+                    id(res), {"resources": res}) for rp, res in m["allocations"].items()},
                  "mappings": m["mappings"]} for m in found],
             "provider_summaries": summaries(world, [m["allocations"] for m in found],
                                             nested_aware)}
