@@ -94,7 +94,6 @@ class Snapshot:
         self.shape = [(s[0], s[1], s[3], s[4]) for s in stamps]  # in name order
         if base is not None and base.shape == self.shape:
             self.rows, self.trees = base.rows, base.trees
-            self.solo, self.nested = base.solo, base.nested
         else:
             self._make_trees()
         if base is None:
@@ -122,14 +121,6 @@ class Snapshot:
         for uuid, row in self.rows.items():
             trees[row.root_provider_uuid].append(uuid)
         self.trees = dict(trees)
-        # One-provider trees (root: position among the trees); the others' positions.
-        self.solo: dict[str, int] = {}
-        self.nested: list[tuple[int, str]] = []
-        for position, (root, members) in enumerate(self.trees.items()):
-            if len(members) == 1:
-                self.solo[root] = position
-            else:
-                self.nested.append((position, root))
 
     def _entry(self, rp: str, rc: str) -> tuple[int, int, int, int]:
         inv = self.inventories[rp][rc]
