@@ -9,6 +9,10 @@ before 1.8). See :mod:`.allocation_schemas`.
 
 from __future__ import annotations
 
+import json
+
+import flask
+
 from fleetflow.api.placement import allocation_schemas, candidate_query, microversion, schemas
 from fleetflow.api.placement.blueprint import blp, fence, no_content, store
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
@@ -78,35 +82,78 @@ def provider_allocations(uuid):
 def allocation_candidates():
     microversion.require(1, 10)
 
+    placement = store()
+
     def search(session):
         request = candidate_query.parse(session)
         requested = {rc for group in request["groups"].values() for rc in group["resources"]}
-        return candidate_query.find(session, request), requested
-    return _candidates_json(*store().in_transaction(search))
+        world = placement.snapshots.current(session)
+        return candidate_query.find(world, request), requested, world
+    return _candidates_json(*placement.read_only(search))
 
 
-def _candidates_json(found: dict, requested: dict) -> dict:
-    requests = []
-    for request in found["allocation_requests"]:
-        if microversion.at_least(1, 12):
-            item = {"allocations": request["allocations"]}
-            if microversion.at_least(1, 34):
-                item["mappings"] = request.get("mappings") or {
-                    "": sorted(request["allocations"])}
-        else:
-            item = {"allocations": [{"resource_provider": {"uuid": rp},
-                                     "resources": entry["resources"]}
-                                    for rp, entry in request["allocations"].items()]}
-        requests.append(item)
-    summaries = {}
-    for rp, summary in found["provider_summaries"].items():
-        # Every class of the provider from 1.27; before, only the requested ones.
-        item = {"resources": {rc: usage for rc, usage in summary["resources"].items()
-                              if microversion.at_least(1, 27) or rc in requested}}
-        if microversion.at_least(1, 17):
-            item["traits"] = summary["traits"]
-        if microversion.at_least(1, 29):
-            item["parent_provider_uuid"] = summary["parent_provider_uuid"]
-            item["root_provider_uuid"] = summary["root_provider_uuid"]
-        summaries[rp] = item
-    return {"allocation_requests": requests, "provider_summaries": summaries}
+def _candidates_json(found: dict, requested: set[str], world) -> flask.Response:
+    """The body at the request's version. Summaries are the snapshot's (``world``'s)
+    own, shared between requests: only copies of them are trimmed for older versions,
+    and from 1.29 each is encoded once per snapshot."""
+    version = microversion.current()
+    if version >= (1, 12):
+        requests = _requests_json(found["allocation_requests"], version >= (1, 34))
+    else:
+        requests = [{"allocations": [{"resource_provider": {"uuid": rp},
+                                      "resources": entry["resources"]}
+                                     for rp, entry in r["allocations"].items()]}
+                    for r in found["allocation_requests"]]
+    summaries = found["provider_summaries"]
+    if version < (1, 12):
+        requests = json.dumps(requests, separators=(",", ":"))
+    if version < (1, 29):
+        body = "".join(('{"allocation_requests":', requests, ',"provider_summaries":',
+                        json.dumps({rp: _older_summary(summary, version, requested)
+                                    for rp, summary in summaries.items()},
+                                   separators=(",", ":")), "}"))
+    else:
+        body = "".join(('{"allocation_requests":', requests, ',"provider_summaries":{',
+                        ",".join(f'"{rp}":{world.summary_json(rp)}' for rp in summaries),
+                        "}}"))
+    return flask.Response(body, mimetype="application/json")
+
+
+def _requests_json(requests: list[dict], with_mappings: bool) -> str:
+    """The dict-shaped (1.12+) allocation requests as JSON text.
+
+    Provider uuids are canonical (hex and dashes), so they go in as they are; an
+    allocation entry that many requests share (the direct search path's) is encoded
+    once. Mappings from 1.34; a request without its own maps every provider to the
+    unsuffixed group.
+    """
+    encoded: dict[int, str] = {}
+    suffixes: dict[str, str] = {}
+    items = []
+    for request in requests:
+        allocations = request["allocations"]
+        parts = []
+        for rp, entry in allocations.items():
+            text = encoded.get(id(entry))
+            if text is None:
+                text = encoded[id(entry)] = json.dumps(entry, separators=(",", ":"))
+            parts.append(f'"{rp}":{text}')
+        item = '{"allocations":{' + ",".join(parts) + "}"
+        if with_mappings:
+            mappings = request.get("mappings") or {"": sorted(allocations)}
+            groups = []
+            for suffix, rps in mappings.items():
+                key = suffixes.get(suffix) or suffixes.setdefault(suffix, json.dumps(suffix))
+                groups.append(key + ":[" + ",".join(f'"{rp}"' for rp in rps) + "]")
+            item += ',"mappings":{' + ",".join(groups) + "}"
+        items.append(item + "}")
+    return "[" + ",".join(items) + "]"
+
+
+def _older_summary(summary: dict, version: tuple[int, int], requested: set[str]) -> dict:
+    # Every class of the provider from 1.27; before, only the requested ones.
+    out = {"resources": summary["resources"] if version >= (1, 27) else {
+        rc: usage for rc, usage in summary["resources"].items() if rc in requested}}
+    if version >= (1, 17):
+        out["traits"] = summary["traits"]
+    return out

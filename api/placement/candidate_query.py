@@ -175,10 +175,11 @@ def parse(session) -> dict:
             "limit": int(args["limit"]) if "limit" in args else None}
 
 
-def find(session, request: dict) -> dict:
-    """Candidates of ``request`` (from :func:`parse`), at most ``limit``."""
+def find(world, request: dict) -> dict:
+    """Candidates of ``request`` (from :func:`parse`) in ``world`` (a placement
+    snapshot), at most ``limit``."""
     found = tree_candidates.find_groups(
-        session, request, nested_aware=microversion.at_least(1, 29))
+        world, request, nested_aware=microversion.at_least(1, 29))
     if request["limit"] is not None:
         chosen = found["allocation_requests"][:request["limit"]]
         roots = {found["provider_summaries"][rp]["root_provider_uuid"]

@@ -7,6 +7,7 @@ the same library and the same wording are used here.
 
 from __future__ import annotations
 
+import json
 import uuid as uuidlib
 
 import flask
@@ -34,12 +35,27 @@ def _is_uuid(instance) -> bool:
     return True
 
 
+# Validators by schema: ``jsonschema.validate`` checks the schema itself against its
+# meta-schema on every call, which costs more than validating a request.
+_VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
+
+
+def first_error(data, schema: dict) -> jsonschema.ValidationError | None:
+    """The error ``jsonschema.validate`` would raise for ``data``, or None."""
+    key = json.dumps(schema, sort_keys=True)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        validator = _VALIDATORS.setdefault(key, cls(schema, format_checker=FORMAT_CHECKER))
+    return jsonschema.exceptions.best_match(validator.iter_errors(data))
+
+
 def validate(data, schema: dict):
     """``data`` if it matches ``schema``, else Placement's 400."""
-    try:
-        jsonschema.validate(data, schema, format_checker=FORMAT_CHECKER)
-    except jsonschema.ValidationError as exc:
-        raise errors.BadRequest(f"JSON does not validate: {exc}") from None
+    error = first_error(data, schema)
+    if error is not None:
+        raise errors.BadRequest(f"JSON does not validate: {error}")
     return data
 
 

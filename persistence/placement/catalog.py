@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.common.exceptions import NotFound
-from fleetflow.persistence.placement import errors
+from fleetflow.persistence.placement import errors, snapshot
 from fleetflow.persistence.placement.models import (
     Allocation,
     Inventory,
@@ -94,6 +94,11 @@ def rename_resource_class(session: orm.Session, name: str, new_name: str) -> Non
     session.delete(row)
     session.flush()
     session.add(ResourceClass(name=new_name, created_at=row.created_at))
+    # No generation moves (as in Placement), yet the candidates' snapshot must see it.
+    snapshot.touch(session, [*session.execute(
+        sa.select(Inventory.resource_provider_uuid).where(Inventory.resource_class == name)
+        .union(sa.select(Allocation.resource_provider_uuid)
+               .where(Allocation.resource_class == name))).scalars()])
     for table in (Inventory, Allocation):
         session.execute(sa.update(table).where(table.resource_class == name)
                         .values(resource_class=new_name))
@@ -164,6 +169,8 @@ def set_aggregates(session: orm.Session, rp_uuid: str, aggregates: list[str],
     new_generation = row.generation
     if generation is not None:
         new_generation = bump_generation(session, rp_uuid, generation)
+    else:  # before 1.19 no generation moves, yet the candidates' snapshot must see it
+        snapshot.touch(session, [rp_uuid])
     session.execute(sa.delete(ProviderAggregate)
                     .where(ProviderAggregate.resource_provider_uuid == rp_uuid))
     wanted = list(dict.fromkeys(aggregates))  # answered in the order given, as Placement

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from fleetflow.persistence.placement import allocations as allocs
 from fleetflow.persistence.placement import candidates, errors, providers
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
+from fleetflow.persistence.placement.snapshot import SnapshotCache
 
 LOG = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class PlacementStore:
     def __init__(self, database, max_retries: int = 10):
         self.database = database
         self.max_retries = max_retries
+        self.snapshots = SnapshotCache()
 
     # -- helpers -------------------------------------------------------------
     def _read(self, fn, *args, **kwargs):
@@ -58,6 +60,11 @@ class PlacementStore:
             # A tiny, growing pause lets the winner finish before we re-read.
             time.sleep(0.001 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def read_only(self, fn, *args, **kwargs):
+        """``fn(session, *args, **kwargs)`` in a read-only transaction that blocks no writer."""
+        with self.database.read_session() as session:
+            return fn(session, *args, **kwargs)
 
     def in_transaction(self, fn, *args, **kwargs):
         """``fn(session, *args, **kwargs)`` in one transaction (catalogue reads and writes)."""

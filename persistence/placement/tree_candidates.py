@@ -18,71 +18,42 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-import sqlalchemy as sa
-from sqlalchemy import orm
-
-from fleetflow.persistence.placement.allocations import usages_by_provider
-from fleetflow.persistence.placement.models import (
-    Inventory,
-    ProviderAggregate,
-    ProviderTrait,
-    ResourceProvider,
-)
-from fleetflow.persistence.placement.providers import capacity
+from fleetflow.persistence.placement.snapshot import Snapshot
 
 SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 # More combinations than any real request needs; the rest would only cost time.
 MAX_COMBINATIONS = 10000
+_NOTHING: frozenset[str] = frozenset()
 
 
-class _World:
-    """Every provider, inventory, usage, trait and aggregate, read once."""
-
-    def __init__(self, session: orm.Session):
-        self.rows = {row.uuid: row for row in session.execute(
-            sa.select(ResourceProvider).order_by(ResourceProvider.name)).scalars()}
-        self.inventories: dict[str, dict] = defaultdict(dict)
-        for inv in session.execute(sa.select(Inventory)).scalars():
-            self.inventories[inv.resource_provider_uuid][inv.resource_class] = inv
-        self.traits: dict[str, set[str]] = defaultdict(set)
-        for rp, trait in session.execute(sa.select(ProviderTrait.resource_provider_uuid,
-                                                   ProviderTrait.trait)):
-            self.traits[rp].add(trait)
-        self.aggregates: dict[str, set[str]] = defaultdict(set)
-        for rp, agg in session.execute(sa.select(ProviderAggregate.resource_provider_uuid,
-                                                 ProviderAggregate.aggregate_uuid)):
-            self.aggregates[rp].add(agg)
-        self.usages = usages_by_provider(session)
-        self.trees: dict[str, list[str]] = defaultdict(list)
-        for uuid, row in self.rows.items():
-            self.trees[row.root_provider_uuid].append(uuid)
-
-    def fits(self, rp: str, rc: str, amount: int) -> bool:
-        inv = self.inventories.get(rp, {}).get(rc)
-        if inv is None or amount < inv.min_unit or amount > inv.max_unit \
-                or amount % inv.step_size:
-            return False
-        return self.usages.get(rp, {}).get(rc, 0) + amount <= capacity(inv)
-
-    def sharing_anchors(self, rp: str) -> set[str]:
-        """Roots of the trees a sharing provider lends to (its own included)."""
-        mine = self.aggregates.get(rp, set())
-        anchors = {self.rows[rp].root_provider_uuid}
-        if mine:
-            anchors |= {self.rows[other].root_provider_uuid
-                        for other, aggs in self.aggregates.items() if aggs & mine}
-        return anchors
-
-    def member(self, rp: str, aggregates: list[set[str]], refused: set[str],
-               with_root: bool = True) -> bool:
-        """Whether ``rp`` (with its root's aggregates, ``with_root``) meets ``member_of``."""
-        have = set(self.aggregates.get(rp, set()))
-        if with_root:
-            have |= self.aggregates.get(self.rows[rp].root_provider_uuid, set())
-        return all(group & have for group in aggregates) and not refused & have
+def _fits(world: Snapshot, rp: str, rc: str, amount: int) -> bool:
+    inv = world.inventories.get(rp, {}).get(rc)
+    if inv is None or amount < inv.min_unit or amount > inv.max_unit \
+            or amount % inv.step_size:
+        return False
+    return world.usages.get(rp, {}).get(rc, 0) + amount <= inv.capacity
 
 
-def find_groups(session: orm.Session, request: dict, nested_aware: bool = True) -> dict:
+def _sharing_anchors(world: Snapshot, rp: str) -> set[str]:
+    """Roots of the trees a sharing provider lends to (its own included)."""
+    mine = world.aggregates.get(rp, _NOTHING)
+    anchors = {world.rows[rp].root_provider_uuid}
+    if mine:
+        anchors |= {world.rows[other].root_provider_uuid
+                    for other, aggs in world.aggregates.items() if aggs & mine}
+    return anchors
+
+
+def _member(world: Snapshot, rp: str, aggregates: list[set[str]], refused: set[str],
+            with_root: bool = True) -> bool:
+    """Whether ``rp`` (with its root's aggregates, ``with_root``) meets ``member_of``."""
+    have = world.aggregates.get(rp, _NOTHING)
+    if with_root:
+        have = have | world.aggregates.get(world.rows[rp].root_provider_uuid, _NOTHING)
+    return all(group & have for group in aggregates) and not refused & have
+
+
+def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> dict:
     """``{"allocation_requests": [{"allocations": ..., "mappings": ...}],
     "provider_summaries": {...}}`` of every combination of the request's groups that fits.
 
@@ -90,20 +61,32 @@ def find_groups(session: orm.Session, request: dict, nested_aware: bool = True) 
     required, forbidden, aggregates, refused_aggregates, in_tree), ``group_policy``,
     ``root_required``, ``root_forbidden``, ``same_subtrees``.
     """
-    world = _World(session)
-    shared = {rp for rp in world.rows if SHARING_TRAIT in world.traits.get(rp, ())}
+    shared = {rp for rp, names in world.traits.items() if SHARING_TRAIT in names}
     lenders: dict[str, list[str]] = defaultdict(list)
     for rp in sorted(shared, key=lambda u: world.rows[u].name):
-        for anchor in world.sharing_anchors(rp):
+        for anchor in _sharing_anchors(world, rp):
             lenders[anchor].append(rp)
     groups = request["groups"]
     suffixes = list(groups)
     seen: set = set()
     found: list[dict] = []
-    for anchor in world.trees:
-        root_traits = world.traits.get(anchor, set())
-        if not all(g & root_traits for g in request.get("root_required", ())) \
-                or request.get("root_forbidden", set()) & root_traits:
+    root_required = request.get("root_required", ())
+    root_forbidden = request.get("root_forbidden", set())
+    alone = _single_group(request)
+    fitting = world.fitting(alone["resources"]) if alone else frozenset()
+    # Every direct-path request allocates the same amounts: one (read-only) dict.
+    amounts = dict(alone["resources"]) if alone else {}
+    for anchor, tree in world.trees.items():
+        if root_required or root_forbidden:
+            root_traits = world.traits.get(anchor, _NOTHING)
+            if not all(g & root_traits for g in root_required) or root_forbidden & root_traits:
+                continue
+        if alone and len(tree) == 1 and anchor not in lenders:
+            # The usual request on the usual tree: what the general search below
+            # would find, without building its options one by one.
+            if anchor in fitting and _alone_fits(world, anchor, alone):
+                found.append({"allocations": {anchor: amounts},
+                              "mappings": {suffixes[0]: [anchor]}})
             continue
         options = []
         for suffix, group in groups.items():
@@ -126,17 +109,36 @@ def find_groups(session: orm.Session, request: dict, nested_aware: bool = True) 
                     seen.add(key)
                 found.append(made)
     first = next((rc for g in groups.values() for rc in g["resources"]), None)
+    free = world.free(first)
     found.sort(key=lambda m: (len(m["allocations"]),
-                              -_free(world, next(iter(m["allocations"]), ""), first)))
+                              -free.get(next(iter(m["allocations"]), ""), 0)))
+    entries: dict[int, dict] = {}  # one entry per amounts dict: shared amounts, one entry
     return {"allocation_requests": [
-                {"allocations": {rp: {"resources": res}
-                                 for rp, res in m["allocations"].items()},
+                {"allocations": {rp: entries.get(id(res)) or entries.setdefault(
+                    id(res), {"resources": res}) for rp, res in m["allocations"].items()},
                  "mappings": m["mappings"]} for m in found],
             "provider_summaries": summaries(world, [m["allocations"] for m in found],
                                             nested_aware)}
 
 
-def _group_options(world: _World, anchor: str, suffix: str, group: dict, lenders,
+def _single_group(request: dict) -> dict | None:
+    """The request's one group, when it has resources and no tree or subtree rule."""
+    groups = request["groups"]
+    if len(groups) != 1 or request.get("same_subtrees"):
+        return None
+    group = next(iter(groups.values()))
+    return group if group["resources"] and group["in_tree"] is None else None
+
+
+def _alone_fits(world: Snapshot, rp: str, group: dict) -> bool:
+    """Traits and aggregates of a one-provider tree for a group it has room for."""
+    if (group["aggregates"] or group["refused_aggregates"]) and not _member(
+            world, rp, group["aggregates"], group["refused_aggregates"]):
+        return False
+    return _traits_ok(world, (rp,), group["required"], group["forbidden"])
+
+
+def _group_options(world: Snapshot, anchor: str, suffix: str, group: dict, lenders,
                    shared: set[str]) -> list[tuple[dict, tuple[str, ...]]]:
     """Ways one group can be met in ``anchor``'s tree: (allocation, providers used)."""
     tree = world.trees[anchor]
@@ -149,13 +151,13 @@ def _group_options(world: _World, anchor: str, suffix: str, group: dict, lenders
     aggregates, refused = group["aggregates"], group["refused_aggregates"]
     if aggregates or refused:
         # The unsuffixed group sees its tree's root aggregates; a suffixed one its own.
-        pool = [rp for rp in pool if world.member(rp, aggregates, refused, with_root=not suffix)]
+        pool = [rp for rp in pool if _member(world, rp, aggregates, refused, with_root=not suffix)]
     resources = group["resources"]
     if suffix:
         return [({rp: dict(resources)} if resources else {}, (rp,)) for rp in pool
-                if all(world.fits(rp, rc, n) for rc, n in resources.items())
+                if all(_fits(world, rp, rc, n) for rc, n in resources.items())
                 and _traits_ok(world, {rp}, group["required"], group["forbidden"])]
-    per_class = [[rp for rp in pool if world.fits(rp, rc, n)] for rc, n in resources.items()]
+    per_class = [[rp for rp in pool if _fits(world, rp, rc, n)] for rc, n in resources.items()]
     out = []
     for choice in itertools.islice(itertools.product(*per_class), MAX_COMBINATIONS):
         allocation: dict[str, dict[str, int]] = {}
@@ -166,9 +168,13 @@ def _group_options(world: _World, anchor: str, suffix: str, group: dict, lenders
     return out
 
 
-def _combine(world: _World, request: dict, suffixes: list[str], combo,
+def _combine(world: Snapshot, request: dict, suffixes: list[str], combo,
              nested_aware: bool) -> dict | None:
     """The groups' allocations merged, or None when the combination breaks a rule."""
+    if len(suffixes) == 1 and nested_aware and not request.get("same_subtrees"):
+        # One group: its option is already a fitting, fresh allocation of its own.
+        allocation, used = combo[0]
+        return {"allocations": allocation, "mappings": {suffixes[0]: list(used)}}
     isolate = request.get("group_policy") == "isolate"
     merged: dict[str, dict[str, int]] = {}
     mappings: dict[str, list[str]] = {}
@@ -185,7 +191,7 @@ def _combine(world: _World, request: dict, suffixes: list[str], combo,
     if len(suffixes) > 1:  # a single group's amounts were checked already
         for rp, res in merged.items():
             for rc, n in res.items():
-                if not world.fits(rp, rc, n):
+                if not _fits(world, rp, rc, n):
                     return None
     roots = [world.rows[rp].root_provider_uuid for rp in merged]
     if not nested_aware and len(set(roots)) < len(roots):
@@ -197,7 +203,7 @@ def _combine(world: _World, request: dict, suffixes: list[str], combo,
     return {"allocations": merged, "mappings": mappings}
 
 
-def _is_ancestor(world: _World, top: str, rp: str) -> bool:
+def _is_ancestor(world: Snapshot, top: str, rp: str) -> bool:
     while rp is not None:
         if rp == top:
             return True
@@ -205,35 +211,22 @@ def _is_ancestor(world: _World, top: str, rp: str) -> bool:
     return False
 
 
-def _traits_ok(world: _World, used: set[str], required, forbidden) -> bool:
+def _traits_ok(world: Snapshot, used: set[str], required, forbidden) -> bool:
     if not required and not forbidden:
         return True
-    have = set().union(*(world.traits.get(rp, set()) for rp in used))
+    have = set().union(*(world.traits.get(rp, _NOTHING) for rp in used))
     return all(group & have for group in required) and not set(forbidden) & have
 
 
-def _free(world: _World, rp: str, rc: str | None) -> int:
-    inv = world.inventories.get(rp, {}).get(rc)
-    return capacity(inv) - world.usages.get(rp, {}).get(rc, 0) if inv is not None else 0
+def summaries(world: Snapshot, requests, nested_aware: bool) -> dict:
+    """Every provider of every tree a request touches (1.29+); before, those it uses.
 
-
-def summaries(world: _World, requests, nested_aware: bool) -> dict:
-    """Every provider of every tree a request touches (1.29+); before, those it uses."""
+    The summaries are the snapshot's own (shared): callers copy what they change.
+    """
     used = {rp for a in requests for rp in a}
-    roots = {world.rows[rp].root_provider_uuid for rp in used}
-    shown = [rp for root in roots for rp in world.trees[root]] if nested_aware \
-        else sorted(used)
-    out = {}
-    for rp in shown:
-        row = world.rows[rp]
-        out[rp] = {
-            "resources": {rc: {"capacity": capacity(inv),
-                               "used": world.usages.get(rp, {}).get(rc, 0)}
-                          for rc, inv in world.inventories.get(rp, {}).items()},
-            # Standard traits first, as Placement lists them (by id).
-            "traits": sorted(world.traits.get(rp, ()),
-                             key=lambda t: (t.startswith("CUSTOM_"), t)),
-            "parent_provider_uuid": row.parent_provider_uuid,
-            "root_provider_uuid": row.root_provider_uuid,
-        }
-    return out
+    if nested_aware:
+        roots = {world.rows[rp].root_provider_uuid for rp in used}
+        shown = [rp for root in world.trees if root in roots for rp in world.trees[root]]
+    else:
+        shown = sorted(used)
+    return {rp: world.summary(rp) for rp in shown}

@@ -1,0 +1,262 @@
+"""Every provider, inventory, usage, trait and aggregate in memory, kept fresh per request.
+
+``GET /allocation_candidates`` looks at the whole placement database, which
+costs a query per table and thousands of rows per request. :class:`SnapshotCache`
+keeps the last :class:`Snapshot` and checks it with one cheap query per request:
+every provider's *stamp* (uuid, name, generation, parent, root, ``updated_at``).
+
+The stamp of a provider moves on every write that can change what the search
+sees about it, in this process or any other:
+
+- inventories, traits, allocations (and so usages), re-shapes and aggregates
+  from 1.19 bump the generation, in the writer's transaction;
+- renames and re-parenting change the row itself (and ``updated_at``);
+- aggregates before 1.19 and resource-class renames bump no generation, so they
+  touch ``updated_at`` of the providers they change (:func:`touch`);
+- creating or deleting a provider adds or removes a stamp.
+
+So when every stamp is unchanged the snapshot is exact, and only the providers
+whose stamps moved are read again. The stamps are read before the rows they
+guard: under READ COMMITTED rows read later may be newer than their stamps,
+which only makes the next request reload them once more, never keep stale ones.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections import defaultdict
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from fleetflow.persistence.placement.models import (
+    Allocation,
+    Inventory,
+    ProviderAggregate,
+    ProviderTrait,
+    ResourceProvider,
+    _utcnow,
+)
+
+RP = ResourceProvider.__table__
+INV = Inventory.__table__
+A = Allocation.__table__
+PT = ProviderTrait.__table__
+PA = ProviderAggregate.__table__
+
+# Raw driver values: no per-row type conversion, compared only for equality.
+_STAMPS = ("SELECT uuid, name, generation, parent_provider_uuid, root_provider_uuid, "
+           "updated_at FROM resource_providers ORDER BY name")
+# Past this share of changed providers one full read is cheaper than IN lists.
+_FULL_RELOAD_SHARE = 4
+# SQLite's and PostgreSQL's bound-parameter limits are far above this.
+_IN_CHUNK = 500
+
+
+class Provider(typing.NamedTuple):
+    uuid: str
+    name: str
+    parent_provider_uuid: str | None
+    root_provider_uuid: str
+
+
+class Inv(typing.NamedTuple):
+    total: int
+    reserved: int
+    min_unit: int
+    max_unit: int
+    step_size: int
+    allocation_ratio: float
+    capacity: int  # (total - reserved) * allocation_ratio, as Placement computes it
+
+
+def _patched(base: dict, dropped, fresh: dict) -> dict:
+    """``base`` without the ``dropped`` providers' entries, with ``fresh`` ones instead."""
+    out = dict(base)
+    for rp in dropped:
+        out.pop(rp, None)
+    out.update(fresh)
+    return out
+
+
+class Snapshot:
+    """Read-only view of placement at one set of stamps (shared between requests).
+
+    Made from ``base`` (the previous snapshot), only the ``dropped`` providers'
+    (changed or gone) entries are replaced by ``details`` (their fresh rows).
+    """
+
+    def __init__(self, stamps: list[tuple], details: tuple[dict, dict, dict, dict],
+                 base: Snapshot | None = None, dropped: set[str] | None = None):
+        self.stamps = stamps
+        # What the trees are made of: unchanged by claims, inventories or traits.
+        self.shape = [(s[0], s[1], s[3], s[4]) for s in stamps]  # in name order
+        if base is not None and base.shape == self.shape:
+            self.rows, self.trees = base.rows, base.trees
+        else:
+            self._make_trees()
+        if base is None:
+            (self.inventories, self.usages, self.traits, self.aggregates) = details
+            # Built on first use; a provider's summary depends on its own rows only.
+            self.summaries: dict[str, dict] = {}
+            self.summary_texts: dict[str, str] = {}
+            # Per resource class: {provider: (free, min_unit, max_unit, step_size)}.
+            self._free: dict[str, dict[str, tuple]] = {}
+            return
+        self.inventories, self.usages, self.traits, self.aggregates = (
+            _patched(mine, dropped, theirs) for mine, theirs in zip(
+                (base.inventories, base.usages, base.traits, base.aggregates), details,
+                strict=True))
+        self.summaries = _patched(base.summaries, dropped, {})
+        self.summary_texts = _patched(base.summary_texts, dropped, {})
+        self._free = {rc: _patched(entries, dropped, {
+            rp: self._entry(rp, rc) for rp in dropped
+            if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
+
+    def _make_trees(self) -> None:
+        self.rows = {s[0]: Provider(*s) for s in self.shape}
+        # Trees in the order of their first provider by name; members by name.
+        trees: dict[str, list[str]] = defaultdict(list)
+        for uuid, row in self.rows.items():
+            trees[row.root_provider_uuid].append(uuid)
+        self.trees = dict(trees)
+
+    def _entry(self, rp: str, rc: str) -> tuple[int, int, int, int]:
+        inv = self.inventories[rp][rc]
+        return (inv.capacity - self.usages.get(rp, {}).get(rc, 0), inv.min_unit,
+                inv.max_unit, inv.step_size)
+
+    def _entries(self, rc: str) -> dict[str, tuple]:
+        entries = self._free.get(rc)
+        if entries is None:
+            entries = self._free[rc] = {rp: self._entry(rp, rc)
+                                        for rp, invs in self.inventories.items() if rc in invs}
+        return entries
+
+    def free(self, rc: str | None) -> dict[str, int]:
+        """``{provider: capacity - used}`` of every provider with ``rc`` inventory."""
+        return {rp: entry[0] for rp, entry in self._entries(rc).items()}
+
+    def fitting(self, resources: dict[str, int]) -> set[str]:
+        """Providers with room, each alone, for every class of ``resources``."""
+        found: set[str] | None = None
+        for rc, amount in resources.items():
+            fits = {rp for rp, (free, low, high, step) in self._entries(rc).items()
+                    if free >= amount and low <= amount <= high and not amount % step}
+            found = fits if found is None else found & fits
+        return found or set()
+
+    def summary(self, rp: str) -> dict:
+        """Placement's provider summary of ``rp`` (1.29+ shape), built once per snapshot.
+
+        Callers must not change it: it is shared by every request on this snapshot.
+        """
+        found = self.summaries.get(rp)
+        if found is None:
+            row = self.rows[rp]
+            used = self.usages.get(rp, {})
+            found = self.summaries[rp] = {
+                "resources": {rc: {"capacity": inv.capacity, "used": used.get(rc, 0)}
+                              for rc, inv in self.inventories.get(rp, {}).items()},
+                # Standard traits first, as Placement lists them (by id).
+                "traits": sorted(self.traits.get(rp, ()),
+                                 key=lambda t: (t.startswith("CUSTOM_"), t)),
+                "parent_provider_uuid": row.parent_provider_uuid,
+                "root_provider_uuid": row.root_provider_uuid,
+            }
+        return found
+
+
+    def summary_json(self, rp: str) -> str:
+        """:meth:`summary` as JSON text, encoded once per snapshot."""
+        text = self.summary_texts.get(rp)
+        if text is None:
+            text = self.summary_texts[rp] = json.dumps(self.summary(rp),
+                                                       separators=(",", ":"))
+        return text
+
+
+def _inv(row) -> Inv:
+    ratio = row.allocation_ratio
+    return Inv(row.total, row.reserved, row.min_unit, row.max_unit, row.step_size, ratio,
+               int((row.total - row.reserved) * ratio))
+
+
+def _read_details(conn, uuids: list[str] | None) -> tuple[dict, dict, dict, dict]:
+    """(inventories, usages, traits, aggregates) of ``uuids`` (every provider when None)."""
+    inventories: dict[str, dict[str, Inv]] = defaultdict(dict)
+    usages: dict[str, dict[str, int]] = defaultdict(dict)
+    traits: dict[str, set[str]] = defaultdict(set)
+    aggregates: dict[str, set[str]] = defaultdict(set)
+    queries = [
+        sa.select(INV.c.resource_provider_uuid, INV.c.resource_class, INV.c.total,
+                  INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
+                  INV.c.allocation_ratio)
+        # The primary key's order: a provider's classes always in one order.
+        .order_by(INV.c.resource_provider_uuid, INV.c.resource_class),
+        sa.select(A.c.resource_provider_uuid, A.c.resource_class, sa.func.sum(A.c.used))
+        .group_by(A.c.resource_provider_uuid, A.c.resource_class),
+        sa.select(PT.c.resource_provider_uuid, PT.c.trait),
+        sa.select(PA.c.resource_provider_uuid, PA.c.aggregate_uuid),
+    ]
+    columns = [INV.c.resource_provider_uuid, A.c.resource_provider_uuid,
+               PT.c.resource_provider_uuid, PA.c.resource_provider_uuid]
+    chunks = [None] if uuids is None else [uuids[i:i + _IN_CHUNK]
+                                           for i in range(0, len(uuids), _IN_CHUNK)]
+    for chunk in chunks:
+        where = [query if chunk is None else query.where(column.in_(chunk))
+                 for query, column in zip(queries, columns, strict=True)]
+        for row in conn.execute(where[0]):
+            inventories[row.resource_provider_uuid][row.resource_class] = _inv(row)
+        for rp, rc, used in conn.execute(where[1]):
+            usages[rp][rc] = int(used)
+        for rp, trait in conn.execute(where[2]):
+            traits[rp].add(trait)
+        for rp, aggregate in conn.execute(where[3]):
+            aggregates[rp].add(aggregate)
+    return (dict(inventories), dict(usages),
+            {rp: frozenset(names) for rp, names in traits.items()},
+            {rp: frozenset(names) for rp, names in aggregates.items()})
+
+
+class SnapshotCache:
+    """The newest :class:`Snapshot` of one database, checked on every :meth:`current`."""
+
+    def __init__(self):
+        self._snapshot: Snapshot | None = None
+
+    def current(self, session: orm.Session) -> Snapshot:
+        """The snapshot that matches the database as ``session`` sees it now."""
+        conn = session.connection()
+        # The driver's own cursor: a thousand plain tuples, no result wrapping.
+        cursor = conn.connection.dbapi_connection.cursor()
+        try:
+            cursor.execute(_STAMPS)
+            stamps = [tuple(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+        old = self._snapshot
+        if old is not None and old.stamps == stamps:
+            return old
+        # Requests in other threads may refresh at the same time: each builds its
+        # own snapshot from what it read, and the last one kept is as good as any.
+        self._snapshot = fresh = self._refresh(conn, old, stamps)
+        return fresh
+
+    @staticmethod
+    def _refresh(conn, old: Snapshot | None, stamps: list[tuple]) -> Snapshot:
+        if old is not None:
+            before = {s[0]: s for s in old.stamps}
+            changed = [s[0] for s in stamps if before.get(s[0]) != s]
+            if len(changed) * _FULL_RELOAD_SHARE <= len(stamps):
+                dropped = set(changed) | before.keys() - {s[0] for s in stamps}
+                return Snapshot(stamps, _read_details(conn, changed), old, dropped)
+        return Snapshot(stamps, _read_details(conn, None))
+
+
+def touch(session: orm.Session, uuids) -> None:
+    """Move the stamps of ``uuids`` for a change that bumps no generation."""
+    uuids = sorted(set(uuids))
+    if uuids:
+        session.execute(RP.update().where(RP.c.uuid.in_(uuids)).values(updated_at=_utcnow()))
