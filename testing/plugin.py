@@ -47,7 +47,9 @@ def fleetflow_make_conf(tmp_path):
 def _cloud(make_conf, fleet_doc, engine):
     from fleetflow.testing.cloud import fake_cloud
 
-    with fake_cloud(make_conf(**_CLOUD_OPTIONS), fleet_doc) as cloud:
+    options = {**_CLOUD_OPTIONS, "conductor": {"engine": engine}}
+    with fake_cloud(make_conf(**options), fleet_doc) as cloud:
+        # Flows run by the cloud and by conductors on its configuration alike.
         cloud.engine = engine
         yield cloud
 
