@@ -30,7 +30,8 @@ DETERMINISTIC = [
 RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 
 
-def test_kill_at_each_deterministic_point_then_another_conductor_finishes(sql_cloud):
+def test_kill_at_each_deterministic_point_then_another_conductor_finishes(crash_engine,
+                                                                        sql_cloud):
     cloud = sql_cloud
     flow_ids = [cloud.submit(instances=2, fail=shape == "revert", pause=0.0,
                              prefix=f"case{index}")
@@ -74,7 +75,7 @@ def test_kill_at_each_deterministic_point_then_another_conductor_finishes(sql_cl
     assert count(flow_ids[4], "case4-0000-claim", "effect") == 2
 
 
-def test_random_kills_while_conductors_share_the_work(sql_cloud):
+def test_random_kills_while_conductors_share_the_work(crash_engine, sql_cloud):
     cloud = sql_cloud
     seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
     rng = random.Random(seed)

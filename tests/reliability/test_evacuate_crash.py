@@ -135,8 +135,8 @@ def _rebuilt_hosts_destroyed_their_copies(cloud) -> list[str]:
 
 @pytest.mark.slow
 def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
-        evacuation_cloud_factory, evacuation_harness, assert_audit_clean):
-    plan = crash_plan(evacuation_harness.flow_atoms)
+        boundaries, evacuation_cloud_factory, evacuation_harness, assert_audit_clean):
+    plan = boundaries(crash_plan(evacuation_harness.flow_atoms))
     own = sum(1 for case in plan if case.get("revert") == "confirm")
     cloud = evacuation_cloud_factory(sources=len(plan),
                                      targets=SHARED_TARGETS + own * OWN_TARGETS)
@@ -165,7 +165,7 @@ def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
 
 
 @pytest.mark.slow
-def test_random_kills_in_100_server_evacuations(evacuation_cloud_factory,
+def test_random_kills_in_100_server_evacuations(crash_engine, evacuation_cloud_factory,
                                                 assert_audit_clean):
     cloud = evacuation_cloud_factory(sources=40, targets=6, vcpus=512,
                                      live_migrate_seconds=0.05, migrate_seconds=0.05)

@@ -273,11 +273,11 @@ def _stop(proc) -> int:
 
 @pytest.mark.slow
 def test_kill_at_every_atom_boundary_of_the_seed_cluster(
-        vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
+        boundaries, vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
     from test_provision_crash import flow_atoms
 
     h = vcluster_harness
-    plan = crash_plan(flow_atoms)
+    plan = boundaries(crash_plan(flow_atoms))
     cloud = vcluster_cloud_factory(lanes={h.GOOD: (2, 4), h.NOHOST: (2, 2),
                                           h.NODISK: (2, 2), h.ATTACH: (2, 2)})
     cloud.break_lanes()
@@ -325,7 +325,7 @@ def run_kinds(cloud) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_random_kills_while_50_server_clusters_are_built_and_deleted(
-        vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
+        crash_engine, vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
     h = vcluster_harness
     cloud = vcluster_cloud_factory(lanes={h.GOOD: (4, 8)}, boot_seconds=0.2)
     seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
