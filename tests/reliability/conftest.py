@@ -16,7 +16,9 @@ FLEETFLOW_ENGINE = "fleetflow-parallel"
 STOCK_ENGINE = "parallel"
 #: How many atom boundaries of each crash plan run under the stock engine (a seeded
 #: sample, FLEETFLOW_TEST_SEED); fleetflow's engine runs them all.
-STOCK_BOUNDARIES = int(os.environ.get("FLEETFLOW_STOCK_BOUNDARIES", "16"))
+STOCK_BOUNDARIES = int(os.environ.get("FLEETFLOW_STOCK_BOUNDARIES", "12"))
+#: Kills of each random-kill test under fleetflow's engine; the stock engine gets half.
+RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 
 
 @pytest.fixture(params=[FLEETFLOW_ENGINE, STOCK_ENGINE])
@@ -36,8 +38,9 @@ def boundaries(crash_engine):
 
     Every boundary under fleetflow's engine (the default, whose batched
     checkpoints are the riskier semantics); under the stock engine, which
-    stores every checkpoint at once, a seeded sample of STOCK_BOUNDARIES, so
-    that running both engines keeps the suite's time in bounds.
+    stores every checkpoint at once, a seeded sample of STOCK_BOUNDARIES (and
+    half the random kills, :func:`random_kills`), so that running both engines
+    keeps the suite's time in bounds.
     """
     def pick(plan: list) -> list:
         if crash_engine == FLEETFLOW_ENGINE or len(plan) <= STOCK_BOUNDARIES:
@@ -48,6 +51,12 @@ def boundaries(crash_engine):
         return [plan[i] for i in chosen]
 
     return pick
+
+
+@pytest.fixture
+def random_kills(crash_engine) -> int:
+    """How many random kills a random-kill test makes under ``crash_engine``."""
+    return RANDOM_KILLS if crash_engine == FLEETFLOW_ENGINE else max(1, RANDOM_KILLS // 2)
 
 
 #: What a flow's detail records when each engine ran it first (``engine.fast.meta``).

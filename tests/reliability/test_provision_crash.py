@@ -13,7 +13,7 @@ makes them (engine/operations.py). See tests/reliability/provision_cloud.py.
    points. For the per-instance atoms of a reverting reservation, which
    instance fails first is up to the parallel engine, so those targets name
    the atom of every instance and the first one reached fires.
-2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20) at random
+2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
    moments of conductors working through 200-instance reservations, the
    second of them reverting; a new conductor replaces each one killed.
 
@@ -37,7 +37,6 @@ from fleetflow.flows.provision.flow import provision_flow
 from fleetflow.flows.tasks.base import AFTER_CHECKPOINT, AFTER_EFFECT, BEFORE_EXECUTE, DURING_REVERT
 
 COUNT = 5
-RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 
 
 def flow_atoms(flow: Flow) -> list[tuple[str, str]]:
@@ -132,7 +131,7 @@ def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
     assert report.counts["instances"] >= len(cases) * COUNT
 
 
-def test_random_kills_in_200_instance_reservations(crash_engine, provision_cloud_factory,
+def test_random_kills_in_200_instance_reservations(random_kills, provision_cloud_factory,
                                                    assert_audit_clean):
     # One bad host: each instance there fails once, then finds nothing to
     # reschedule onto (a 200-instance revert costs ~20 s of CPU as it is).
@@ -151,7 +150,7 @@ def test_random_kills_in_200_instance_reservations(crash_engine, provision_cloud
 
     live = [cloud.spawn(f"random-{n}") for n in range(3)]
     kills, spawned = 0, 3
-    while kills < RANDOM_KILLS:
+    while kills < random_kills:
         # Keep 200-instance reservations on the board so kills land in them.
         while len(cloud.unsettled()) < 3:
             post()
