@@ -49,8 +49,8 @@ from taskflow import retry, task
 from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
 
-from fleetflow.engine.fast.atoms import FastAtom
 from fleetflow.flows import runtime
+from fleetflow.flows.tasks.atoms import FastAtom
 from fleetflow.persistence import db_retry
 
 LOG = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class FleetTask(FastAtom, task.Task):
     with the crash points and the outage retries above (``functools.wraps``
     keeps their signatures, which TaskFlow reads to find a task's requirements),
     and works out its argument mappings once per shape
-    (:class:`fleetflow.engine.fast.atoms.FastAtom`).
+    (:class:`fleetflow.flows.tasks.atoms.FastAtom`).
     """
 
     def __init_subclass__(cls, **kwargs):

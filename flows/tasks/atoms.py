@@ -2,7 +2,8 @@
 
 :class:`FastAtom` is mixed into ``flows.tasks.base.FleetTask`` and
 ``FleetRetry`` (so into every fleetflow atom, under either engine); TaskFlow's
-own classes are not changed.
+own classes are not changed. The engine's own parts are in ``engine/fast/``
+(docs/engine.md).
 
 **Argument mappings per shape.** Every atom works out, for its ``execute`` and
 its ``revert``, which names it requires, which it may take and what each
