@@ -13,7 +13,11 @@ Every N runs in its own subprocess so peak RSS (``getrusage``) is per run.
     python bench/engine.py --n 1000 --backend taskflow-sql --stock
     python bench/engine.py --n 1000 5000 --backend fleetflow-sql --db postgresql
 
-``--stock`` runs TaskFlow without fleetflow's compile patches (the "before").
+``--engine`` picks the engine (``fleetflow-parallel`` by default, TaskFlow's
+stock ``parallel`` or ``serial``); the tasks are built on fleetflow's atom
+base (``flows.tasks.atoms.FastAtom``) as fleetflow's own tasks are, unless
+``--stock``, which runs TaskFlow's stock parallel engine on stock atoms (the
+"before" of every speed-up).
 """
 
 from __future__ import annotations
@@ -34,22 +38,28 @@ PG_ADMIN_URL = os.environ.get("FLEETFLOW_TEST_PG_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
-def build_flow(n: int):
+def build_flow(n: int, stock_atoms: bool = False):
     """The reservation-shaped flow of ``n`` instances (4n+1 atoms)."""
-    from taskflow import retry, task
+    from taskflow import retry
+    from taskflow import task as tf_task
     from taskflow.patterns import linear_flow, unordered_flow
 
-    class Schedule(task.Task):
+    from fleetflow.flows.tasks.atoms import FastAtom
+
+    class Task(tf_task.Task if stock_atoms else FastAtom, tf_task.Task):
+        pass
+
+    class Schedule(Task):
         default_provides = "placements"
 
         def execute(self):
             return {"hosts": n}
 
-    class Claim(task.Task):
+    class Claim(Task):
         def execute(self, placements):
             return 1
 
-    class Step(task.Task):
+    class Step(Task):
         def execute(self, previous):
             return previous + 1
 
@@ -69,7 +79,7 @@ def build_flow(n: int):
 class CountingConnection:
     """Delegates to a persistence connection, counting the writes it is asked for."""
 
-    # update_atom_details_many: one batch of checkpoints, one transaction (patch 13).
+    # update_atom_details_many: one batch of checkpoints, one transaction (fleetflow engine).
     WRITES = ("update_atom_details", "update_atom_details_many", "update_flow_details",
               "save_logbook")
 
@@ -146,10 +156,7 @@ def run_one(args) -> dict:
     from taskflow import engines as tf_engines
     from taskflow.persistence import models
 
-    if not args.stock:
-        from fleetflow.engine import taskflow_patches
-
-        taskflow_patches.apply()
+    engine_name = "parallel" if args.stock else args.engine
     with tempfile.TemporaryDirectory() as workdir, _database_url(args.db, workdir) as url:
         inner = _make_backend(args.backend, url)
         backend = CountingBackend(inner)
@@ -160,12 +167,12 @@ def run_one(args) -> dict:
         book.add(detail)
         with contextlib.closing(inner.get_connection()) as conn:
             conn.save_logbook(book)
-        flow = build_flow(args.one)
+        flow = build_flow(args.one, stock_atoms=args.stock)
         options = {}
-        if args.engine == "parallel":
+        if engine_name != "serial":
             options = {"executor": "threads", "max_workers": args.workers}
         engine = tf_engines.load(flow, flow_detail=detail, backend=backend,
-                                 engine=args.engine, **options)
+                                 engine=engine_name, **options)
         t0, c0 = time.perf_counter(), _cpu_seconds()
         engine.compile()
         t1, c1 = time.perf_counter(), _cpu_seconds()
@@ -181,7 +188,7 @@ def run_one(args) -> dict:
     return {
         "n": args.one, "atoms": 4 * args.one + 1, "backend": args.backend,
         "db": args.db if args.backend != "memory" else "-", "stock": args.stock,
-        "engine": args.engine, "compile_s": round(t1 - t0, 3),
+        "engine": engine_name, "compile_s": round(t1 - t0, 3),
         "compile_cpu_s": round(c1 - c0, 3),
         "prepare_validate_s": round(t2 - t1, 3), "run_s": round(t3 - t2, 3),
         "run_cpu_s": round(run_cpu, 3),
@@ -209,11 +216,12 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", default="memory",
                         choices=["memory", "taskflow-sql", "fleetflow-sql"])
     parser.add_argument("--db", default="sqlite", choices=["sqlite", "postgresql"])
-    parser.add_argument("--engine", default="parallel", choices=["serial", "parallel"])
+    parser.add_argument("--engine", default="fleetflow-parallel",
+                        choices=["fleetflow-parallel", "parallel", "serial"])
     parser.add_argument("--workers", type=int, default=64,
                         help="Threads of the parallel engine (conductor.engine_workers).")
     parser.add_argument("--stock", action="store_true",
-                        help="Do not apply fleetflow's TaskFlow patches.")
+                        help="TaskFlow's stock parallel engine on stock atoms.")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one is not None:

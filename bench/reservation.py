@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=200)
     parser.add_argument("--boot-seconds", type=float, default=0.0)
     parser.add_argument("--builds-per-host", type=int, default=10)
+    parser.add_argument("--engine", default=None, choices=["fleetflow-parallel", "parallel"],
+                        help="[conductor] engine (default: the configuration's, "
+                             "fleetflow-parallel)")
     parser.add_argument("--engine-workers", type=int, default=None,
                         help="[conductor] engine_workers (threads per flow)")
     parser.add_argument("--flavor", default="m1.tiny")
@@ -165,6 +168,8 @@ def main() -> None:
            "FLEETFLOW_COMPUTE_MAX_CONCURRENT_BUILDS": str(args.builds_per_host)}
     if args.engine_workers:
         env["FLEETFLOW_CONDUCTOR_ENGINE_WORKERS"] = str(args.engine_workers)
+    if args.engine:
+        env["FLEETFLOW_CONDUCTOR_ENGINE"] = args.engine
     print(f"{'N':>6} {'hosts':>6} {'boot s':>6} {'status':>8} {'202 in s':>9} "
           f"{'ACTIVE in s':>12} {'recorded s':>11} {'server CPU s':>13} "
           f"{'builds reach hosts s':>21}")

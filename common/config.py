@@ -97,15 +97,22 @@ JOBBOARD_OPTS = [
 CONDUCTOR_OPTS = [
     cfg.IntOpt("workers", default=2, min=0,
                help="Conductor threads inside 'fleetflow serve' (0: run none)."),
+    cfg.StrOpt("engine", default="fleetflow-parallel",
+               choices=["fleetflow-parallel", "parallel"],
+               help="TaskFlow engine that runs flows. 'fleetflow-parallel' is TaskFlow's "
+                    "parallel engine with fleetflow's speed-ups, storing checkpoints in "
+                    "batches before any atom they lead to starts (docs/engine.md); "
+                    "'parallel' is TaskFlow's stock engine, storing each checkpoint at "
+                    "once. A flow written by one resumes under the other. On a TaskFlow "
+                    "release fleetflow-parallel is not tested on, 'parallel' runs instead "
+                    "and one warning says so."),
     cfg.IntOpt("engine_workers", default=1024, min=1,
                help="Most threads of one flow's parallel engine. A boot holds its "
                     "thread until the host answers, so with fewer threads than "
                     "instances a reservation boots in waves; 1024 covers the largest "
                     "reservation the API accepts by default. A bound, not a count: "
-                    "fleetflow's engine starts a thread only when no worker is idle, so "
-                    "a flow gets as many as it has tasks running at once (stock TaskFlow, "
-                    "used on an untested TaskFlow release, starts one per task until "
-                    "the bound)."),
+                    "the fleetflow-parallel engine starts a thread only when no worker "
+                    "is idle; the stock engine starts one per task until the bound."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
     cfg.FloatOpt("reconcile_interval", default=10.0, min=0.0,
                  help="Seconds between two passes of the reconciler that rebuilds the "

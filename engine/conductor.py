@@ -42,7 +42,6 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from taskflow import engines as tf_engines
 from taskflow import states as tf_states
 from taskflow.conductors.backends import impl_blocking
 from taskflow.listeners import base as listener_base
@@ -72,14 +71,12 @@ UNFINISHED_ATOM_STATES = frozenset({tf_states.RUNNING, tf_states.REVERTING})
 def default_engine_factory(flow_detail, store: dict, backend, conf):
     """Rebuild the flow of ``flow_detail`` and load it into an engine (not compiled).
 
-    engine/engines.py gives the options (a parallel engine on
-    ``[conductor] engine_workers`` threads) and installs TaskFlow's compile
-    fixes first.
+    engine/engines.py gives the engine (``[conductor] engine``) and its options
+    (``[conductor] engine_workers`` threads).
     """
-    from fleetflow.engine.engines import engine_options
+    from fleetflow.engine.engines import load_from_detail
 
-    return tf_engines.load_from_detail(flow_detail, store=store, backend=backend,
-                                       **engine_options(conf))
+    return load_from_detail(flow_detail, backend, conf, store=store)
 
 
 #: The seam: every conductor makes its engines with this callable

@@ -3,11 +3,15 @@
 Everything that runs a flow (conductor threads, ``fleetflow conductor``
 processes, tests, the benchmark) should get its engine here so that:
 
-- TaskFlow's compile fixes (:mod:`.taskflow_patches`) are installed first;
-- the engine is TaskFlow's parallel engine on a thread pool of at most
-  ``[conductor] engine_workers`` threads, started only when no worker is idle
+- the engine is the one ``[conductor] engine`` names: ``fleetflow-parallel``
+  (:mod:`fleetflow.engine.fast`, the default) or TaskFlow's stock
+  ``parallel``; on a TaskFlow release the fleetflow engine is not tested on,
+  ``parallel`` runs instead (:func:`engine_name`, one warning per process);
+- it runs on a thread pool of at most ``[conductor] engine_workers`` threads
   (boots block on hosts, so threads pay off; with trivial tasks the serial
   engine is faster, which is why ``engine`` can be overridden);
+- the flow detail records which engine and checkpoint semantics first ran it
+  (:mod:`fleetflow.engine.fast.meta`);
 - checkpoints go to fleetflow's logbook backend
   (:class:`fleetflow.persistence.logbook.backend.LogbookBackend`) on the
   process's shared database engine.
@@ -16,30 +20,58 @@ processes, tests, the benchmark) should get its engine here so that:
 from __future__ import annotations
 
 from taskflow import engines as tf_engines
+from taskflow.engines.action_engine import engine as tf_action_engine
 
-from fleetflow.engine import taskflow_patches
+from fleetflow.engine.fast import compat, meta
+from fleetflow.engine.fast.engine import NAME as FLEETFLOW_ENGINE
+from fleetflow.engine.fast.engine import FleetflowParallelEngine
 from fleetflow.persistence.db import get_database
 from fleetflow.persistence.logbook.backend import LogbookBackend
 
+STOCK_ENGINE = "parallel"
+DEFAULT_ENGINE = FLEETFLOW_ENGINE  # as [conductor] engine
 DEFAULT_WORKERS = 1024  # as [conductor] engine_workers
+_PARALLEL_ENGINES = (FLEETFLOW_ENGINE, STOCK_ENGINE)
 
 
-def engine_options(conf=None, workers: int | None = None, engine: str = "parallel") -> dict:
-    """Keyword arguments for ``taskflow.engines.load*`` with fleetflow's settings.
+def engine_name(requested: str | None = None, conf=None) -> str:
+    """The engine to load: ``requested``, else ``[conductor] engine``, else the default.
 
-    Also installs the TaskFlow patches, so callers that load engines
-    themselves (``load_from_detail`` with a flow factory) get them too.
+    ``fleetflow-parallel`` on an untested TaskFlow becomes ``parallel``.
     """
-    taskflow_patches.apply()
-    if engine != "parallel":
-        return {"engine": engine}
+    name = requested or (conf.conductor.engine if conf is not None else DEFAULT_ENGINE)
+    if name == FLEETFLOW_ENGINE and not compat.check():
+        return STOCK_ENGINE
+    return name
+
+
+def engine_options(conf=None, workers: int | None = None, engine: str | None = None) -> dict:
+    """Keyword arguments for ``taskflow.engines.load*`` with fleetflow's settings."""
+    name = engine_name(engine, conf)
+    if name not in _PARALLEL_ENGINES:
+        return {"engine": name}
     if workers is None:
         workers = conf.conductor.engine_workers if conf is not None else DEFAULT_WORKERS
-    return {"engine": "parallel", "executor": "threads", "max_workers": workers}
+    return {"engine": name, "executor": "threads", "max_workers": workers}
+
+
+def record_engine(engine) -> None:
+    """Record a stock engine in its flow detail (the fleetflow engine records itself)."""
+    if not isinstance(engine, FleetflowParallelEngine):
+        meta.record(engine.storage, meta.label(engine_label(engine)), meta.IMMEDIATE)
+
+
+def engine_label(engine) -> str:
+    """The name a loaded stock engine is registered under (``parallel``, ``serial``)."""
+    if isinstance(engine, tf_action_engine.ParallelActionEngine):
+        return STOCK_ENGINE
+    if isinstance(engine, tf_action_engine.SerialActionEngine):
+        return "serial"
+    return type(engine).__name__
 
 
 def make_engine(flow, flow_detail, backend, conf=None, *, store=None, workers=None,
-                engine: str = "parallel", **options):
+                engine: str | None = None, **options):
     """A TaskFlow engine running ``flow`` and checkpointing into ``flow_detail``.
 
     ``flow_detail`` must already be saved in ``backend`` (in a logbook); when
@@ -49,8 +81,20 @@ def make_engine(flow, flow_detail, backend, conf=None, *, store=None, workers=No
     """
     kwargs = engine_options(conf, workers=workers, engine=engine)
     kwargs.update(options)
-    return tf_engines.load(flow, flow_detail=flow_detail, backend=backend, store=store,
-                           **kwargs)
+    loaded = tf_engines.load(flow, flow_detail=flow_detail, backend=backend, store=store,
+                             **kwargs)
+    record_engine(loaded)
+    return loaded
+
+
+def load_from_detail(flow_detail, backend, conf=None, *, store=None, workers=None,
+                     engine: str | None = None, **options):
+    """An engine for the flow a saved ``flow_detail`` names (rebuilt by its factory)."""
+    kwargs = engine_options(conf, workers=workers, engine=engine)
+    kwargs.update(options)
+    loaded = tf_engines.load_from_detail(flow_detail, store=store, backend=backend, **kwargs)
+    record_engine(loaded)
+    return loaded
 
 
 def logbook_backend(conf) -> LogbookBackend:

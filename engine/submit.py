@@ -34,7 +34,7 @@ from taskflow.persistence import models as tf_models
 
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
-from fleetflow.engine import flow_meta, flow_views, taskflow_patches
+from fleetflow.engine import flow_meta, flow_views
 from fleetflow.engine.conductor import wake_local_conductors
 from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.flows import keys, registry
@@ -57,7 +57,6 @@ def _prepare(flow_name: str, flow_kwargs: dict | None, store: dict | None,
     registry.check_json_safe(store)
     flow_id = flow_id or ids.new_uuid()
     # Build once here: a bad argument fails the submitter, not a conductor.
-    taskflow_patches.apply()
     flow = registry.build(flow_name, **flow_kwargs)
     store.setdefault(keys.FLOW_ID, flow_id)
     store.setdefault(keys.TENANT_ID, owner_tenant)
@@ -95,7 +94,6 @@ def materialize(board, backend, engine: sa.Engine | None, intent, flow=None) -> 
     book = _existing_book(backend, intent.flow_id)
     fresh = book is None
     if fresh:
-        taskflow_patches.apply()
         if flow is None:
             flow = registry.rebuild(intent.flow_name, intent.flow_module,
                                     **intent.flow_kwargs)

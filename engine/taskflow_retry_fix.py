@@ -11,7 +11,11 @@ as the host name. Nothing in a flow that is never reloaded sees it, which is
 why plain runs work.
 
 :func:`apply` replaces ``from_dict`` with the same decoding minus the shadowing
-(idempotent); :func:`remove` restores TaskFlow's.
+(idempotent); :func:`remove` restores TaskFlow's. It corrects every reader of a
+flow detail, whichever engine runs it, so it cannot live in an engine of its
+own: it is the one change fleetflow makes to TaskFlow, made explicitly where a
+process gets its persistence backend (``engine/backend.py``) or reads a flow
+for an operator (``engine/actions.py``), never on import (docs/engine.md).
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ class FakeCloud:
     runtime: object
     agent: object
     posted: list = dataclasses.field(default_factory=list)
+    #: The TaskFlow engine :meth:`run` uses unless told otherwise; None: ``[conductor] engine``.
+    engine: str | None = None
 
     @property
     def driver(self):
@@ -86,7 +88,7 @@ class FakeCloud:
         reservation, _ = ops.reserve(req)
         return reservation.id, self.posted[-1]
 
-    def run(self, job, fence=None, engine: str = "parallel", workers: int = 8) -> str:
+    def run(self, job, fence=None, engine: str | None = None, workers: int = 8) -> str:
         """Run a posted job to its end on TaskFlow's in-memory backend.
 
         ``job`` is one of :attr:`posted`, or any dict with the registered flow
@@ -99,20 +101,26 @@ class FakeCloud:
                              store=job.get("store"), fence=fence, engine=engine,
                              workers=workers)
 
-    def run_flow(self, flow, store=None, fence=None, engine: str = "parallel",
+    def run_flow(self, flow, store=None, fence=None, engine: str | None = None,
                  workers: int = 8) -> str:
-        """Run ``flow`` (built by the caller) to its end; returns its final state."""
+        """Run ``flow`` (built by the caller) to its end; returns its final state.
+
+        ``engine``: ``fleetflow-parallel``, ``parallel`` (TaskFlow's stock
+        parallel engine) or ``serial``; by default :attr:`engine`.
+        """
         import taskflow.engines
 
         from fleetflow.common import crash_points
+        from fleetflow.engine import engines
         from fleetflow.flows import keys
         from fleetflow.flows.tasks import base
 
         store = dict(store or {})
         if fence is not None:
             store[keys.FENCE] = fence
-        options = {"max_workers": workers} if engine == "parallel" else {}
-        loaded = taskflow.engines.load(flow, store=store, engine=engine, **options)
+        options = engines.engine_options(self.conf, workers=workers,
+                                         engine=engine or self.engine)
+        loaded = taskflow.engines.load(flow, store=store, **options)
         with contextlib.ExitStack() as stack:
             if crash_points.CRASH_ENV in os.environ:
                 # As a conductor does: the after-checkpoint points fire too.

@@ -5,6 +5,11 @@ Fixtures (all prefixed ``fleetflow_`` so they never meet a project's own):
 ``fleetflow_make_conf``
     ``make(**groups)``: a configuration keeping every file in the test's
     ``tmp_path`` (see :func:`fleetflow.testing.isolated_conf`).
+``fleetflow_engine``
+    The TaskFlow engine the clouds run flows with: ``fleetflow-parallel`` (the
+    default of ``[conductor] engine``). Override it in a ``conftest.py`` with
+    ``params=["fleetflow-parallel", "parallel"]`` to run every flow test under
+    both fleetflow's engine and TaskFlow's stock one.
 ``fleetflow_cloud``
     A :class:`fleetflow.testing.FakeCloud` of :data:`~fleetflow.testing.SMALL_FLEET`.
 ``fleetflow_evacuation_cloud``
@@ -39,27 +44,36 @@ def fleetflow_make_conf(tmp_path):
     return make
 
 
-def _cloud(make_conf, fleet_doc):
+def _cloud(make_conf, fleet_doc, engine):
     from fleetflow.testing.cloud import fake_cloud
 
-    with fake_cloud(make_conf(**_CLOUD_OPTIONS), fleet_doc) as cloud:
+    options = {**_CLOUD_OPTIONS, "conductor": {"engine": engine}}
+    with fake_cloud(make_conf(**options), fleet_doc) as cloud:
+        # Flows run by the cloud and by conductors on its configuration alike.
+        cloud.engine = engine
         yield cloud
 
 
 @pytest.fixture
-def fleetflow_cloud(fleetflow_make_conf):
-    """Six hosts in two racks (:data:`fleetflow.testing.SMALL_FLEET`), ready for flows."""
-    from fleetflow.testing.fleets import SMALL_FLEET
-
-    yield from _cloud(fleetflow_make_conf, SMALL_FLEET)
+def fleetflow_engine():
+    """The TaskFlow engine flows run with (override with params for both engines)."""
+    return "fleetflow-parallel"
 
 
 @pytest.fixture
-def fleetflow_evacuation_cloud(fleetflow_make_conf):
+def fleetflow_cloud(fleetflow_make_conf, fleetflow_engine):
+    """Six hosts in two racks (:data:`fleetflow.testing.SMALL_FLEET`), ready for flows."""
+    from fleetflow.testing.fleets import SMALL_FLEET
+
+    yield from _cloud(fleetflow_make_conf, SMALL_FLEET, fleetflow_engine)
+
+
+@pytest.fixture
+def fleetflow_evacuation_cloud(fleetflow_make_conf, fleetflow_engine):
     """Eight hosts in two racks with local disks (:data:`fleetflow.testing.EVACUATION_FLEET`)."""
     from fleetflow.testing.fleets import EVACUATION_FLEET
 
-    yield from _cloud(fleetflow_make_conf, EVACUATION_FLEET)
+    yield from _cloud(fleetflow_make_conf, EVACUATION_FLEET, fleetflow_engine)
 
 
 class CrashPoints:

@@ -58,6 +58,7 @@ from fleetflow.common.crash_points import (
     maybe_crash,
 )
 from fleetflow.flows import runtime
+from fleetflow.flows.tasks.atoms import FastAtom
 from fleetflow.persistence import db_retry
 
 LOG = logging.getLogger(__name__)
@@ -100,12 +101,14 @@ def _add_crash_points(cls) -> None:
         cls.revert = _wrap(cls.__dict__["revert"], None, DURING_REVERT, "reverting")
 
 
-class FleetTask(task.Task):
+class FleetTask(FastAtom, task.Task):
     """Base class of fleetflow tasks.
 
     Subclasses write ``execute`` / ``revert`` as usual; this class wraps them
     with the crash points and the outage retries above (``functools.wraps``
-    keeps their signatures, which TaskFlow reads to find a task's requirements).
+    keeps their signatures, which TaskFlow reads to find a task's requirements),
+    and works out its argument mappings once per shape
+    (:class:`fleetflow.flows.tasks.atoms.FastAtom`).
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -113,7 +116,7 @@ class FleetTask(task.Task):
         _add_crash_points(cls)
 
 
-class FleetRetry(retry.Retry):
+class FleetRetry(FastAtom, retry.Retry):
     """Base class of fleetflow retry controllers: the same wrapping as FleetTask.
 
     A retry is an atom with its own checkpoints (and its execute may write:
@@ -129,9 +132,9 @@ class CrashPointListener(listener_base.Listener):
     """Fires the ``after-checkpoint`` crash point once an atom's SUCCESS is saved.
 
     TaskFlow notifies atom listeners once storage has taken the new state;
-    an engine that stores checkpoints in batches (fleetflow's TaskFlow patch
-    13) is asked to store them first, so the SUCCESS is in the database when
-    the process dies.
+    an engine that stores checkpoints in batches (``fleetflow-parallel``,
+    ``engine.fast.checkpoints``) is asked to store them first, so the SUCCESS
+    is in the database when the process dies.
     """
 
     def __init__(self, engine):

@@ -2,13 +2,79 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import random
 import sys
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+FLEETFLOW_ENGINE = "fleetflow-parallel"
+STOCK_ENGINE = "parallel"
+#: How many atom boundaries of each crash plan run under the stock engine (a seeded
+#: sample, FLEETFLOW_TEST_SEED); fleetflow's engine runs them all.
+STOCK_BOUNDARIES = int(os.environ.get("FLEETFLOW_STOCK_BOUNDARIES", "12"))
+#: Kills of each random-kill test under fleetflow's engine; the stock engine gets half.
+RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
+
+
+@pytest.fixture(params=[FLEETFLOW_ENGINE, STOCK_ENGINE])
+def crash_engine(request, monkeypatch):
+    """The engine every conductor subprocess runs (``[conductor] engine``).
+
+    Set in this process's environment, which every cloud copies for its
+    subprocesses: request it before the cloud.
+    """
+    monkeypatch.setenv("FLEETFLOW_CONDUCTOR_ENGINE", request.param)
+    return request.param
+
+
+@pytest.fixture
+def boundaries(crash_engine):
+    """``pick(plan)``: the crash plan to run under ``crash_engine``.
+
+    Every boundary under fleetflow's engine (the default, whose batched
+    checkpoints are the riskier semantics); under the stock engine, which
+    stores every checkpoint at once, a seeded sample of STOCK_BOUNDARIES (and
+    half the random kills, :func:`random_kills`), so that running both engines
+    keeps the suite's time in bounds.
+    """
+    def pick(plan: list) -> list:
+        if crash_engine == FLEETFLOW_ENGINE or len(plan) <= STOCK_BOUNDARIES:
+            return list(plan)
+        seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0"))
+        chosen = sorted(random.Random(seed).sample(range(len(plan)), STOCK_BOUNDARIES))
+        print(f"{crash_engine}: boundaries {chosen} of {len(plan)} (seed {seed})")
+        return [plan[i] for i in chosen]
+
+    return pick
+
+
+@pytest.fixture
+def random_kills(crash_engine) -> int:
+    """How many random kills a random-kill test makes under ``crash_engine``."""
+    return RANDOM_KILLS if crash_engine == FLEETFLOW_ENGINE else max(1, RANDOM_KILLS // 2)
+
+
+#: What a flow's detail records when each engine ran it first (``engine.fast.meta``).
+RECORDED = {FLEETFLOW_ENGINE: "fleetflow-parallel/1", STOCK_ENGINE: "parallel"}
+
+
+@pytest.fixture
+def assert_run_by_crash_engine(crash_engine):
+    """``check(backend, flow_ids)``: every one of these flows was run by ``crash_engine``."""
+    from fleetflow.engine.fast import meta
+
+    def check(backend, flow_ids) -> None:
+        with contextlib.closing(backend.get_connection()) as conn:
+            recorded = {conn.get_flow_details(flow_id).meta.get(meta.ENGINE_KEY)
+                        for flow_id in flow_ids}
+        assert recorded == {RECORDED[crash_engine]}
+
+    return check
 
 
 def _load(name: str):

@@ -27,10 +27,10 @@ DETERMINISTIC = [
     ("revert", "case4-0000-claim:after-effect"),
 ]
 
-RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 
 
-def test_kill_at_each_deterministic_point_then_another_conductor_finishes(sql_cloud):
+def test_kill_at_each_deterministic_point_then_another_conductor_finishes(crash_engine,
+                                                                        sql_cloud):
     cloud = sql_cloud
     flow_ids = [cloud.submit(instances=2, fail=shape == "revert", pause=0.0,
                              prefix=f"case{index}")
@@ -74,13 +74,13 @@ def test_kill_at_each_deterministic_point_then_another_conductor_finishes(sql_cl
     assert count(flow_ids[4], "case4-0000-claim", "effect") == 2
 
 
-def test_random_kills_while_conductors_share_the_work(sql_cloud):
+def test_random_kills_while_conductors_share_the_work(random_kills, sql_cloud):
     cloud = sql_cloud
     seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
     rng = random.Random(seed)
     live = [cloud.spawn(f"random-{n}") for n in range(3)]
     kills = 0
-    while kills < RANDOM_KILLS:
+    while kills < random_kills:
         # Keep work on the board so every kill can land inside a flow.
         if len(cloud.unsettled()) < 3:
             for _ in range(3):
@@ -101,5 +101,5 @@ def test_random_kills_while_conductors_share_the_work(sql_cloud):
         live.append(cloud.spawn(f"random-{kills + 2}"))
     cloud.wait_settled(timeout=240)
     states = cloud.check()
-    assert kills == RANDOM_KILLS, f"seed {seed}"
+    assert kills == random_kills, f"seed {seed}"
     assert len(states) >= 6 and set(states.values()) <= {"SUCCESS", "REVERTED"}

@@ -31,7 +31,7 @@ creates it (services/evacuations.py). See tests/reliability/evacuation_cloud.py.
    The fast path's claim (claim-primaries) and the retry controllers revert
    only in such a whole-flow revert too, and none of them has run by the
    time the host check fails: no case reaches them.
-2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20) at random
+2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
    moments of conductors working through 100-server evacuations (live,
    rebuild and cold in turn, moves lasting 0.05 s); a new conductor replaces
    each one killed.
@@ -73,7 +73,6 @@ PARALLEL = 16
 # Targets every evacuation shares; a case whose destination dies has 3 alone.
 SHARED_TARGETS = 8
 OWN_TARGETS = 3
-RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 
 
 def every_server(step: str, point: str) -> str:
@@ -135,8 +134,8 @@ def _rebuilt_hosts_destroyed_their_copies(cloud) -> list[str]:
 
 @pytest.mark.slow
 def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
-        evacuation_cloud_factory, evacuation_harness, assert_audit_clean):
-    plan = crash_plan(evacuation_harness.flow_atoms)
+        boundaries, evacuation_cloud_factory, evacuation_harness, assert_audit_clean):
+    plan = boundaries(crash_plan(evacuation_harness.flow_atoms))
     own = sum(1 for case in plan if case.get("revert") == "confirm")
     cloud = evacuation_cloud_factory(sources=len(plan),
                                      targets=SHARED_TARGETS + own * OWN_TARGETS)
@@ -165,7 +164,7 @@ def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
 
 
 @pytest.mark.slow
-def test_random_kills_in_100_server_evacuations(evacuation_cloud_factory,
+def test_random_kills_in_100_server_evacuations(random_kills, evacuation_cloud_factory,
                                                 assert_audit_clean):
     cloud = evacuation_cloud_factory(sources=40, targets=6, vcpus=512,
                                      live_migrate_seconds=0.05, migrate_seconds=0.05)
@@ -176,7 +175,7 @@ def test_random_kills_in_100_server_evacuations(evacuation_cloud_factory,
     started = time.monotonic()
     live = [cloud.spawn(f"random-{n}") for n in range(3)]
     kills, spawned = 0, 3
-    while kills < RANDOM_KILLS:
+    while kills < random_kills:
         # Keep 100-server evacuations on the board so kills land in them.
         while len(cloud.unsettled()) < 3:
             cloud.evacuate(next(modes), 100)

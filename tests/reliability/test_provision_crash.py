@@ -13,7 +13,7 @@ makes them (services/operations.py). See tests/reliability/provision_cloud.py.
    points. For the per-instance atoms of a reverting reservation, which
    instance fails first is up to the parallel engine, so those targets name
    the atom of every instance and the first one reached fires.
-2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20) at random
+2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
    moments of conductors working through 200-instance reservations, the
    second of them reverting; a new conductor replaces each one killed.
 
@@ -42,7 +42,6 @@ from fleetflow.common.crash_points import (
 from fleetflow.flows.provision.flow import provision_flow
 
 COUNT = 5
-RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 
 
 def flow_atoms(flow: Flow) -> list[tuple[str, str]]:
@@ -115,11 +114,12 @@ def test_a_guest_one_conductor_built_is_seen_from_another_process(provision_clou
 
 
 def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
-        provision_cloud, provision_harness, assert_audit_clean):
+        boundaries, assert_run_by_crash_engine, provision_cloud, provision_harness,
+        assert_audit_clean):
     cloud = provision_cloud
     cloud.fill_bad_hosts()
     cases = [provision_harness.CrashCase(i, target, pool, COUNT)
-             for i, (pool, target) in enumerate(crash_plan())]
+             for i, (pool, target) in enumerate(boundaries(crash_plan()))]
     provision_harness.run_crash_cases(cloud, cases, parallel=6)
     not_killed = [c for c in cases if c.doomed_code != -signal.SIGKILL
                   or c.fired(cloud) not in c.target.split(",")]
@@ -128,13 +128,16 @@ def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
     cloud.clear_bad_hosts()
     expected = {c.reservation_id: states.ACTIVE if c.pool == "good" else states.REVERTED
                 for c in cases}
+    assert_run_by_crash_engine(cloud.backend,
+                               [r["flow_id"] for r in cloud.reservations.values()])
     problems = cloud.problems(expected)
     assert not problems, "\n".join(problems)
     report = assert_audit_clean(*cloud.audit_args())
     assert report.counts["instances"] >= len(cases) * COUNT
 
 
-def test_random_kills_in_200_instance_reservations(provision_cloud_factory, assert_audit_clean):
+def test_random_kills_in_200_instance_reservations(random_kills, provision_cloud_factory,
+                                                   assert_audit_clean):
     # One bad host: each instance there fails once, then finds nothing to
     # reschedule onto (a 200-instance revert costs ~20 s of CPU as it is).
     cloud = provision_cloud_factory(good_hosts=6, bad_hosts=1, vcpus=512, boot_seconds=0.2)
@@ -152,7 +155,7 @@ def test_random_kills_in_200_instance_reservations(provision_cloud_factory, asse
 
     live = [cloud.spawn(f"random-{n}") for n in range(3)]
     kills, spawned = 0, 3
-    while kills < RANDOM_KILLS:
+    while kills < random_kills:
         # Keep 200-instance reservations on the board so kills land in them.
         while len(cloud.unsettled()) < 3:
             post()

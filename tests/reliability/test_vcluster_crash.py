@@ -34,7 +34,7 @@ tests/reliability/vcluster_cloud.py for the cloud and its lanes.
 
    Then the teardown (delete) of that cluster, every atom at every
    boundary; it is never reverted (an operator resumes a stopped one).
-2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20) at random
+2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
    moments of conductors building 50-server + 50-volume clusters (each server
    affine with its own volume, which attaches it; servers anti-affine per
    host in groups of ten, their volumes on ten different backends; boots
@@ -74,7 +74,6 @@ BOUNDARIES = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT)
 # Cases at once: each spends most of its time waiting for a dead conductor's
 # claim to expire, so more run than there are cores.
 PARALLEL = 16
-RANDOM_KILLS = int(os.environ.get("FLEETFLOW_TEST_RANDOM_KILLS", "20"))
 BIG = 50
 
 
@@ -273,11 +272,11 @@ def _stop(proc) -> int:
 
 @pytest.mark.slow
 def test_kill_at_every_atom_boundary_of_the_seed_cluster(
-        vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
+        boundaries, vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
     from test_provision_crash import flow_atoms
 
     h = vcluster_harness
-    plan = crash_plan(flow_atoms)
+    plan = boundaries(crash_plan(flow_atoms))
     cloud = vcluster_cloud_factory(lanes={h.GOOD: (2, 4), h.NOHOST: (2, 2),
                                           h.NODISK: (2, 2), h.ATTACH: (2, 2)})
     cloud.break_lanes()
@@ -325,7 +324,7 @@ def run_kinds(cloud) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_random_kills_while_50_server_clusters_are_built_and_deleted(
-        vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
+        random_kills, vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
     h = vcluster_harness
     cloud = vcluster_cloud_factory(lanes={h.GOOD: (4, 8)}, boot_seconds=0.2)
     seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
@@ -334,7 +333,7 @@ def test_random_kills_while_50_server_clusters_are_built_and_deleted(
     started = time.monotonic()
     live = [cloud.spawn(f"random-{n}") for n in range(3)]
     kills = {"build": 0, "delete": 0}
-    wanted = {"build": RANDOM_KILLS, "delete": max(1, RANDOM_KILLS // 2)}
+    wanted = {"build": random_kills, "delete": max(1, random_kills // 2)}
     deleted: set[str] = set()
     spawned = len(live)
     while True:

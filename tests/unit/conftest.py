@@ -1,4 +1,4 @@
-"""Fixtures shared by unit tests: TaskFlow patched or stock, a migrated SQLite file."""
+"""Fixtures shared by unit tests: a migrated SQLite file, fake hosts."""
 
 from __future__ import annotations
 
@@ -7,22 +7,7 @@ import shutil
 
 import pytest
 
-from fleetflow.engine import taskflow_patches
 from fleetflow.persistence.db import Database
-
-
-@pytest.fixture
-def taskflow_patched():
-    """fleetflow's TaskFlow patches installed (modules mark themselves with it)."""
-    taskflow_patches.apply()
-
-
-@pytest.fixture
-def stock(taskflow_patched):
-    """Stock TaskFlow for one test, the patches back afterwards."""
-    taskflow_patches.remove()
-    yield
-    taskflow_patches.apply()
 
 
 @pytest.fixture(scope="module")

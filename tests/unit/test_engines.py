@@ -1,4 +1,4 @@
-"""The engine factory: fleetflow's settings, patches, and checkpoints in the logbook tables."""
+"""The engine factory: fleetflow's settings, the engine recorded, checkpoints in the logbook."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from taskflow import task
 from taskflow.patterns import linear_flow
 from taskflow.persistence import models
 
-from fleetflow.engine import engines, taskflow_patches
+from fleetflow.engine import engines
 from fleetflow.persistence.db import get_database
 
 
@@ -20,10 +20,12 @@ class Add(task.Task):
 
 def test_engine_options_follow_the_configuration(make_conf):
     conf = make_conf(conductor={"engine_workers": 7})
-    assert engines.engine_options(conf) == {"engine": "parallel", "executor": "threads",
-                                            "max_workers": 7}
+    assert engines.engine_options(conf) == {"engine": "fleetflow-parallel",
+                                            "executor": "threads", "max_workers": 7}
     assert engines.engine_options(conf, engine="serial") == {"engine": "serial"}
-    assert taskflow_patches.is_applied()
+    stock = make_conf(conductor={"engine_workers": 7, "engine": "parallel"})
+    assert engines.engine_options(stock) == {"engine": "parallel", "executor": "threads",
+                                             "max_workers": 7}
 
 
 def test_engine_checkpoints_into_the_shared_database(conf, db):

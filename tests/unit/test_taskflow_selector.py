@@ -1,4 +1,4 @@
-"""The resuming selector (TaskFlow patch 7) answers exactly as stock TaskFlow's does."""
+"""The fleetflow engine's resuming selector answers exactly as stock TaskFlow's does."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 from taskflow import engines as tf_engines
 from taskflow import retry, task
 from taskflow import states as st
+from taskflow.engines.action_engine.selector import Selector as STOCK_SELECTOR
 from taskflow.patterns import graph_flow, linear_flow, unordered_flow
 
-from fleetflow.engine.taskflow_selector_patch import STOCK_SELECTOR, CursorSelector
+from fleetflow.engine.fast.selector import CursorSelector
 
 STATES = [st.PENDING, st.RUNNING, st.SUCCESS, st.FAILURE, st.REVERTING, st.REVERTED,
           st.IGNORE, st.RETRYING]
@@ -25,9 +26,6 @@ class Noop(task.Task):
 class Fails(task.Task):
     def execute(self):
         raise RuntimeError("boot failed")
-
-
-pytestmark = pytest.mark.usefixtures("taskflow_patched")
 
 
 def reservation_shaped(instances: int) -> linear_flow.Flow:
@@ -61,7 +59,9 @@ def random_flow(rng: random.Random, prefix: str = "f", depth: int = 0):
 
 
 def prepared(flow):
-    engine = tf_engines.load(flow, engine="serial")
+    # Both selectors are asked about this engine's runtime and storage (which
+    # counts setbacks for the cursor selector).
+    engine = tf_engines.load(flow, engine="fleetflow-parallel")
     engine.compile()
     engine.prepare()
     return engine
@@ -158,7 +158,7 @@ def test_failed_chain_retries_and_flow_finishes():
     flaky = linear_flow.Flow("flaky", retry=retry.Times(3, name="flaky-retry"))
     flaky.add(Noop("flaky-claim"), FlakyBoot("flaky-boot"))
     flow = linear_flow.Flow("outer").add(flow, flaky, Noop("after"))
-    engine = tf_engines.load(flow, engine="parallel", max_workers=4)
+    engine = tf_engines.load(flow, engine="fleetflow-parallel", max_workers=4)
     engine.run()
     assert attempts["n"] == 2
     assert engine.storage.get_atom_state("after") == st.SUCCESS
@@ -168,7 +168,7 @@ def test_failed_chain_retries_and_flow_finishes():
 def test_all_chains_revert_when_one_fails_for_good():
     flow = reservation_shaped(6)
     flow.add(Fails("explode"))
-    engine = tf_engines.load(flow, engine="parallel", max_workers=4)
+    engine = tf_engines.load(flow, engine="fleetflow-parallel", max_workers=4)
     with pytest.raises(RuntimeError):
         engine.run()
     states = engine.storage.get_atoms_states(

@@ -3,7 +3,8 @@
 The toy task below meets a "lost connection" (SQLAlchemy's OperationalError
 with ``connection_invalidated``) while the outage lasts, before its effect;
 the logbook's checkpoints can be made to meet one too. Conductors run the
-flows as in production, with fleetflow's TaskFlow patches.
+flows as in production, on fleetflow's engine (fleetflow-parallel), whose
+checkpoint buffer withholds outcomes an outage caused (docs/engine.md).
 """
 
 from __future__ import annotations

@@ -2,11 +2,18 @@
 
 ``cloud`` and ``evac_cloud`` are its ``fleetflow_cloud`` and
 ``fleetflow_evacuation_cloud`` under the names these tests have always used.
+Every test that uses them runs twice: under fleetflow's engine and under
+TaskFlow's stock parallel engine (``fleetflow_engine`` overridden with both).
 """
 
 from __future__ import annotations
 
 import pytest
+
+
+@pytest.fixture(params=["fleetflow-parallel", "parallel"])
+def fleetflow_engine(request):
+    return request.param
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""TaskFlow patch 7 (see :mod:`fleetflow.engine.taskflow_patches`): linear readiness checks.
+"""The selector of the fleetflow engine: linear readiness checks.
 
 After every completion the engine asks its selector which atoms may now run.
 To decide whether atom X may execute, stock ``Selector`` walks X's
@@ -16,9 +16,9 @@ now finished, goes on from there instead of from the start. The answer is the
 same as a walk from the start as long as no atom that was passed over has
 since fallen back (a retry resetting its subflow, a revert): every change of
 an atom's state or intention goes through ``Storage._save_atom_detail``, which
-:func:`save_atom_detail_counting_setbacks` wraps to count such setbacks per
-direction; a cursor taken before a setback is thrown away and the walk starts
-again, as stock does.
+the engine's storage (:class:`fleetflow.engine.fast.storage.Storage`) extends
+to count such setbacks per direction; a cursor taken before a setback is
+thrown away and the walk starts again, as stock does.
 
 After an atom completes, stock asks about every atom after it, all the way
 down: completing ``claim-primaries`` asks about all 3N atoms of the instances,
@@ -41,15 +41,9 @@ from __future__ import annotations
 import collections
 
 from taskflow import states as st
-from taskflow import storage as tf_storage
 from taskflow.engines.action_engine import compiler, deciders, traversal
 from taskflow.engines.action_engine import selector as tf_selector
 from taskflow.flow import LINK_DECIDER
-
-from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
-
-STOCK_SELECTOR = tf_selector.Selector
-STOCK_SAVE_ATOM_DETAIL = tf_storage.Storage._save_atom_detail
 
 EXECUTE = "execute"
 REVERT = "revert"
@@ -66,40 +60,7 @@ def _lets_predecessors_revert(state: str, intention: str) -> bool:
     return state in _REVERTED_STATES
 
 
-_SATISFIES = {EXECUTE: _lets_successors_execute, REVERT: _lets_predecessors_revert}
-
-
-class SetbackCounter:
-    """How many times an atom fell out of 'done' for each direction, per storage."""
-
-    __slots__ = ("counts",)
-
-    def __init__(self):
-        self.counts = {EXECUTE: 0, REVERT: 0}
-
-    @classmethod
-    def of(cls, storage) -> SetbackCounter:
-        counter = storage.__dict__.get("_fleetflow_setbacks")
-        if counter is None:
-            counter = storage.__dict__.setdefault("_fleetflow_setbacks", cls())
-        return counter
-
-
-def save_atom_detail_counting_setbacks(self, conn, original_atom_detail, atom_detail):
-    """Stock ``Storage._save_atom_detail``, counting atoms that fall back.
-
-    Its retries run as a plain loop (patch 11, ``taskflow_engine_patches``).
-    """
-    before = (original_atom_detail.state, original_atom_detail.intention)
-    saved = retry_storage_failures(STOCK_SAVE_ATOM_DETAIL.__wrapped__, self, conn,
-                                   original_atom_detail, atom_detail)
-    after = (original_atom_detail.state, original_atom_detail.intention)
-    if before != after:
-        counts = SetbackCounter.of(self).counts
-        for direction, satisfied in _SATISFIES.items():
-            if satisfied(*before) and not satisfied(*after):
-                counts[direction] += 1
-    return saved
+SATISFIES = {EXECUTE: _lets_successors_execute, REVERT: _lets_predecessors_revert}
 
 
 class _Cursor:
@@ -147,7 +108,7 @@ def _atoms_past_done(graph, atom_done) -> set:
                                atom_done))
 
 
-class CursorSelector(STOCK_SELECTOR):
+class CursorSelector(tf_selector.Selector):
     """``Selector`` whose readiness walks resume where they last stopped and whose
     walk forward from a finished atom stops at atoms that have not finished."""
 
@@ -185,8 +146,8 @@ class CursorSelector(STOCK_SELECTOR):
                 yield (node, late_decider)
 
     def _neighbours_done(self, atom, direction: str, walk_direction) -> bool:
-        satisfied = _SATISFIES[direction]
-        setbacks = SetbackCounter.of(self._storage).counts[direction]
+        satisfied = SATISFIES[direction]
+        setbacks = self._storage.setbacks[direction]
         key = (direction, atom.name)
         cursor = self._cursors.get(key)
         if cursor is None or cursor.setbacks != setbacks:
@@ -225,18 +186,3 @@ class CursorSelector(STOCK_SELECTOR):
                 atom, REVERT, traversal.Direction.FORWARD),
             decider_fetcher=lambda: noop_decider,
             for_what="revert")
-
-
-def install() -> None:
-    tf_selector.Selector = CursorSelector
-    tf_storage.Storage._save_atom_detail = save_atom_detail_counting_setbacks
-
-
-def uninstall() -> None:
-    tf_selector.Selector = STOCK_SELECTOR
-    tf_storage.Storage._save_atom_detail = STOCK_SAVE_ATOM_DETAIL
-
-
-def is_installed() -> bool:
-    return (tf_selector.Selector is CursorSelector
-            and tf_storage.Storage._save_atom_detail is save_atom_detail_counting_setbacks)

@@ -1,4 +1,4 @@
-"""TaskFlow patch 10: the per-engine completion queue waits like stock ``wait_for_any``."""
+"""The fleetflow engine's completion queue waits like stock ``wait_for_any``."""
 
 from __future__ import annotations
 
@@ -11,21 +11,16 @@ from futurist import waiters
 from taskflow import engines as tf_engines
 from taskflow import states as st
 from taskflow import task
-from taskflow.engines.action_engine import runtime as tf_runtime
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine import taskflow_patches, taskflow_waiter_patch
-from fleetflow.engine.taskflow_waiter_patch import STOCK_WAIT_FOR_ANY, CompletionWaiter
+from fleetflow.engine.fast.waiter import CompletionWaiter
 
 # Generous bound for a thread that must finish: a hang guard, not a speed check.
 HANG_GUARD_S = 60
 
 
-pytestmark = pytest.mark.usefixtures("taskflow_patched")
-
-
 def stock_wait(fs, timeout=None):
-    return STOCK_WAIT_FOR_ANY(fs, timeout=timeout)
+    return waiters.wait_for_any(fs, timeout=timeout)
 
 
 def finish(fut, rng: random.Random | None = None) -> None:
@@ -49,26 +44,20 @@ def in_thread(function, *args):
     return box["result"]
 
 
-def test_apply_installs_it_and_remove_restores_stock(stock):
-    engine = tf_engines.load(unordered_flow.Flow("f").add(Quick("a")), engine="parallel")
-    engine.compile()
-    assert engine._runtime.builder._waiter is waiters.wait_for_any
-    assert not taskflow_waiter_patch.is_installed()
+def test_each_fleetflow_engine_waits_on_a_queue_of_its_own_and_stock_does_not():
+    stock = tf_engines.load(unordered_flow.Flow("f").add(Quick("a")), engine="parallel")
+    stock.compile()
+    assert stock._runtime.builder._waiter is waiters.wait_for_any
 
-    taskflow_patches.apply()
-    assert taskflow_waiter_patch.is_installed() and taskflow_patches.is_applied()
-    engines = [tf_engines.load(unordered_flow.Flow("f").add(Quick("a")), engine="parallel")
-               for _ in range(2)]
+    engines = [tf_engines.load(unordered_flow.Flow("f").add(Quick("a")),
+                               engine="fleetflow-parallel") for _ in range(2)]
     for engine in engines:
         engine.compile()
-    # Patch 13 wraps the waiter to store checkpoints before each wait.
+    # The checkpoint buffer wraps the waiter to store checkpoints before each wait.
     first, second = (e._runtime.builder._waiter.inner for e in engines)
     assert isinstance(first, CompletionWaiter) and isinstance(second, CompletionWaiter)
     assert first is not second
     assert engines[0]._runtime.builder is engines[0]._runtime.builder  # cached as stock
-
-    taskflow_patches.remove()
-    assert tf_runtime.Runtime.__dict__["builder"] is taskflow_waiter_patch.STOCK_BUILDER
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -303,20 +292,16 @@ def rendezvous_flow(count: int) -> linear_flow.Flow:
     return linear_flow.Flow("reservation").add(Quick("schedule"), tasks, Quick("finish"))
 
 
-def run_rendezvous(count: int) -> dict:
-    engine = tf_engines.load(rendezvous_flow(count), engine="parallel", max_workers=count)
+def run_rendezvous(count: int, engine_name: str) -> dict:
+    engine = tf_engines.load(rendezvous_flow(count), engine=engine_name, max_workers=count)
     engine.run()
     return {name: (engine.storage.get_atom_state(name), engine.storage.get(name))
             for name in ["schedule", "finish"] + [f"boot-{i}" for i in range(count)]}
 
 
-def test_a_parallel_engine_runs_hundreds_of_concurrent_tasks(taskflow_patched):
+@pytest.mark.parametrize("engine_name", ["fleetflow-parallel", "parallel"])
+def test_a_parallel_engine_runs_hundreds_of_concurrent_tasks(engine_name):
     count = 300
-    outcome = run_rendezvous(count)
+    outcome = run_rendezvous(count, engine_name)
     assert outcome == {name: (st.SUCCESS, name) for name in outcome}
     assert len(outcome) == count + 2
-
-
-def test_stock_runs_the_same_flow_to_the_same_end(stock):
-    outcome = run_rendezvous(300)
-    assert outcome == {name: (st.SUCCESS, name) for name in outcome}

@@ -1,4 +1,4 @@
-"""TaskFlow patch 13 (see :mod:`fleetflow.engine.taskflow_patches`): checkpoints in batches.
+"""Checkpoints of the fleetflow engine, stored in batches (write-ahead).
 
 Stock TaskFlow commits every change of every atom's state on its own, before
 it moves on: a 1,000-instance reservation makes about 6,000 commits, one at a
@@ -10,28 +10,30 @@ later; a crash in between loses it, and TaskFlow's resume then runs that atom
 again from its last stored state, exactly as it does after a crash just
 before a stock checkpoint (which is why every task here is idempotent).
 
-So, while an engine runs (``ActionEngine.run_iter``), the atom details its
-thread saves are held in a :class:`CheckpointBuffer` (the last save of each
+So, while the engine runs (its ``run_iter``), the atom details its thread
+saves are held in a :class:`CheckpointBuffer` (the last save of each
 atom wins) and stored together, in one transaction where the backend can
 (``update_atom_details_many``), at these barriers:
 
-- scheduling (``Scheduler.schedule``): the executors' calls are held back by
-  :class:`HeldDispatch` while the atoms go to RUNNING / REVERTING, then the
-  buffer is stored, then the calls are made;
-- waiting (the machine's waiter): nothing the engine completed stays unstored
-  while it waits for work in progress;
+- scheduling (the runtime's ``Scheduler.schedule``): the executors' calls are
+  held back by :class:`HeldDispatch` while the atoms go to RUNNING /
+  REVERTING, then the buffer is stored, then the calls are made;
+- waiting (the machine's waiter, :class:`StoringWaiter`): nothing the engine
+  completed stays unstored while it waits for work in progress;
 - any other use of the backend by the engine thread (the flow's state,
   ``ensure_atoms``, reads): it sees everything saved before it;
 - the end of the run;
 - ``Storage.flush_checkpoints()``, added for code that must know its engine's
   checkpoints are stored (the crash tests' ``after-checkpoint`` point).
 
-Saves from other threads (a task's progress) and engines not running through
-``run_iter`` are stored at once, as stock. A lost database connection at a
-barrier is waited out within the database's outage window
-(``persistence.db_retry``), other storage failures are retried with
-storage's own policy (patch 11); when the last attempt fails, the held calls
-are cancelled and the failure goes to the engine as a scheduling failure would.
+Saves from other threads (a task's progress) are stored at once, as stock. The
+flow detail's meta says ``checkpoints: batched`` for a flow this engine wrote
+(``engine.fast.meta``). A lost database connection at a barrier is waited out
+within the database's outage window (``persistence.db_retry``), other storage
+failures are retried with storage's own policy
+(:func:`.storage.retry_storage_failures`); when the last attempt fails, the
+held calls are cancelled and the failure goes to the engine as a scheduling
+failure would.
 
 **Withheld outcomes.** An atom that failed because the database stayed
 unreachable for the whole window (``DatabaseUnavailable``, raised by the
@@ -54,28 +56,13 @@ import threading
 from concurrent import futures
 
 from taskflow import states as tf_states
-from taskflow import storage as tf_storage
-from taskflow.engines.action_engine import builder as tf_builder
-from taskflow.engines.action_engine import engine as action_engine
-from taskflow.engines.action_engine import scheduler as tf_scheduler
-from taskflow.engines.action_engine.actions import retry as retry_action
-from taskflow.engines.action_engine.actions import task as task_action
 from taskflow.types import failure
 
-from fleetflow.engine.taskflow_engine_patches import retry_storage_failures
-from fleetflow.engine.taskflow_patch_table import Replacements
+from fleetflow.engine.fast.storage import retry_storage_failures
 from fleetflow.persistence import db_retry
-
-STOCK_WITH_CONNECTION = tf_storage.Storage._with_connection
-STOCK_RUN_ITER = action_engine.ActionEngine.run_iter
-STOCK_SCHEDULE = tf_scheduler.Scheduler.schedule
-STOCK_BUILDER_INIT = tf_builder.MachineBuilder.__init__
-STOCK_TASK_ACTION_INIT = task_action.TaskAction.__init__
-STOCK_RETRY_ACTION_INIT = retry_action.RetryAction.__init__
 
 LOG = logging.getLogger(__name__)
 
-_BUFFER_ATTR = "_fleetflow_checkpoints"
 _get_ident = threading.get_ident
 
 
@@ -169,48 +156,17 @@ def _database_unavailable(atom_detail) -> bool:
     return any(f.check(db_retry.DatabaseUnavailable) for f in (fail, *fail.causes))
 
 
-def buffer_of(storage) -> CheckpointBuffer | None:
-    """The buffer of ``storage`` when the calling thread is the engine's, else None."""
-    buffer = storage.__dict__.get(_BUFFER_ATTR)
-    if buffer is not None and buffer.owner == _get_ident():
-        return buffer
-    return None
-
-
-def flush(storage) -> None:
-    buffer = buffer_of(storage)
-    if buffer is not None:
-        buffer.flush()
-
-
-def flush_checkpoints(self) -> None:
-    """``Storage.flush_checkpoints()`` (new): store what this thread's engine holds now.
-
-    For code that must see its engine's checkpoints stored before it goes on,
-    such as the crash tests' ``after-checkpoint`` point.
-    """
-    flush(self)
-
-
-def with_connection(self, functor, *args, **kwargs):
-    """``Storage._with_connection``; on the engine thread the buffer is the connection."""
-    buffer = buffer_of(self)
-    if buffer is None:
-        return STOCK_WITH_CONNECTION(self, functor, *args, **kwargs)
-    return functor(buffer, *args, **kwargs)
-
-
-def run_iter(self, timeout=None):
-    """``ActionEngine.run_iter`` with the thread's checkpoints buffered, stored at the end."""
-    storage = self.storage
-    if storage.__dict__.get(_BUFFER_ATTR) is not None:
-        # Already running (nested run_iter): stock behaviour for this one.
-        yield from STOCK_RUN_ITER(self, timeout=timeout)
+def buffered_run(storage, run_iter):
+    """Drive ``run_iter`` (a generator of engine states) with the thread's checkpoints
+    buffered in ``storage``, stored at the end, and the buffer gone afterwards."""
+    if storage.checkpoints is not None:
+        # Already running (a nested run): stock behaviour for this one.
+        yield from run_iter
         return
     buffer = CheckpointBuffer(storage._backend)
-    storage.__dict__[_BUFFER_ATTR] = buffer
+    storage.checkpoints = buffer
     try:
-        yield from STOCK_RUN_ITER(self, timeout=timeout)
+        yield from run_iter
     except BaseException:
         # Store what can be stored, without hiding why the run ended.
         with contextlib.suppress(Exception):
@@ -219,7 +175,7 @@ def run_iter(self, timeout=None):
     else:
         buffer.flush()
     finally:
-        del storage.__dict__[_BUFFER_ATTR]
+        storage.checkpoints = None
 
 
 class _Forwarded(futures.Future):
@@ -302,31 +258,23 @@ def _copy_outcome(source: futures.Future, target: futures.Future) -> None:
             target.set_result(source.result())
 
 
-def task_action_init(self, storage, notifier, task_executor):
-    STOCK_TASK_ACTION_INIT(self, storage, notifier, HeldDispatch(task_executor))
+def schedule_held(scheduler, atoms, stock_schedule):
+    """``Scheduler.schedule``: state changes first, stored together, then the calls.
 
-
-def retry_action_init(self, storage, notifier, retry_executor):
-    STOCK_RETRY_ACTION_INIT(self, storage, notifier, HeldDispatch(retry_executor))
-
-
-def _dispatches(runtime) -> list:
-    found = [runtime.task_action._task_executor, runtime.retry_action._retry_executor]
-    return [d for d in found if isinstance(d, HeldDispatch)]
-
-
-def schedule(self, atoms):
-    """``Scheduler.schedule``: state changes first, stored together, then the calls."""
-    runtime = self._runtime
+    ``stock_schedule(atoms)`` is TaskFlow's; the runtime's task and retry
+    actions dispatch through :class:`HeldDispatch`.
+    """
+    runtime = scheduler._runtime
     storage = runtime.storage
-    if buffer_of(storage) is None:
-        return STOCK_SCHEDULE(self, atoms)
-    dispatches = _dispatches(runtime)
+    buffer = storage.checkpoints
+    if buffer is None or buffer.owner != _get_ident():
+        return stock_schedule(atoms)
+    dispatches = [runtime.task_action._task_executor, runtime.retry_action._retry_executor]
     for dispatch in dispatches:
         dispatch.hold()
     try:
-        futs, failures = STOCK_SCHEDULE(self, atoms)
-        flush(storage)
+        futs, failures = stock_schedule(atoms)
+        buffer.flush()
     except Exception:
         for dispatch in dispatches:
             dispatch.release(cancel=True)
@@ -346,23 +294,5 @@ class StoringWaiter:
         self.inner = inner
 
     def __call__(self, fs, timeout=None):
-        flush(self._storage)
+        self._storage.flush_checkpoints()
         return self.inner(fs, timeout=timeout)
-
-
-def builder_init(self, runtime, waiter):
-    """``MachineBuilder.__init__`` with a :class:`StoringWaiter` around ``waiter``."""
-    STOCK_BUILDER_INIT(self, runtime, StoringWaiter(runtime.storage, waiter))
-
-
-_REPLACEMENTS = Replacements(
-    (tf_storage.Storage, "flush_checkpoints", flush_checkpoints, None),
-    (tf_storage.Storage, "_with_connection", with_connection, STOCK_WITH_CONNECTION),
-    (action_engine.ActionEngine, "run_iter", run_iter, STOCK_RUN_ITER),
-    (tf_scheduler.Scheduler, "schedule", schedule, STOCK_SCHEDULE),
-    (tf_builder.MachineBuilder, "__init__", builder_init, STOCK_BUILDER_INIT),
-    (task_action.TaskAction, "__init__", task_action_init, STOCK_TASK_ACTION_INIT),
-    (retry_action.RetryAction, "__init__", retry_action_init, STOCK_RETRY_ACTION_INIT),
-)
-install, uninstall, is_installed = (_REPLACEMENTS.install, _REPLACEMENTS.uninstall,
-                                    _REPLACEMENTS.is_installed)

@@ -1,4 +1,4 @@
-"""Patch 15: argument mappings worked out once per shape answer exactly as stock's."""
+"""fleetflow atoms' argument mappings, worked out once per shape, are exactly stock's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import random
 import pytest
 from taskflow import retry, task
 
-from fleetflow.engine import taskflow_argmap_patch, taskflow_patches
+from fleetflow.flows.tasks import atoms as fast_atoms
+from fleetflow.flows.tasks.atoms import FastAtom
 
 
 class Plain(task.Task):
@@ -32,6 +33,10 @@ class Candidates(retry.AlwaysRevert):
     def execute(self, history, a, e=None):
         return a
 
+
+FAST = {kind: type(f"Fast{kind.__name__}", (FastAtom, kind), {})
+        for kind in (Plain, TakesAnything, NoArgs, Candidates)}
+FastPlain = FAST[Plain]
 
 # Rebind values drawn from the arguments' own names, injected names, each
 # other, and fresh per-instance names: every way a value can meet another name.
@@ -77,50 +82,55 @@ def _answer(kind, kwargs) -> tuple:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_mappings_are_stock_mappings(seed, taskflow_patched):
+def test_mappings_are_stock_mappings(seed):
     rng = random.Random(seed)
     cases = [_random_atom(rng, i) for i in range(60)]
-    patched = [_answer(kind, kwargs) for kind, kwargs in cases]
+    fast = [_answer(FAST[kind], kwargs) for kind, kwargs in cases]
     # The same shapes again, now answered from what was remembered.
-    again = [_answer(kind, kwargs) for kind, kwargs in cases]
-    taskflow_patches.remove()
-    try:
-        stock = [_answer(kind, kwargs) for kind, kwargs in cases]
-    finally:
-        taskflow_patches.apply()
-    assert patched == stock
+    again = [_answer(FAST[kind], kwargs) for kind, kwargs in cases]
+    stock = [_answer(kind, kwargs) for kind, kwargs in cases]
+    assert fast == stock
     assert again == stock
 
 
-def test_instances_of_one_shape_share_one_answer(taskflow_patched):
-    taskflow_argmap_patch._shapes.clear()
-    atoms = [Plain(f"t{i}", rebind={"a": f"inst-{i:04d}.host"}, inject={"b": 2})
+def test_instances_of_one_shape_share_one_answer():
+    fast_atoms._shapes.clear()
+    atoms = [FastPlain(f"t{i}", rebind={"a": f"inst-{i:04d}.host"}, inject={"b": 2})
              for i in range(50)]
-    assert len(taskflow_argmap_patch._shapes) == 2  # execute's and revert's
+    assert len(fast_atoms._shapes) == 2  # execute's and revert's
     assert [list(t.requires) for t in atoms[:2]] == [["inst-0000.host", "d"],
                                                      ["inst-0001.host", "d"]]
     assert atoms[7].rebind["a"] == "inst-0007.host"
 
 
-def test_a_value_that_meets_another_name_is_worked_out_by_stock(taskflow_patched):
+def test_a_value_that_meets_another_name_is_worked_out_by_stock():
     # "b" is injected: stock drops it from the requirements; a shared answer
     # made with a stand-in for it would keep the stand-in's replacement.
-    t = Plain("t", rebind={"a": "b"}, inject={"b": 2})
+    t = FastPlain("t", rebind={"a": "b"}, inject={"b": 2})
     assert "b" not in t.requires
-    u = Plain("u", rebind={"a": "x", "c": "x"})
+    u = FastPlain("u", rebind={"a": "x", "c": "x"})
     assert list(u.requires).count("x") == 1
 
 
 @pytest.mark.parametrize("rebind", [None, {"a": "inst-1.host"}])
-def test_answers_are_copies(rebind, taskflow_patched):
-    first = Plain("t1", rebind=rebind)
+def test_answers_are_copies(rebind):
+    first = FastPlain("t1", rebind=rebind)
     first.rebind["a"] = "changed"
-    second = Plain("t2", rebind=rebind)
+    second = FastPlain("t2", rebind=rebind)
     assert second.rebind["a"] == (rebind or {"a": "a"})["a"]
 
 
-def test_a_name_that_looks_like_a_stand_in_is_worked_out_by_stock(taskflow_patched):
-    taskflow_argmap_patch._shapes.clear()
-    odd = taskflow_argmap_patch._stand_in(0)
-    t = Plain("t", rebind={"a": "inst-0001.host"}, inject={odd: 1})
+def test_a_name_that_looks_like_a_stand_in_is_worked_out_by_stock():
+    fast_atoms._shapes.clear()
+    odd = fast_atoms._stand_in(0)
+    t = FastPlain("t", rebind={"a": "inst-0001.host"}, inject={odd: 1})
     assert "inst-0001.host" in t.requires
+
+
+def test_fleetflow_tasks_and_retries_are_fast_atoms():
+    from fleetflow.flows.tasks.base import FleetRetry, FleetTask
+
+    assert issubclass(FleetTask, FastAtom) and issubclass(FleetRetry, FastAtom)
+    t = FastPlain("t", rebind={"a": "inst-0001.host"})
+    assert all(isinstance(s, fast_atoms.OrderedSet)
+               for s in (t.requires, t.optional, t.revert_optional, t.provides))

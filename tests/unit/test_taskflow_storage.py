@@ -1,4 +1,4 @@
-"""TaskFlow patches 8 (writer-reentrant storage lock) and 9 (validate once)."""
+"""The fleetflow engine's storage lock, retry loop and one validation, against stock's."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from taskflow import exceptions as tf_exc
 from taskflow import retry, task
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine import taskflow_patches
-from fleetflow.engine.taskflow_engine_patches import WriterReentrantLock
+from fleetflow.engine.fast import storage as fast_storage
+from fleetflow.engine.fast import validation
+from fleetflow.engine.fast.storage import WriterReentrantLock
+
+FAST = "fleetflow-parallel"
 
 
 class Needs(task.Task):
     def execute(self, value):
         return value + 1
-
-
-pytestmark = pytest.mark.usefixtures("taskflow_patched")
 
 
 def test_the_writer_reads_and_reenters_without_becoming_a_reader():
@@ -65,8 +65,8 @@ def test_a_reader_still_cannot_become_the_writer():
             pass
 
 
-def test_storage_uses_the_patched_lock():
-    engine = tf_engines.load(Needs("n", provides="out"), store={"value": 1})
+def test_the_fleetflow_storage_uses_the_writer_reentrant_lock():
+    engine = tf_engines.load(Needs("n", provides="out"), store={"value": 1}, engine=FAST)
     assert isinstance(engine.storage.lock, WriterReentrantLock)
     engine.run()
     assert engine.storage.fetch("out") == 2
@@ -93,33 +93,31 @@ def _conductor_like_run(engine):
 
 
 def test_a_conductor_run_validates_once(monkeypatch):
-    from fleetflow.engine import taskflow_engine_patches as patches
-
     flow = linear_flow.Flow("f").add(*[Needs(f"n{i}") for i in range(5)])
-    engine = tf_engines.load(flow, store={"value": 1})
+    engine = tf_engines.load(flow, store={"value": 1}, engine=FAST)
     calls = {"n": 0}
-    real = patches._ValidationLookups.missing
+    real = validation._ValidationLookups.missing
 
     def counting(self, *args):
         calls["n"] += 1
         return real(self, *args)
 
-    monkeypatch.setattr(patches._ValidationLookups, "missing", counting)
+    monkeypatch.setattr(validation._ValidationLookups, "missing", counting)
     _conductor_like_run(engine)
     # Once per atom: its revert takes no name its execute did not.
     assert calls["n"] == 5
 
 
-def test_stock_validates_twice(stock):
+def test_stock_validates_twice():
     flow = linear_flow.Flow("f").add(*[Needs(f"n{i}") for i in range(5)])
-    engine = tf_engines.load(flow, store={"value": 1})
+    engine = tf_engines.load(flow, store={"value": 1}, engine="parallel")
     calls = _count_validations(engine)
     _conductor_like_run(engine)
     assert calls["n"] == 2 * 2 * 5
 
 
 def test_missing_arguments_are_still_refused():
-    engine = tf_engines.load(Needs("n"))
+    engine = tf_engines.load(Needs("n"), engine=FAST)
     engine.compile()
     engine.prepare()
     with pytest.raises(tf_exc.MissingDependencies):
@@ -131,8 +129,7 @@ def test_missing_arguments_are_still_refused():
 def test_storage_failures_are_retried_as_taskflow_retries_them(monkeypatch):
     from taskflow import storage as tf_storage
 
-    from fleetflow.engine import taskflow_engine_patches as patches
-
+    patches = fast_storage
     slept = []
     monkeypatch.setattr(patches.time, "sleep", slept.append)
     calls = []
@@ -179,8 +176,8 @@ def _causes(exc) -> list[str]:
     return found
 
 
-def _validation_answer(flow, store):
-    engine = tf_engines.load(flow, store=store)
+def _validation_answer(flow, store, engine_name):
+    engine = tf_engines.load(flow, store=store, engine=engine_name)
     engine.compile()
     engine.prepare()
     try:
@@ -209,13 +206,8 @@ def test_validation_answers_as_stock_does(seed):
         return linear_flow.Flow("f").add(*atoms)
 
     store = {name: 1 for name in ("a", "b", "c", "x", "value") if rng.random() < 0.5}
-    patched_answer = _validation_answer(flow(), store)
-    taskflow_patches.remove()
-    try:
-        stock_answer = _validation_answer(flow(), store)
-    finally:
-        taskflow_patches.apply()
-    assert patched_answer == stock_answer
+    assert _validation_answer(flow(), store, FAST) == _validation_answer(flow(), store,
+                                                                         "parallel")
 
 
 class TakesTwo(task.Task):
@@ -270,10 +262,5 @@ def test_validation_of_nested_scopes_answers_as_stock_does(seed):
     pick = random.Random(seed * 7)
     every = pick.random() < 0.5
     store = {name: 1 for name in NAMES if every or pick.random() < 0.7}
-    patched_answer = _validation_answer(_nested_flow(seed), store)
-    taskflow_patches.remove()
-    try:
-        stock_answer = _validation_answer(_nested_flow(seed), store)
-    finally:
-        taskflow_patches.apply()
-    assert patched_answer == stock_answer
+    assert _validation_answer(_nested_flow(seed), store, FAST) == _validation_answer(
+        _nested_flow(seed), store, "parallel")

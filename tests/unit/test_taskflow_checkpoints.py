@@ -1,4 +1,4 @@
-"""TaskFlow patch 13: checkpoints stored in batches, always before what they lead to runs."""
+"""The fleetflow engine stores checkpoints in batches, always before what they lead to runs."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from taskflow.persistence import backends as tf_backends
 from taskflow.persistence import models
 from taskflow.utils import persistence_utils
 
-from fleetflow.engine import taskflow_checkpoint_patch, taskflow_patches
 from fleetflow.persistence.logbook.backend import LogbookConnection
 
-pytestmark = pytest.mark.usefixtures("taskflow_patched")
-
+FAST = "fleetflow-parallel"
 WAIT_S = 30
 
 
@@ -38,7 +36,7 @@ def stored(backend, flow_detail) -> dict:
         return {ad.name: ad.state for ad in conn.get_atoms_for_flow(flow_detail.uuid)}
 
 
-def load(flow, backend, engine="serial", **options):
+def load(flow, backend, engine=FAST, **options):
     book = models.LogBook("book")
     flow_detail = persistence_utils.create_flow_detail(flow, book=book, backend=backend)
     return tf_engines.load(flow, flow_detail=flow_detail, book=book, backend=backend,
@@ -84,7 +82,7 @@ def test_every_atom_starts_with_all_decisions_so_far_stored(backend):
         ("a", "execute"), ("b", "execute"), ("b", "revert"), ("a", "revert"),
         ("a", "execute"), ("b", "execute"), ("c", "execute")]
     for name, what, in_database, in_memory in seen:
-        # The serial engine runs one atom at a time: nothing is undecided.
+        # A linear flow runs one atom at a time: nothing is undecided.
         assert in_database == in_memory, (name, what)
         assert in_database[name] == (st.RUNNING if what == "execute" else st.REVERTING)
     assert set(stored(backend, engine.storage._flowdetail).values()) == {st.SUCCESS}
@@ -115,7 +113,7 @@ def test_completions_are_stored_before_the_engine_waits(backend):
     holder: dict = {}
     flow = unordered_flow.Flow("f").add(
         Quick("quick"), WaitForStored("slow", "quick", backend, holder))
-    engine = load(flow, backend, engine="parallel")
+    engine = load(flow, backend)
     holder["fd"] = engine.storage._flowdetail
     engine.run()
     assert engine.storage.get("slow") is True
@@ -133,10 +131,10 @@ def count_calls(monkeypatch, cls, name: str) -> list:
     return calls
 
 
-def run_wide_flow(backend, width: int) -> tuple[dict, dict]:
+def run_wide_flow(backend, width: int, engine_name: str) -> tuple[dict, dict]:
     flow = unordered_flow.Flow("wide").add(*(Quick(f"t{i}", provides=f"r{i}")
                                             for i in range(width)))
-    engine = load(flow, backend, engine="parallel", max_workers=8)
+    engine = load(flow, backend, engine=engine_name, max_workers=8)
     engine.run()
     fd = engine.storage._flowdetail
     with contextlib.closing(backend.get_connection()) as conn:
@@ -147,16 +145,12 @@ def run_wide_flow(backend, width: int) -> tuple[dict, dict]:
 def test_batches_store_what_stock_stores_in_fewer_commits(backend, monkeypatch):
     single = count_calls(monkeypatch, LogbookConnection, "update_atom_details")
     many = count_calls(monkeypatch, LogbookConnection, "update_atom_details_many")
-    patched_states, patched_results = run_wide_flow(backend, 40)
+    patched_states, patched_results = run_wide_flow(backend, 40, FAST)
     assert not single and 0 < len(many) < 40
 
-    taskflow_patches.remove()
-    try:
-        single.clear()
-        many.clear()
-        stock_states, stock_results = run_wide_flow(backend, 40)
-    finally:
-        taskflow_patches.apply()
+    single.clear()
+    many.clear()
+    stock_states, stock_results = run_wide_flow(backend, 40, "parallel")
     assert not many and len(single) >= 80  # RUNNING and SUCCESS of each task, at least
     assert patched_states == stock_states
     assert patched_results == stock_results
@@ -175,7 +169,7 @@ def test_a_checkpoint_batch_that_cannot_be_stored_runs_nothing(backend, monkeypa
         raise tf_exc.StorageFailure("the database is gone")
 
     flow = linear_flow.Flow("f").add(Recorded("a"), Recorded("b"))
-    engine = load(flow, backend, engine="parallel")
+    engine = load(flow, backend)
     monkeypatch.setattr(LogbookConnection, "update_atom_details_many", refuse)
     with pytest.raises(tf_exc.StorageFailure):
         engine.run()
@@ -193,7 +187,7 @@ def test_saves_from_other_threads_are_stored_at_once(backend):
                 ad = next(a for a in conn.get_atoms_for_flow(fd.uuid) if a.name == self.name)
             return ad.meta.get("progress")
 
-    engine = load(linear_flow.Flow("f").add(Progress("p")), backend, engine="parallel")
+    engine = load(linear_flow.Flow("f").add(Progress("p")), backend)
     holder["fd"] = engine.storage._flowdetail
     engine.run()
     assert engine.storage.get("p") == 0.5
@@ -216,12 +210,13 @@ def test_a_success_is_held_until_a_barrier_or_flush_checkpoints(backend):
     assert seen == [st.RUNNING, st.SUCCESS]
 
 
-def test_install_and_uninstall():
-    assert taskflow_checkpoint_patch.is_installed()
-    taskflow_patches.remove()
-    try:
-        assert not taskflow_checkpoint_patch.is_installed()
-        assert not hasattr(tf_storage.Storage, "flush_checkpoints")
-    finally:
-        taskflow_patches.apply()
-    assert taskflow_checkpoint_patch.is_installed()
+def test_the_stock_engine_stores_each_checkpoint_at_once(backend):
+    flow = linear_flow.Flow("f").add(Quick("a"), Quick("b"))
+    engine = load(flow, backend, engine="parallel")
+    fd = engine.storage._flowdetail
+    seen: list = []
+    engine.atom_notifier.register(
+        st.SUCCESS, lambda state, details: seen.append(stored(backend, fd)[details["task_name"]]))
+    engine.run()
+    assert seen == [st.SUCCESS, st.SUCCESS]
+    assert not hasattr(engine.storage, "flush_checkpoints")

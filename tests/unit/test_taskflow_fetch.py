@@ -1,4 +1,4 @@
-"""Patch 16: arguments fetched with injected values remembered answer as stock does."""
+"""The fleetflow engine's storage, remembering injected values, fetches what stock fetches."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import random
 import pytest
 from taskflow import engines as tf_engines
 from taskflow import retry, task
+from taskflow import storage as tf_storage
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine import taskflow_fetch_patch
+from fleetflow.engine.fast import fetch
 
 NAMES = ["p", "q", "r", "s"]
 
@@ -68,10 +69,10 @@ def _answers(storage, atoms, fetch) -> list:
 
 
 def _compare(storage, atoms) -> None:
-    patched = _answers(storage, atoms, taskflow_fetch_patch.fetch_mapped_args)
+    patched = _answers(storage, atoms, fetch.fetch_mapped_args)
     # Twice: the second time from what the first remembered.
-    again = _answers(storage, atoms, taskflow_fetch_patch.fetch_mapped_args)
-    stock = _answers(storage, atoms, taskflow_fetch_patch.STOCK_FETCH_MAPPED_ARGS)
+    again = _answers(storage, atoms, fetch.fetch_mapped_args)
+    stock = _answers(storage, atoms, tf_storage.Storage.fetch_mapped_args)
     assert patched == stock
     assert again == stock
     for mine, theirs in zip(again, stock, strict=True):
@@ -80,10 +81,10 @@ def _compare(storage, atoms) -> None:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_fetched_arguments_are_stocks(seed, taskflow_patched):
+def test_fetched_arguments_are_stocks(seed):
     pick = random.Random(seed * 13)
     store = {name: {"stored": name} for name in NAMES if pick.random() < 0.6}
-    engine = tf_engines.load(_flow(seed), store=store)
+    engine = tf_engines.load(_flow(seed), store=store, engine="fleetflow-parallel")
     engine.compile()
     engine.prepare()
     storage = engine.storage
@@ -102,15 +103,15 @@ def test_fetched_arguments_are_stocks(seed, taskflow_patched):
     _compare(storage, atoms)
 
 
-def test_a_new_injection_is_seen_after_values_were_remembered(taskflow_patched):
+def test_a_new_injection_is_seen_after_values_were_remembered():
     engine = tf_engines.load(linear_flow.Flow("f").add(TakesTwo("t", rebind={"p": "s"})),
-                             store={"s": "first", "r": 1})
+                             store={"s": "first", "r": 1}, engine="fleetflow-parallel")
     engine.compile()
     engine.prepare()
-    fetch = engine.storage.fetch_mapped_args
-    assert fetch({"p": "s"}, atom_name="t") == {"p": "first"}
+    fetch_args = engine.storage.fetch_mapped_args
+    assert fetch_args({"p": "s"}, atom_name="t") == {"p": "first"}
     engine.storage.inject({"s": "second"})
-    assert fetch({"p": "s"}, atom_name="t") == {"p": "second"}
+    assert fetch_args({"p": "s"}, atom_name="t") == {"p": "second"}
 
 
 class Gives(task.Task):
@@ -123,13 +124,14 @@ class Uses(task.Task):
         return v
 
 
-def test_a_name_atoms_provide_is_found_in_each_atoms_own_scope(taskflow_patched):
+def test_a_name_atoms_provide_is_found_in_each_atoms_own_scope():
     # Both chains provide "v": each user must get its own chain's, every time.
     chains = [linear_flow.Flow(f"c{i}").add(Gives(f"give{i}", provides="v"), Uses(f"use{i}"))
               for i in range(2)]
-    engine = tf_engines.load(linear_flow.Flow("f").add(unordered_flow.Flow("u").add(*chains)))
+    engine = tf_engines.load(linear_flow.Flow("f").add(unordered_flow.Flow("u").add(*chains)),
+                             engine="fleetflow-parallel")
     engine.run()
-    fetch = engine.storage.fetch_mapped_args
+    fetch_args = engine.storage.fetch_mapped_args
     for _ in range(2):
-        assert [fetch({"v": "v"}, atom_name=f"use{i}") for i in range(2)] == [
+        assert [fetch_args({"v": "v"}, atom_name=f"use{i}") for i in range(2)] == [
             {"v": "from give0"}, {"v": "from give1"}]

@@ -1,4 +1,4 @@
-"""The compile patches give the same graph and scopes as stock TaskFlow, and flows run."""
+"""The fleetflow engine's compiler and scope walker give stock TaskFlow's graph and scopes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from taskflow.engines.action_engine import compiler, scopes
 from taskflow.patterns import graph_flow, linear_flow, unordered_flow
 from taskflow.types import graph as tf_graph
 
-from fleetflow.engine import engines, taskflow_patches
+from fleetflow.engine import engines
+from fleetflow.engine.fast import compiler as fast_compiler
+from fleetflow.engine.fast.engine import gc_paused
+from fleetflow.engine.fast.scopes import IndexedScopeWalker, index_for
 
 
 class Produce(task.Task):
@@ -74,17 +77,26 @@ def _reservation(n: int):
     return flow.add(instances)
 
 
-def _compile(flow):
-    return compiler.PatternCompiler(flow).compile()
+def _compile(flow, compiler_cls=compiler.PatternCompiler):
+    return compiler_cls(flow).compile()
 
 
 def _graph_shape(compilation):
     graph = compilation.execution_graph
-    nodes = {(n.name, tuple(sorted((k, getattr(v, "name", v)) for k, v in data.items())))
-             for n, data in graph.nodes(data=True)}
-    edges = {(u.name, v.name, tuple(sorted(data.items())))
-             for u, v, data in graph.edges(data=True)}
+    nodes = [(n.name, tuple(sorted((k, getattr(v, "name", v)) for k, v in data.items())))
+             for n, data in graph.nodes(data=True)]
+    edges = [(u.name, v.name, tuple(sorted(data.items())))
+             for u, v, data in graph.edges(data=True)]
     return nodes, edges
+
+
+def _stock_walker(compilation, atom, names_only=True):
+    return scopes.ScopeWalker(compilation, atom, names_only=names_only)
+
+
+def _indexed_walker(compilation, atom, names_only=True):
+    return IndexedScopeWalker(compilation, atom, index_for(compilation.hierarchy),
+                              names_only=names_only)
 
 
 def _scopes(compilation, walker_cls, names_only=True):
@@ -99,36 +111,29 @@ def _scopes(compilation, walker_cls, names_only=True):
     return result
 
 
-@pytest.fixture
-def stock():
-    taskflow_patches.remove()
-    yield
-    taskflow_patches.remove()
-
-
 FLOWS = [pytest.param(lambda: _reservation(5), id="reservation")] + [
     pytest.param(lambda seed=seed: _random_flow(random.Random(seed), "f", 0, []),
                  id=f"random-{seed}") for seed in range(25)]
 
 
 @pytest.mark.parametrize("make_flow", FLOWS)
-def test_patched_compile_gives_the_stock_graph_and_scopes(stock, make_flow):
+def test_compile_gives_the_stock_graph_and_scopes(make_flow):
     stock_compilation = _compile(make_flow())
     stock_shape = _graph_shape(stock_compilation)
-    stock_scopes = _scopes(stock_compilation, taskflow_patches.STOCK_SCOPE_WALKER)
-    stock_atoms = _scopes(stock_compilation, taskflow_patches.STOCK_SCOPE_WALKER, False)
+    stock_scopes = _scopes(stock_compilation, _stock_walker)
+    stock_atoms = _scopes(stock_compilation, _stock_walker, False)
 
-    taskflow_patches.apply()
-    patched_compilation = _compile(make_flow())
-    assert compiler.gr.merge_graphs is taskflow_patches.merge_graphs_in_place
-    assert _graph_shape(patched_compilation) == stock_shape
-    assert _scopes(patched_compilation, scopes.ScopeWalker) == stock_scopes
-    assert _scopes(patched_compilation, scopes.ScopeWalker, False) == stock_atoms
+    fast_compilation = _compile(make_flow(), fast_compiler.PatternCompiler)
+    assert isinstance(fast_compilation.execution_graph, fast_compiler.DiGraph)
+    # Same nodes and edges with the same attributes, in the same order.
+    assert _graph_shape(fast_compilation) == stock_shape
+    assert _scopes(fast_compilation, _indexed_walker) == stock_scopes
+    assert _scopes(fast_compilation, _indexed_walker, False) == stock_atoms
     # The index agrees with the stock walk on the very same compilation too.
-    assert _scopes(patched_compilation, taskflow_patches.STOCK_SCOPE_WALKER) == stock_scopes
+    assert _scopes(fast_compilation, _stock_walker) == stock_scopes
 
 
-def test_predecessor_ranked_after_its_atom_is_never_visible(stock):
+def test_predecessor_ranked_after_its_atom_is_never_visible():
     # TaskFlow's patterns add children in execution order, so a predecessor
     # normally has a lower child index; build the other case by hand: the
     # stock walker never yields such a predecessor and walks to the root.
@@ -150,33 +155,22 @@ def test_predecessor_ranked_after_its_atom_is_never_visible(stock):
     graph.freeze()
     hierarchy.freeze()
     compilation = compiler.Compilation(graph, hierarchy)
-    expected = _scopes(compilation, taskflow_patches.STOCK_SCOPE_WALKER)
+    expected = _scopes(compilation, _stock_walker)
     # "a" sees nothing ("c" is ranked after it) yet walks the level; "b" sees
     # "a" but not "c"; "c" has no predecessor atoms.
     assert expected == {"a": [[]], "b": [["a"]], "c": []}
-    assert _scopes(compilation, taskflow_patches.IndexedScopeWalker) == expected
+    assert _scopes(compilation, _indexed_walker) == expected
 
 
-def test_apply_is_idempotent_and_remove_restores_stock(stock):
-    taskflow_patches.apply()
-    taskflow_patches.apply()
-    assert taskflow_patches.is_applied()
-    assert scopes.ScopeWalker is taskflow_patches.IndexedScopeWalker
-    taskflow_patches.remove()
-    assert not taskflow_patches.is_applied()
-    assert compiler.gr is tf_graph
-    assert scopes.ScopeWalker is taskflow_patches.STOCK_SCOPE_WALKER
-    assert tf_graph.DiGraph.no_predecessors_iter is taskflow_patches.STOCK_NO_PREDECESSORS
-
-
-def test_no_predecessor_and_successor_iterators_match_stock(stock):
-    graph = tf_graph.DiGraph()
-    graph.add_nodes_from(["lonely", "a", "b", "c"])
-    graph.add_edges_from([("a", "b"), ("b", "c"), ("a", "c")])
-    expected = (list(graph.no_predecessors_iter()), list(graph.no_successors_iter()))
-    taskflow_patches.apply()
-    assert (list(graph.no_predecessors_iter()), list(graph.no_successors_iter())) == expected
-    assert expected == (["lonely", "a"], ["lonely", "c"])
+def test_no_predecessor_and_successor_iterators_match_stock():
+    edges = [("a", "b"), ("b", "c"), ("a", "c")]
+    answers = []
+    for graph_cls in (tf_graph.DiGraph, fast_compiler.DiGraph):
+        graph = graph_cls()
+        graph.add_nodes_from(["lonely", "a", "b", "c"])
+        graph.add_edges_from(edges)
+        answers.append((list(graph.no_predecessors_iter()), list(graph.no_successors_iter())))
+    assert answers[0] == answers[1] == (["lonely", "a"], ["lonely", "c"])
 
 
 def test_in_place_merge_refuses_overlaps_like_stock():
@@ -185,24 +179,23 @@ def test_in_place_merge_refuses_overlaps_like_stock():
     b = tf_graph.DiGraph(name="b")
     b.add_edge("x", "y")
     with pytest.raises(ValueError, match="overlapping"):
-        taskflow_patches.merge_graphs_in_place(a, b)
+        fast_compiler.merge_graphs_in_place(a, b)
     c = tf_graph.DiGraph(name="c")
     c.add_edge("y", "z", flag=True)
-    merged = taskflow_patches.merge_graphs_in_place(a, c)
+    merged = fast_compiler.merge_graphs_in_place(a, c)
     assert merged is a and merged.name == "a"
     assert merged.get_edge_data("y", "z") == {"flag": True}
     assert set(merged.nodes) == {"x", "y", "z"}
 
 
-def test_unknown_atom_is_refused(stock):
-    taskflow_patches.apply()
-    compilation = _compile(_reservation(2))
+def test_unknown_atom_is_refused():
+    compilation = _compile(_reservation(2), fast_compiler.PatternCompiler)
     with pytest.raises(ValueError, match="Unable to find atom"):
-        scopes.ScopeWalker(compilation, Produce("stranger"))
+        _indexed_walker(compilation, Produce("stranger"))
 
 
-@pytest.mark.parametrize("engine", ["serial", "parallel"])
-def test_flow_runs_with_the_patches_and_sees_the_right_values(stock, engine):
+@pytest.mark.parametrize("engine", ["serial", "parallel", "fleetflow-parallel"])
+def test_flow_sees_the_closest_values_under_every_engine(engine):
     flow = linear_flow.Flow("root").add(
         Produce("first", provides="value"),
         unordered_flow.Flow("inner").add(
@@ -210,7 +203,6 @@ def test_flow_runs_with_the_patches_and_sees_the_right_values(stock, engine):
                                       Echo("a-use", provides="a-out")),
             linear_flow.Flow("b").add(Echo("b-use", provides="b-out"))))
     eng = engines.make_engine(flow, None, None, workers=4, engine=engine)
-    assert taskflow_patches.is_applied()
     eng.run()
     results = eng.storage.fetch_all()
     # "a-use" sees its sibling's value (closest scope), "b-use" the root one.
@@ -218,42 +210,37 @@ def test_flow_runs_with_the_patches_and_sees_the_right_values(stock, engine):
     assert results["b-out"] == "first"
 
 
-def test_missing_requirement_still_fails_validation(stock):
-    taskflow_patches.apply()
+def test_missing_requirement_still_fails_validation():
     flow = linear_flow.Flow("root").add(Echo("lonely"))
     from taskflow import exceptions as tf_exc
 
-    eng = tf_engines.load(flow)
+    eng = tf_engines.load(flow, engine="fleetflow-parallel")
     eng.compile()
     eng.prepare()
     with pytest.raises(tf_exc.MissingDependencies):
         eng.validate()
 
 
-def test_gc_is_paused_during_engine_compile_and_restored(stock):
+def test_gc_is_paused_during_engine_compile_and_restored(monkeypatch):
     import gc
 
-    taskflow_patches.apply()
     seen = []
 
     class Probe(task.Task):
         def execute(self):
             seen.append(gc.isenabled())
 
-    original = compiler.PatternCompiler.compile
+    original = fast_compiler.PatternCompiler.compile
 
     def spying_compile(self):
         seen.append(gc.isenabled())
         return original(self)
 
-    compiler.PatternCompiler.compile = spying_compile
-    try:
-        assert gc.isenabled()
-        eng = tf_engines.load(linear_flow.Flow("f").add(Probe("p")))
-        eng.compile()
-        eng.run()
-    finally:
-        compiler.PatternCompiler.compile = original
+    monkeypatch.setattr(fast_compiler.PatternCompiler, "compile", spying_compile)
+    assert gc.isenabled()
+    eng = tf_engines.load(linear_flow.Flow("f").add(Probe("p")), engine="fleetflow-parallel")
+    eng.compile()
+    eng.run()
     assert seen == [False, True]  # paused while compiling, back on for the run
     assert gc.isenabled()
 
@@ -262,55 +249,19 @@ def test_gc_pause_nests_and_survives_errors():
     import gc
 
     assert gc.isenabled()
-    with pytest.raises(RuntimeError), taskflow_patches.gc_paused():
-        with taskflow_patches.gc_paused():
+    with pytest.raises(RuntimeError), gc_paused():
+        with gc_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # the outer pause still holds
         raise RuntimeError("boom")
     assert gc.isenabled()
     gc.disable()
     try:
-        with taskflow_patches.gc_paused():
+        with gc_paused():
             pass
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
-
-
-def test_memoized_reflection_builds_the_same_atoms_as_stock(stock):
-    from fleetflow.flows.provision.flow import instance_chain, provision_flow
-
-    def atoms(flow):
-        found = [flow.retry] if getattr(flow, "retry", None) is not None else []
-        for node, _ in flow.iter_nodes():
-            found += atoms(node) if hasattr(node, "iter_nodes") else [node]
-        return found
-
-    def describe(flow):
-        return [(a.name, dict(a.rebind), sorted(a.optional), dict(a.revert_rebind),
-                 sorted(a.requires)) for a in atoms(flow)]
-
-    before = describe(provision_flow("r-1", 3, "best-effort", True))
-    taskflow_patches.apply()
-    assert describe(provision_flow("r-1", 3, "best-effort", True)) == before
-    # Built twice from the cache: still the same, and still independent lists.
-    again = describe(instance_chain(1, 3, "best-effort", True))
-    assert again == [d for d in before if d[0].startswith("inst-0001")]
-
-
-def test_memoized_reflection_hands_out_fresh_lists(stock):
-    taskflow_patches.apply()
-    from taskflow import atom as tf_atom
-
-    def execute(self, a, b, c=1):
-        return None
-
-    first = tf_atom.reflection.get_callable_args(execute, required_only=True)
-    first.remove("a")
-    assert tf_atom.reflection.get_callable_args(execute, required_only=True) == [
-        "self", "a", "b"]
-    with pytest.raises(ValueError, match="Extra arguments"):
-        task.FunctorTask(lambda a: a, requires=["a", "zzz"], name="extra")
 
 
 class _Double(task.Task):
@@ -320,29 +271,28 @@ class _Double(task.Task):
         return 2 * x
 
 
-def _run_counting_saves(monkeypatch):
-    from taskflow import storage as tf_storage
-
+def _run_counting_saves(engine_name):
+    engine = tf_engines.load(linear_flow.Flow("f").add(_Double("double")), store={"x": 21},
+                             engine=engine_name)
     saves = []
-    stock_save = tf_storage.Storage._save_atom_detail
+    storage = engine.storage
+    save = storage._save_atom_detail
 
-    def counting(self, conn, original, detail):
+    def counting(conn, original, detail):
         if detail.name == "double":
             saves.append((detail.state, detail.meta.get("progress")))
-        return stock_save(self, conn, original, detail)
+        return save(conn, original, detail)
 
-    monkeypatch.setattr(tf_storage.Storage, "_save_atom_detail", counting)
-    engine = tf_engines.load(linear_flow.Flow("f").add(_Double("double")), store={"x": 21})
+    # This engine's own storage only: nothing global changes.
+    storage._save_atom_detail = counting
     engine.run()
     detail = engine.storage._atomdetail_by_name("double")[0]
     return saves, (detail.state, detail.results, detail.meta.get("progress"))
 
 
-def test_progress_is_saved_with_the_state_in_one_write(stock, monkeypatch):
-    stock_saves, stock_end = _run_counting_saves(monkeypatch)
-    monkeypatch.undo()
-    taskflow_patches.apply()
-    saves, end = _run_counting_saves(monkeypatch)
+def test_progress_is_saved_with_the_state_in_one_write():
+    stock_saves, stock_end = _run_counting_saves("parallel")
+    saves, end = _run_counting_saves("fleetflow-parallel")
     assert end == stock_end == ("SUCCESS", 42, 1.0)
     assert stock_saves == [("RUNNING", None), ("RUNNING", 0.0), ("SUCCESS", 0.0),
                            ("SUCCESS", 1.0)]

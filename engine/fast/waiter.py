@@ -1,4 +1,4 @@
-"""TaskFlow patch 10 (see :mod:`fleetflow.engine.taskflow_patches`): a completion queue per engine.
+"""The waiter of the fleetflow engine: a completion queue per engine.
 
 Between completions the engine's state machine waits with
 ``futurist.waiters.wait_for_any(not_done, timeout)``, which is
@@ -28,10 +28,9 @@ soon as ``cancel()`` returns (``Future.done()`` says so then), where stock
 waits for the executor to dequeue and drop it, which can take as long as the
 longest running task when every worker is busy.
 
-Installed by overriding ``Runtime.builder`` (TaskFlow builds its
-``MachineBuilder`` there with ``waiters.wait_for_any``), so each engine runtime
-gets a waiter of its own. ``tests/unit/test_taskflow_waiter_patch.py`` compares
-it with stock ``wait_for_any``.
+The engine's runtime (:mod:`.runtime`) builds its ``MachineBuilder`` with a
+waiter of its own, where TaskFlow's passes ``waiters.wait_for_any``.
+``tests/unit/test_taskflow_waiter.py`` compares it with stock ``wait_for_any``.
 """
 
 from __future__ import annotations
@@ -41,12 +40,8 @@ import time
 
 import futurist
 from futurist import waiters
-from taskflow.engines.action_engine import builder as tf_builder
-from taskflow.engines.action_engine import runtime as tf_runtime
-from taskflow.utils import misc
 
 STOCK_WAIT_FOR_ANY = waiters.wait_for_any
-STOCK_BUILDER = tf_runtime.Runtime.__dict__["builder"]
 
 
 class CompletionWaiter:
@@ -112,24 +107,3 @@ class CompletionWaiter:
                     self._cond.wait(remaining)
         fs.difference_update(done)
         return waiters.DoneAndNotDoneFutures(done, fs)
-
-
-def builder(self):
-    """``Runtime.builder`` with a :class:`CompletionWaiter` of the runtime's own."""
-    return tf_builder.MachineBuilder(self, CompletionWaiter())
-
-
-# Same caching as stock (``misc.cachedproperty`` stores it under ``_builder``).
-PATCHED_BUILDER = misc.cachedproperty(builder)
-
-
-def install() -> None:
-    tf_runtime.Runtime.builder = PATCHED_BUILDER
-
-
-def uninstall() -> None:
-    tf_runtime.Runtime.builder = STOCK_BUILDER
-
-
-def is_installed() -> bool:
-    return tf_runtime.Runtime.__dict__.get("builder") is PATCHED_BUILDER

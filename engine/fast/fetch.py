@@ -1,4 +1,4 @@
-"""TaskFlow patch 16 (see :mod:`fleetflow.engine.taskflow_patches`): injected values, found once.
+"""Injected values of the fleetflow engine's storage, found once.
 
 Every time the engine schedules an atom, ``Storage.fetch_mapped_args`` finds
 each of its arguments from scratch: a provider locator per argument, the
@@ -14,7 +14,8 @@ providers, so the value depends only on what was injected, and that changes
 only through ``Storage.inject``, which always ends with
 ``Storage._set_result_mapping``. :func:`fetch_mapped_args` is stock's, except
 that such a value, once found, is remembered per storage until the next
-``_set_result_mapping``; values found through atoms are looked up every time,
+``_set_result_mapping`` (:class:`fleetflow.engine.fast.storage.Storage`
+forgets them there); values found through atoms are looked up every time,
 as stock does.
 """
 
@@ -27,19 +28,16 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow import storage as tf_storage
 
-from fleetflow.engine.taskflow_patch_table import Replacements
-
-STOCK_FETCH_MAPPED_ARGS = tf_storage.Storage.fetch_mapped_args
-STOCK_SET_RESULT_MAPPING = tf_storage.Storage._set_result_mapping
-
-_DEFAULT_VALUES = "_fleetflow_default_values"
 _MISSING = object()
 
 
 @fasteners.read_locked
 def fetch_mapped_args(self, args_mapping, atom_name=None, scope_walker=None,
                       optional_args=None):
-    """``Storage.fetch_mapped_args``, remembering values found through default providers."""
+    """``Storage.fetch_mapped_args``, remembering values found through default providers.
+
+    A method of :class:`fleetflow.engine.fast.storage.Storage`.
+    """
     if optional_args is None:
         optional_args = []
     if atom_name:
@@ -52,9 +50,7 @@ def fetch_mapped_args(self, args_mapping, atom_name=None, scope_walker=None,
         injected_sources = []
     if not args_mapping:
         return {}
-    remembered = self.__dict__.get(_DEFAULT_VALUES)
-    if remembered is None:
-        remembered = self.__dict__[_DEFAULT_VALUES] = {}
+    remembered = self.remembered_defaults
     defaults = (tf_storage._TRANSIENT_PROVIDER, self.injector_name)
     get_results = functools.partial(self._get, results_attr_name="last_results",
                                     fail_attr_name="failure",
@@ -94,17 +90,3 @@ def fetch_mapped_args(self, args_mapping, atom_name=None, scope_walker=None,
                 # Found among the default providers: the search stopped there.
                 remembered[name] = value
     return mapped_args
-
-
-def set_result_mapping(self, provider_name, mapping):
-    """``Storage._set_result_mapping``, forgetting the values remembered from providers."""
-    self.__dict__.pop(_DEFAULT_VALUES, None)
-    return STOCK_SET_RESULT_MAPPING(self, provider_name, mapping)
-
-
-_REPLACEMENTS = Replacements(
-    (tf_storage.Storage, "fetch_mapped_args", fetch_mapped_args, STOCK_FETCH_MAPPED_ARGS),
-    (tf_storage.Storage, "_set_result_mapping", set_result_mapping, STOCK_SET_RESULT_MAPPING),
-)
-install, uninstall, is_installed = (_REPLACEMENTS.install, _REPLACEMENTS.uninstall,
-                                    _REPLACEMENTS.is_installed)
