@@ -21,9 +21,10 @@ import time
 import requests
 
 PLACEMENT_VERSION = "16.0.0"
-# oslo.db reaches PostgreSQL through SQLAlchemy's psycopg (3) dialect, as fleetflow does.
+# Placement reads inserted ids from the DB-API cursor's lastrowid, which psycopg 3
+# lacks: it reaches PostgreSQL through psycopg2 (pg_url_for_placement).
 PLACEMENT_PACKAGES = [f"openstack-placement=={PLACEMENT_VERSION}", "gunicorn>=22.0",
-                      "psycopg[binary]>=3.1"]
+                      "psycopg2-binary>=2.9"]
 
 ONE_HOST_FLEET = """\
 profiles:
@@ -43,8 +44,9 @@ def default_venv() -> str:
 
 def ensure_venv(path: str) -> str:
     """The virtualenv of OpenStack Placement at ``path``, made now if missing."""
-    marker = os.path.join(path, f".placement-{PLACEMENT_VERSION}")
-    if not os.path.exists(marker):
+    marker = os.path.join(path, ".fleetflow-bench-packages")
+    wanted = "\n".join(PLACEMENT_PACKAGES)
+    if not os.path.exists(marker) or open(marker).read() != wanted:
         print(f"installing openstack-placement {PLACEMENT_VERSION} in {path} ...",
               file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", "--clear", path], check=True)
@@ -52,8 +54,15 @@ def ensure_venv(path: str) -> str:
                               *PLACEMENT_PACKAGES], capture_output=True, text=True)
         if pip.returncode:
             raise RuntimeError(f"pip install failed: {pip.stderr[-3000:]}")
-        open(marker, "w").close()
+        with open(marker, "w") as f:
+            f.write(wanted)
     return path
+
+
+def pg_url_for_placement(url: str) -> str:
+    """The same database through psycopg2, the driver Placement works with."""
+    scheme, rest = url.split("://", 1)
+    return f"postgresql+psycopg2://{rest}" if scheme.startswith("postgresql") else url
 
 
 def free_port() -> int:
@@ -136,8 +145,8 @@ class RealPlacement(_Process):
 
     def start(self) -> RealPlacement:
         with open(os.path.join(self.workdir, "placement.conf"), "w") as f:
-            f.write(f"[api]\nauth_strategy = noauth2\n\n"
-                    f"[placement_database]\nconnection = {self.db_url}\n")
+            f.write(f"[api]\nauth_strategy = noauth2\n\n[placement_database]\n"
+                    f"connection = {pg_url_for_placement(self.db_url)}\n")
         env = dict(os.environ, OS_PLACEMENT_CONFIG_DIR=self.workdir)
         bin_dir = os.path.join(self.venv, "bin")
         subprocess.run([os.path.join(bin_dir, "placement-manage"), "--config-dir",
