@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid as uuidlib
 
 import flask
-import jsonschema
 
 from fleetflow.api.placement import microversion, schemas
 from fleetflow.persistence.placement import catalog, errors
@@ -28,11 +27,9 @@ def provider_list_schema() -> dict:
 
 def validate(schema: dict) -> None:
     """400 ``Invalid query string parameters: ...`` when the query does not fit ``schema``."""
-    try:
-        jsonschema.validate(flask.request.args.to_dict(), schema,
-                            format_checker=schemas.FORMAT_CHECKER)
-    except jsonschema.ValidationError as exc:
-        raise errors.BadRequest(f"Invalid query string parameters: {exc}") from None
+    error = schemas.first_error(flask.request.args.to_dict(), schema)
+    if error is not None:
+        raise errors.BadRequest(f"Invalid query string parameters: {error}")
 
 
 def _is_uuid(value: str) -> bool:
