@@ -50,6 +50,11 @@ def test_a_client_keeps_its_connection_between_requests(server):
     assert len({body.split()[0] for _, body in answers}) == 1
 
 
+def test_connections_send_without_waiting_for_acks(server):
+    # Accepted connections inherit TCP_NODELAY from the listening socket.
+    assert server._server.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
 def test_many_idle_connections_do_not_hold_the_threads(server):
     port = server.server_address[1]
     idle = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(6)]
