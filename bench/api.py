@@ -72,8 +72,12 @@ def serve(kind: str, app) -> str:
     sock.listen(128)
     port = sock.getsockname()[1]
     if kind == "werkzeug":
+        import logging
+
         from werkzeug.serving import make_server
 
+        # As under fleetflow serve (logging at WARNING): no line per request.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         server = make_server("127.0.0.1", port, app, threaded=True, fd=sock.fileno())
         sock.close()
         run = server.serve_forever
