@@ -44,7 +44,7 @@ def _prepare_database(conf):
     return database
 
 
-# What werkzeug's threaded server asks of listen().
+# Connections the kernel queues while every server thread is busy.
 LISTEN_BACKLOG = 128
 
 
@@ -63,7 +63,7 @@ def bind_api_socket(conf) -> socket.socket:
     """The API's socket, bound (not yet listening) before anything else starts.
 
     A busy address is then one clear error at once, naming the options to
-    change, instead of werkzeug's own message after the fleet has started.
+    change, instead of the server's own message after the fleet has started.
     It listens only once the API can answer (:func:`listen`): until then a
     client is refused at once rather than left waiting on an unread backlog.
     """
@@ -77,7 +77,7 @@ def bind_api_socket(conf) -> socket.socket:
     family, kind, proto, _name, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
-        # As werkzeug does: a restart must not wait for old connections' TIME_WAIT.
+        # A restart must not wait for the old connections' TIME_WAIT.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
     except OSError as exc:
@@ -97,7 +97,7 @@ class Cloud:
     """Every part of an embedded cloud, started and stopped in order.
 
     ``listener``: the API's socket, already bound (:func:`bind_api_socket`);
-    without it the server binds ``[api] host:port`` itself.
+    without it ``start`` binds ``[api] host:port`` itself.
     """
 
     def __init__(self, conf, listener: socket.socket | None = None):
@@ -112,21 +112,17 @@ class Cloud:
         self.compute = None  # the RPC client of the hosts, wherever they run
 
     def start(self):
-        from werkzeug.serving import make_server
-
         from fleetflow.api import auth
         from fleetflow.api.app import create_app
+        from fleetflow.api.server import APIServer
+        from fleetflow.api.wsgi import make_services
         from fleetflow.compute import agent_processes
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
         from fleetflow.engine.conductor_pool import ConductorPool
         from fleetflow.engine.jobboard import make_jobboard
-        from fleetflow.engine.submit import Submitter
+        from fleetflow.engine.reconcile import Reconciler
         from fleetflow.flows import runtime
-        from fleetflow.services.evacuations import EvacuationOps
-        from fleetflow.services.hosts import HostOps
-        from fleetflow.services.operations import Operations
-        from fleetflow.services.vclusters import VClusterOps
 
         conf = self.conf
         os.makedirs(conf.state_dir, exist_ok=True)
@@ -142,39 +138,22 @@ class Cloud:
         self.compute = rt.compute
         persistence = get_backend(conf)
         board = make_jobboard(conf, persistence)
-        submit = Submitter(board, persistence)
         if conf.conductor.workers:
             self.pool = ConductorPool(conf, persistence=persistence)
             self.pool.start()
         # Even without workers: the board is rebuilt from the database.
-        from fleetflow.engine.reconcile import Reconciler
-
         self.reconciler = Reconciler(conf, persistence, self.database).start()
-        hosts = HostOps(conf, self.database, getattr(rt.placement, "store", None), rt.compute)
-        app = create_app(conf, self.database, services={
-            "operations": Operations(conf, self.database, submit),
-            "job_submitter": submit,
-            "placement_store": getattr(rt.placement, "store", None),
-            "compute_rpcapi": rt.compute,
-            "jobboard": board,
-            "logbook_backend": persistence,
-            "evacuations": EvacuationOps(conf, self.database, submit, compute=rt.compute,
-                                         on_host_state=hosts.sync_placement),
-            "hosts": hosts,
-            "vclusters": VClusterOps(conf, self.database, submit),
-        })
+        app = create_app(conf, self.database,
+                         services=make_services(conf, self.database, rt, persistence, board))
         if auth.noauth_exposed(conf):
             click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "
                         "anyone who reaches the port can act as admin", fg="red", err=True)
-        if self.listener is not None:
-            listen(conf, self.listener)
-            # werkzeug duplicates the descriptor: ours is closed, its copy serves.
-            self.server = make_server(conf.api.host, conf.api.port, app, threaded=True,
-                                      fd=self.listener.fileno())
-            self.listener.close()
-            self.listener = None
-        else:
-            self.server = make_server(conf.api.host, conf.api.port, app, threaded=True)
+        if self.listener is None:
+            self.listener = bind_api_socket(conf)
+        listen(conf, self.listener)
+        # The server owns the socket from now on and closes it when it stops.
+        self.server = APIServer(app, self.listener, conf.api.server_threads, LISTEN_BACKLOG)
+        self.listener = None
         return self
 
     @property
@@ -237,8 +216,9 @@ def serve(conf, state_dir: str | None) -> None:
     def _stop(signum, _frame):
         if not stopping.is_set():
             stopping.set()
-            # shutdown() waits for serve_forever to return: call it off the
-            # thread that is running serve_forever.
+            # shutdown() waits for the requests in flight: not in a signal
+            # handler of the thread that runs serve_forever (which returns
+            # once they are answered).
             threading.Thread(target=cloud.server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, _stop)

@@ -65,6 +65,9 @@ API_OPTS = [
     cfg.IntOpt("page_size", default=1000, min=1,
                help="Default page size of list routes (the default fleet's 128 hosts "
                     "fit on one page)."),
+    cfg.IntOpt("server_threads", default=16, min=1,
+               help="Threads of 'fleetflow serve''s HTTP server: requests served at "
+                    "once; idle keep-alive connections hold none."),
     cfg.StrOpt("policy_file", default="policy.yaml",
                help="oslo.policy overrides; the defaults apply when it does not exist."),
 ]
