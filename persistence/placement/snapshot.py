@@ -103,6 +103,7 @@ class Snapshot:
             self.summary_texts: dict[str, str] = {}
             # Per resource class: {provider: (free, min_unit, max_unit, step_size)}.
             self._free: dict[str, dict[str, tuple]] = {}
+            self._minus_free: dict[str | None, dict[str, int]] = {}
             return
         self.inventories, self.usages, self.traits, self.aggregates = (
             _patched(mine, dropped, theirs) for mine, theirs in zip(
@@ -113,6 +114,7 @@ class Snapshot:
         self._free = {rc: _patched(entries, dropped, {
             rp: self._entry(rp, rc) for rp in dropped
             if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
+        self._minus_free = {}
 
     def _make_trees(self) -> None:
         self.rows = {s[0]: Provider(*s) for s in self.shape}
@@ -138,14 +140,25 @@ class Snapshot:
         """``{provider: capacity - used}`` of every provider with ``rc`` inventory."""
         return {rp: entry[0] for rp, entry in self._entries(rc).items()}
 
-    def fitting(self, resources: dict[str, int]) -> set[str]:
-        """Providers with room, each alone, for every class of ``resources``."""
+    def minus_free(self, rc: str | None) -> dict[str, int]:
+        """``{provider: used - capacity}`` (a sort key: most room first), kept per class."""
+        found = self._minus_free.get(rc)
+        if found is None:
+            found = self._minus_free[rc] = {rp: -entry[0]
+                                            for rp, entry in self._entries(rc).items()}
+        return found
+
+    def fitting(self, resources: dict[str, int]) -> tuple[set[str], list[set[str]]]:
+        """(providers with room, each alone, for every class of ``resources``; per class
+        in ``resources``' order, the providers with room for that class)."""
         found: set[str] | None = None
+        per_class = []
         for rc, amount in resources.items():
             fits = {rp for rp, (free, low, high, step) in self._entries(rc).items()
                     if free >= amount and low <= amount <= high and not amount % step}
+            per_class.append(fits)
             found = fits if found is None else found & fits
-        return found or set()
+        return found or set(), per_class
 
     def summary(self, rp: str) -> dict:
         """Placement's provider summary of ``rp`` (1.29+ shape), built once per snapshot.

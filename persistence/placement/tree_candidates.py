@@ -24,6 +24,7 @@ SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 # More combinations than any real request needs; the rest would only cost time.
 MAX_COMBINATIONS = 10000
 _NOTHING: frozenset[str] = frozenset()
+_SEARCH = object()  # a tree the direct path leaves to the general search
 
 
 def _fits(world: Snapshot, rp: str, rc: str, amount: int) -> bool:
@@ -73,21 +74,29 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
     root_required = request.get("root_required", ())
     root_forbidden = request.get("root_forbidden", set())
     alone = _single_group(request)
-    fitting = world.fitting(alone["resources"]) if alone else frozenset()
-    # Every direct-path request allocates the same amounts: one (read-only) dict.
-    amounts = dict(alone["resources"]) if alone else {}
+    fitting, fitting_per_class = world.fitting(alone["resources"]) if alone else (
+        frozenset(), [])
+    # Every direct-path request allocates the same amounts: one (read-only) entry.
+    entry = {"resources": dict(alone["resources"])} if alone else {}
+    first = next((rc for g in groups.values() for rc in g["resources"]), None)
+    minus_free = world.minus_free(first)
+    found: list[dict] = []
+    sort_keys: list[int] = []  # -(free room of the first class) of each request's first provider
     for anchor, tree in world.trees.items():
         if root_required or root_forbidden:
             root_traits = world.traits.get(anchor, _NOTHING)
             if not all(g & root_traits for g in root_required) or root_forbidden & root_traits:
                 continue
-        if alone and len(tree) == 1 and anchor not in lenders:
-            # The usual request on the usual tree: what the general search below
-            # would find, without building its options one by one.
-            if anchor in fitting and _alone_fits(world, anchor, alone):
-                found.append({"allocations": {anchor: amounts},
-                              "mappings": {suffixes[0]: [anchor]}})
-            continue
+        if alone and anchor not in lenders:
+            # The usual request on a tree without sharing providers: what the
+            # general search below would find, without building its options one by one.
+            used = _direct_provider(world, tree, alone, fitting, fitting_per_class)
+            if used is not _SEARCH:
+                if used is not None:
+                    found.append({"allocations": {used: entry},
+                                  "mappings": {suffixes[0]: [used]}})
+                    sort_keys.append(minus_free.get(used, 0))
+                continue
         options = []
         for suffix, group in groups.items():
             choices = _group_options(world, anchor, suffix, group, lenders, shared)
@@ -107,18 +116,45 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
                     if key in seen:
                         continue
                     seen.add(key)
+                allocations = made["allocations"]
+                made["allocations"] = {rp: {"resources": res} for rp, res in allocations.items()}
                 found.append(made)
-    first = next((rc for g in groups.values() for rc in g["resources"]), None)
-    free = world.free(first)
-    found.sort(key=lambda m: (len(m["allocations"]),
-                              -free.get(next(iter(m["allocations"]), ""), 0)))
-    entries: dict[int, dict] = {}  # one entry per amounts dict: shared amounts, one entry
-    return {"allocation_requests": [
-                {"allocations": {rp: entries.get(id(res)) or entries.setdefault(
-                    id(res), {"resources": res}) for rp, res in m["allocations"].items()},
-                 "mappings": m["mappings"]} for m in found],
+                sort_keys.append(minus_free.get(next(iter(allocations), ""), 0))
+    # Fewest providers first, then most room in the first class (stable: tree order).
+    order = sorted(range(len(found)), key=sort_keys.__getitem__)
+    sizes = [len(m["allocations"]) for m in found]
+    if any(size != 1 for size in sizes):
+        order.sort(key=sizes.__getitem__)
+    found = [found[i] for i in order]
+    return {"allocation_requests": found,
             "provider_summaries": summaries(world, [m["allocations"] for m in found],
                                             nested_aware)}
+
+
+def _direct_provider(world: Snapshot, tree: list[str], group: dict, fitting: set[str],
+                     fitting_per_class: list[set[str]]):
+    """The one provider of ``tree`` that the single ``group`` can use, None when it can
+    use none, or ``_SEARCH`` when the general search must decide (several ways, or
+    aggregates to filter a tree of several providers by).
+
+    ``fitting``: providers with room for every class; ``fitting_per_class``: for each
+    class of the group, the providers with room for it.
+    """
+    if len(tree) == 1:
+        rp = tree[0]
+        return rp if rp in fitting and _alone_fits(world, rp, group) else None
+    if group["aggregates"] or group["refused_aggregates"]:
+        return _SEARCH
+    only = None
+    for fits in fitting_per_class:
+        here = [rp for rp in tree if rp in fits]
+        if not here:
+            return None
+        if len(here) > 1 or (only is not None and here[0] != only):
+            return _SEARCH
+        only = here[0]
+    return only if _traits_ok(world, (only,), group["required"], group["forbidden"]) \
+        else None
 
 
 def _single_group(request: dict) -> dict | None:
