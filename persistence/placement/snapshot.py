@@ -52,6 +52,8 @@ _STAMPS = ("SELECT uuid, name, generation, parent_provider_uuid, root_provider_u
 _FULL_RELOAD_SHARE = 4
 # SQLite's and PostgreSQL's bound-parameter limits are far above this.
 _IN_CHUNK = 500
+# How many different requests' fitting providers a snapshot keeps.
+_FITTING_KEPT = 32
 
 
 class Provider(typing.NamedTuple):
@@ -104,6 +106,7 @@ class Snapshot:
             # Per resource class: {provider: (free, min_unit, max_unit, step_size)}.
             self._free: dict[str, dict[str, tuple]] = {}
             self._minus_free: dict[str | None, dict[str, int]] = {}
+            self._fitting: dict[tuple, tuple[set[str], list[set[str]]]] = {}
             return
         self.inventories, self.usages, self.traits, self.aggregates = (
             _patched(mine, dropped, theirs) for mine, theirs in zip(
@@ -115,6 +118,7 @@ class Snapshot:
             rp: self._entry(rp, rc) for rp in dropped
             if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
         self._minus_free = {}
+        self._fitting = {}
 
     def _make_trees(self) -> None:
         self.rows = {s[0]: Provider(*s) for s in self.shape}
@@ -150,15 +154,28 @@ class Snapshot:
 
     def fitting(self, resources: dict[str, int]) -> tuple[set[str], list[set[str]]]:
         """(providers with room, each alone, for every class of ``resources``; per class
-        in ``resources``' order, the providers with room for that class)."""
-        found: set[str] | None = None
+        in ``resources``' order, the providers with room for that class).
+
+        Kept for the last few ``resources`` asked (shared: callers must not change
+        the sets); the snapshot is replaced by any write, so they stay exact.
+        """
+        key = tuple(resources.items())
+        found = self._fitting.get(key)
+        if found is None:
+            if len(self._fitting) >= _FITTING_KEPT:
+                self._fitting.clear()
+            found = self._fitting[key] = self._fitting_now(resources)
+        return found
+
+    def _fitting_now(self, resources: dict[str, int]) -> tuple[set[str], list[set[str]]]:
+        everywhere: set[str] | None = None
         per_class = []
         for rc, amount in resources.items():
             fits = {rp for rp, (free, low, high, step) in self._entries(rc).items()
                     if free >= amount and low <= amount <= high and not amount % step}
             per_class.append(fits)
-            found = fits if found is None else found & fits
-        return found or set(), per_class
+            everywhere = fits if everywhere is None else everywhere & fits
+        return everywhere or set(), per_class
 
     def summary(self, rp: str) -> dict:
         """Placement's provider summary of ``rp`` (1.29+ shape), built once per snapshot.

@@ -70,7 +70,6 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
     groups = request["groups"]
     suffixes = list(groups)
     seen: set = set()
-    found: list[dict] = []
     root_required = request.get("root_required", ())
     root_forbidden = request.get("root_forbidden", set())
     alone = _single_group(request)
@@ -78,6 +77,9 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
         frozenset(), [])
     # Every direct-path request allocates the same amounts: one (read-only) entry.
     entry = {"resources": dict(alone["resources"])} if alone else {}
+    # Nothing but room to check on a one-provider tree.
+    room_only = alone and not (alone["required"] or alone["forbidden"] or alone["aggregates"]
+                               or alone["refused_aggregates"])
     first = next((rc for g in groups.values() for rc in g["resources"]), None)
     minus_free = world.minus_free(first)
     found: list[dict] = []
@@ -90,7 +92,11 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
         if alone and anchor not in lenders:
             # The usual request on a tree without sharing providers: what the
             # general search below would find, without building its options one by one.
-            used = _direct_provider(world, tree, alone, fitting, fitting_per_class)
+            if len(tree) == 1:
+                used = anchor if anchor in fitting and (
+                    room_only or _alone_fits(world, anchor, alone)) else None
+            else:
+                used = _direct_provider(world, tree, alone, fitting_per_class)
             if used is not _SEARCH:
                 if used is not None:
                     found.append({"allocations": {used: entry},
@@ -131,18 +137,14 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
                                             nested_aware)}
 
 
-def _direct_provider(world: Snapshot, tree: list[str], group: dict, fitting: set[str],
+def _direct_provider(world: Snapshot, tree: list[str], group: dict,
                      fitting_per_class: list[set[str]]):
-    """The one provider of ``tree`` that the single ``group`` can use, None when it can
-    use none, or ``_SEARCH`` when the general search must decide (several ways, or
-    aggregates to filter a tree of several providers by).
+    """The one provider of ``tree`` (of several providers) that the single ``group`` can
+    use, None when it can use none, or ``_SEARCH`` when the general search must decide
+    (several ways, or aggregates to filter the tree's providers by).
 
-    ``fitting``: providers with room for every class; ``fitting_per_class``: for each
-    class of the group, the providers with room for it.
+    ``fitting_per_class``: for each class of the group, the providers with room for it.
     """
-    if len(tree) == 1:
-        rp = tree[0]
-        return rp if rp in fitting and _alone_fits(world, rp, group) else None
     if group["aggregates"] or group["refused_aggregates"]:
         return _SEARCH
     only = None
