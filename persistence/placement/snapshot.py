@@ -95,7 +95,8 @@ class Snapshot:
         # What the trees are made of: unchanged by claims, inventories or traits.
         self.shape = [(s[0], s[1], s[3], s[4]) for s in stamps]  # in name order
         if base is not None and base.shape == self.shape:
-            self.rows, self.trees = base.rows, base.trees
+            self.rows, self.trees, self.single_trees, self.tree_positions = (
+                base.rows, base.trees, base.single_trees, base.tree_positions)
         else:
             self._make_trees()
         if base is None:
@@ -127,6 +128,9 @@ class Snapshot:
         for uuid, row in self.rows.items():
             trees[row.root_provider_uuid].append(uuid)
         self.trees = dict(trees)
+        # Roots of the one-provider trees (most of a fleet), in the trees' order.
+        self.single_trees = [root for root, members in self.trees.items() if len(members) == 1]
+        self.tree_positions = {root: i for i, root in enumerate(self.trees)}
 
     def _entry(self, rp: str, rc: str) -> tuple[int, int, int, int]:
         inv = self.inventories[rp][rc]

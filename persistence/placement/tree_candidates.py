@@ -83,15 +83,28 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
     first = next((rc for g in groups.values() for rc in g["resources"]), None)
     minus_free = world.minus_free(first)
     found: list[dict] = []
-    sort_keys: list[int] = []  # -(free room of the first class) of each request's first provider
-    for anchor, tree in world.trees.items():
+    positions: list[int] = []  # of each request's tree, for ties in the order below
+    firsts: list[str] = []  # each request's first provider, for the order below
+    trees = world.trees
+    if alone and not lenders and not (root_required or root_forbidden):
+        # The usual request, without sharing providers: one-provider trees need
+        # no search, only a look at the providers with room.
+        direct = [rp for rp in world.single_trees if rp in fitting]
+        if not room_only:
+            direct = [rp for rp in direct if _alone_fits(world, rp, alone)]
+        found = [{"allocations": {rp: entry}, "mappings": {suffixes[0]: [rp]}}
+                 for rp in direct]
+        positions = [world.tree_positions[rp] for rp in direct]
+        firsts = direct
+        trees = {root: tree for root, tree in trees.items() if len(tree) > 1}
+    for anchor, tree in trees.items():
         if root_required or root_forbidden:
             root_traits = world.traits.get(anchor, _NOTHING)
             if not all(g & root_traits for g in root_required) or root_forbidden & root_traits:
                 continue
         if alone and anchor not in lenders:
-            # The usual request on a tree without sharing providers: what the
-            # general search below would find, without building its options one by one.
+            # A tree without sharing providers: what the general search below
+            # would find, without building its options one by one.
             if len(tree) == 1:
                 used = anchor if anchor in fitting and (
                     room_only or _alone_fits(world, anchor, alone)) else None
@@ -101,7 +114,8 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
                 if used is not None:
                     found.append({"allocations": {used: entry},
                                   "mappings": {suffixes[0]: [used]}})
-                    sort_keys.append(minus_free.get(used, 0))
+                    positions.append(world.tree_positions[anchor])
+                    firsts.append(used)
                 continue
         options = []
         for suffix, group in groups.items():
@@ -125,8 +139,13 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
                 allocations = made["allocations"]
                 made["allocations"] = {rp: {"resources": res} for rp, res in allocations.items()}
                 found.append(made)
-                sort_keys.append(minus_free.get(next(iter(allocations), ""), 0))
-    # Fewest providers first, then most room in the first class (stable: tree order).
+                positions.append(world.tree_positions[anchor])
+                firsts.append(next(iter(allocations), ""))
+    # Fewest providers first, then most room in the first class, then the trees' order
+    # (as one integer: the room's key, times the number of trees, plus the position).
+    count = len(world.trees)
+    sort_keys = [minus_free.get(rp, 0) * count + position
+                 for rp, position in zip(firsts, positions, strict=True)]
     order = sorted(range(len(found)), key=sort_keys.__getitem__)
     sizes = [len(m["allocations"]) for m in found]
     if any(size != 1 for size in sizes):
