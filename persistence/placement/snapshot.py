@@ -73,6 +73,12 @@ class Inv(typing.NamedTuple):
     capacity: int  # (total - reserved) * allocation_ratio, as Placement computes it
 
 
+def _has_room(entry: tuple[int, int, int, int], amount: int) -> bool:
+    """Whether a (free, min_unit, max_unit, step_size) entry can take ``amount``."""
+    free, low, high, step = entry
+    return free >= amount and low <= amount <= high and not amount % step
+
+
 def _patched(base: dict, dropped, fresh: dict) -> dict:
     """``base`` without the ``dropped`` providers' entries, with ``fresh`` ones instead."""
     out = dict(base)
@@ -118,8 +124,23 @@ class Snapshot:
         self._free = {rc: _patched(entries, dropped, {
             rp: self._entry(rp, rc) for rp in dropped
             if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
-        self._minus_free = {}
-        self._fitting = {}
+        self._minus_free = {rc: _patched(keys, dropped, {
+            rp: -self._free[rc][rp][0] for rp in dropped if rp in self._free[rc]})
+            for rc, keys in base._minus_free.items()}
+        self._fitting = {key: self._patched_fitting(key, found, dropped)
+                         for key, found in base._fitting.items()}
+
+    def _patched_fitting(self, key: tuple, found: tuple[set[str], list[set[str]]],
+                         dropped: set[str]) -> tuple[set[str], list[set[str]]]:
+        """A base snapshot's fitting providers of ``key``, the ``dropped`` ones looked at
+        again."""
+        per_class = []
+        for (rc, amount), fits in zip(key, found[1], strict=True):
+            entries = self._entries(rc)
+            per_class.append(fits - dropped | {
+                rp for rp in dropped if rp in entries
+                and _has_room(entries[rp], amount)})
+        return set.intersection(*per_class) if per_class else set(), per_class
 
     def _make_trees(self) -> None:
         self.rows = {s[0]: Provider(*s) for s in self.shape}
