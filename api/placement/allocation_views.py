@@ -132,18 +132,20 @@ def _requests_json(requests: list[dict], with_mappings: bool) -> str:
     items = []
     for request in requests:
         allocations = request["allocations"]
-        mappings = request.get("mappings") or {"": sorted(allocations)}
-        if len(allocations) == 1 and (not with_mappings or len(mappings) == 1):
+        mappings = request.get("mappings")
+        if len(allocations) == 1 and (not with_mappings or not mappings or len(mappings) == 1):
             # The usual request: one provider, and (from 1.34) one group mapped to it.
             ((rp, entry),) = allocations.items()
-            ((suffix, used),) = mappings.items() if with_mappings else (("", [rp]),)
-            if used == [rp]:
+            suffix, used = next(iter(mappings.items())) if with_mappings and mappings \
+                else ("", None)
+            if used is None or used == [rp]:
                 parts = around.get((id(entry), suffix))
                 if parts is None:
                     parts = around[(id(entry), suffix)] = _one_provider_parts(
                         _encoded(encoded, entry), suffix, with_mappings)
                 items.append(rp.join(parts))
                 continue
+        mappings = mappings or {"": sorted(allocations)}
         parts = [f'"{rp}":{_encoded(encoded, entry)}' for rp, entry in allocations.items()]
         item = '{"allocations":{' + ",".join(parts) + "}"
         if with_mappings:

@@ -101,8 +101,8 @@ class Snapshot:
         # What the trees are made of: unchanged by claims, inventories or traits.
         self.shape = [(s[0], s[1], s[3], s[4]) for s in stamps]  # in name order
         if base is not None and base.shape == self.shape:
-            self.rows, self.trees, self.single_trees, self.tree_positions = (
-                base.rows, base.trees, base.single_trees, base.tree_positions)
+            self.rows, self.trees, self.root_of = base.rows, base.trees, base.root_of
+            self.single_trees, self.tree_positions = base.single_trees, base.tree_positions
         else:
             self._make_trees()
         if base is None:
@@ -149,6 +149,7 @@ class Snapshot:
         for uuid, row in self.rows.items():
             trees[row.root_provider_uuid].append(uuid)
         self.trees = dict(trees)
+        self.root_of = {uuid: row.root_provider_uuid for uuid, row in self.rows.items()}
         # Roots of the one-provider trees (most of a fleet), in the trees' order.
         self.single_trees = [root for root, members in self.trees.items() if len(members) == 1]
         self.tree_positions = {root: i for i, root in enumerate(self.trees)}

@@ -280,10 +280,12 @@ def summaries(world: Snapshot, requests, nested_aware: bool) -> dict:
 
     The summaries are the snapshot's own (shared): callers copy what they change.
     """
-    used = {rp for a in requests for rp in a}
     if nested_aware:
-        roots = {world.rows[rp].root_provider_uuid for rp in used}
-        shown = [rp for root in world.trees if root in roots for rp in world.trees[root]]
+        root_of = world.root_of
+        roots = {root_of[rp] for allocations in requests for rp in allocations}
+        trees = world.trees
+        shown = [rp for root in trees if root in roots for rp in trees[root]]
     else:
-        shown = sorted(used)
-    return {rp: world.summary(rp) for rp in shown}
+        shown = sorted({rp for allocations in requests for rp in allocations})
+    kept = world.summaries
+    return {rp: kept.get(rp) or world.summary(rp) for rp in shown}
