@@ -239,37 +239,45 @@ def _inv(row) -> Inv:
                int((row.total - row.reserved) * ratio))
 
 
+# (inventories, usages summed, traits, aggregates) of every provider; built once, so
+# that SQLAlchemy compiles each once (a refresh after a write runs them for a few).
+_DETAILS = (
+    sa.select(INV.c.resource_provider_uuid, INV.c.resource_class, INV.c.total,
+              INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
+              INV.c.allocation_ratio)
+    # The primary key's order: a provider's classes always in one order.
+    .order_by(INV.c.resource_provider_uuid, INV.c.resource_class),
+    sa.select(A.c.resource_provider_uuid, A.c.resource_class, sa.func.sum(A.c.used))
+    .group_by(A.c.resource_provider_uuid, A.c.resource_class),
+    sa.select(PT.c.resource_provider_uuid, PT.c.trait),
+    sa.select(PA.c.resource_provider_uuid, PA.c.aggregate_uuid),
+)
+# The same, of the providers in the expanding parameter ``uuids``.
+_DETAILS_OF = tuple(
+    query.where(column.in_(sa.bindparam("uuids", expanding=True)))
+    for query, column in zip(_DETAILS, (INV.c.resource_provider_uuid,
+                                        A.c.resource_provider_uuid,
+                                        PT.c.resource_provider_uuid,
+                                        PA.c.resource_provider_uuid), strict=True))
+
+
 def _read_details(conn, uuids: list[str] | None) -> tuple[dict, dict, dict, dict]:
     """(inventories, usages, traits, aggregates) of ``uuids`` (every provider when None)."""
     inventories: dict[str, dict[str, Inv]] = defaultdict(dict)
     usages: dict[str, dict[str, int]] = defaultdict(dict)
     traits: dict[str, set[str]] = defaultdict(set)
     aggregates: dict[str, set[str]] = defaultdict(set)
-    queries = [
-        sa.select(INV.c.resource_provider_uuid, INV.c.resource_class, INV.c.total,
-                  INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
-                  INV.c.allocation_ratio)
-        # The primary key's order: a provider's classes always in one order.
-        .order_by(INV.c.resource_provider_uuid, INV.c.resource_class),
-        sa.select(A.c.resource_provider_uuid, A.c.resource_class, sa.func.sum(A.c.used))
-        .group_by(A.c.resource_provider_uuid, A.c.resource_class),
-        sa.select(PT.c.resource_provider_uuid, PT.c.trait),
-        sa.select(PA.c.resource_provider_uuid, PA.c.aggregate_uuid),
-    ]
-    columns = [INV.c.resource_provider_uuid, A.c.resource_provider_uuid,
-               PT.c.resource_provider_uuid, PA.c.resource_provider_uuid]
     chunks = [None] if uuids is None else [uuids[i:i + _IN_CHUNK]
                                            for i in range(0, len(uuids), _IN_CHUNK)]
     for chunk in chunks:
-        where = [query if chunk is None else query.where(column.in_(chunk))
-                 for query, column in zip(queries, columns, strict=True)]
-        for row in conn.execute(where[0]):
+        queries, params = (_DETAILS, {}) if chunk is None else (_DETAILS_OF, {"uuids": chunk})
+        for row in conn.execute(queries[0], params):
             inventories[row.resource_provider_uuid][row.resource_class] = _inv(row)
-        for rp, rc, used in conn.execute(where[1]):
+        for rp, rc, used in conn.execute(queries[1], params):
             usages[rp][rc] = int(used)
-        for rp, trait in conn.execute(where[2]):
+        for rp, trait in conn.execute(queries[2], params):
             traits[rp].add(trait)
-        for rp, aggregate in conn.execute(where[3]):
+        for rp, aggregate in conn.execute(queries[3], params):
             aggregates[rp].add(aggregate)
     return (dict(inventories), dict(usages),
             {rp: frozenset(names) for rp, names in traits.items()},
