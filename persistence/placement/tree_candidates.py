@@ -95,7 +95,7 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
         found = [{"allocations": {rp: entry}, "mappings": {suffixes[0]: [rp]}}
                  for rp in direct]
         positions = [world.tree_positions[rp] for rp in direct]
-        firsts = direct
+        firsts = list(direct)
         trees = {root: tree for root, tree in trees.items() if len(tree) > 1}
     for anchor, tree in trees.items():
         if root_required or root_forbidden:
