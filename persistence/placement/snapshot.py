@@ -79,6 +79,12 @@ def _has_room(entry: tuple[int, int, int, int], amount: int) -> bool:
     return free >= amount and low <= amount <= high and not amount % step
 
 
+def _items(kept: dict) -> tuple:
+    """``kept``'s items, copied at once: a request on the base snapshot may add to it
+    meanwhile (iterating the dict itself could then fail)."""
+    return tuple(kept.items())
+
+
 def _patched(base: dict, dropped, fresh: dict) -> dict:
     """``base`` without the ``dropped`` providers' entries, with ``fresh`` ones instead."""
     out = dict(base)
@@ -123,12 +129,12 @@ class Snapshot:
         self.summary_texts = _patched(base.summary_texts, dropped, {})
         self._free = {rc: _patched(entries, dropped, {
             rp: self._entry(rp, rc) for rp in dropped
-            if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
+            if rc in self.inventories.get(rp, {})}) for rc, entries in _items(base._free)}
         self._minus_free = {rc: _patched(keys, dropped, {
             rp: -self._free[rc][rp][0] for rp in dropped if rp in self._free[rc]})
-            for rc, keys in base._minus_free.items()}
+            for rc, keys in _items(base._minus_free)}
         self._fitting = {key: self._patched_fitting(key, found, dropped)
-                         for key, found in base._fitting.items()}
+                         for key, found in _items(base._fitting)}
 
     def _patched_fitting(self, key: tuple, found: tuple[set[str], list[set[str]]],
                          dropped: set[str]) -> tuple[set[str], list[set[str]]]:
@@ -183,7 +189,8 @@ class Snapshot:
         in ``resources``' order, the providers with room for that class).
 
         Kept for the last few ``resources`` asked (shared: callers must not change
-        the sets); the snapshot is replaced by any write, so they stay exact.
+        the sets); a write makes a new snapshot, which patches them for the changed
+        providers.
         """
         key = tuple(resources.items())
         found = self._fitting.get(key)
