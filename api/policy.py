@@ -2,7 +2,7 @@
 
 Roles are OpenStack's: ``reader`` < ``member`` < ``admin``, project-scoped.
 Base rules (override any of them, or any route rule, in ``[api] policy_file``,
-YAML or JSON; the file is re-read when it changes)::
+YAML or JSON; the file is re-read when it changes, looked at once per request)::
 
     admin                   role:admin
     project_reader          (role:reader or role:member or role:admin)
@@ -152,9 +152,32 @@ def _operations(method: str | tuple, path: str | tuple) -> list[dict]:
     return [{"method": m, "path": p} for m, p in zip(method, path, strict=True)]
 
 
+# The request's WSGI environ key that says its policy files were looked at.
+_LOADED_KEY = "fleetflow.policy_loaded"
+
+
+class RequestEnforcer(oslo_policy.Enforcer):
+    """oslo.policy's Enforcer, looking for changed policy files once per request.
+
+    oslo.policy looks for the policy file and directories (a search of the config
+    directories and a stat each) on every check, and a request makes two or more
+    (``context_is_admin``, its route's rule). One look per request picks a change up
+    on the next request just as well, and one request never mixes two policies.
+    Outside a request (start-up, tools) every load looks, as oslo.policy's does.
+    """
+
+    def load_rules(self, force_reload: bool = False) -> None:
+        if not force_reload and flask.has_request_context():
+            environ = flask.request.environ
+            if environ.get(_LOADED_KEY):
+                return
+            environ[_LOADED_KEY] = True
+        super().load_rules(force_reload)
+
+
 def make_enforcer(conf) -> oslo_policy.Enforcer:
     """An Enforcer with the defaults registered and ``[api] policy_file`` applied if present."""
-    enforcer = oslo_policy.Enforcer(conf, policy_file=conf.api.policy_file)
+    enforcer = RequestEnforcer(conf, policy_file=conf.api.policy_file)
     enforcer.register_defaults(list_rules())
     # NOTE: load now, so that a malformed policy file fails at start-up
     # rather than on the first request.

@@ -124,30 +124,53 @@ def _requests_json(requests: list[dict], with_mappings: bool) -> str:
 
     Provider uuids are canonical (hex and dashes), so they go in as they are; an
     allocation entry that many requests share (the direct search path's) is encoded
-    once. Mappings from 1.34; a request without its own maps every provider to the
-    unsuffixed group.
+    once, and so is the text around a one-provider request's uuid. Mappings from 1.34;
+    a request without its own maps every provider to the unsuffixed group.
     """
     encoded: dict[int, str] = {}
-    suffixes: dict[str, str] = {}
+    around: dict[tuple[int, str], list[str]] = {}
     items = []
     for request in requests:
         allocations = request["allocations"]
-        parts = []
-        for rp, entry in allocations.items():
-            text = encoded.get(id(entry))
-            if text is None:
-                text = encoded[id(entry)] = json.dumps(entry, separators=(",", ":"))
-            parts.append(f'"{rp}":{text}')
+        mappings = request.get("mappings")
+        if len(allocations) == 1 and (not with_mappings or not mappings or len(mappings) == 1):
+            # The usual request: one provider, and (from 1.34) one group mapped to it.
+            ((rp, entry),) = allocations.items()
+            suffix, used = next(iter(mappings.items())) if with_mappings and mappings \
+                else ("", None)
+            if used is None or used == [rp]:
+                parts = around.get((id(entry), suffix))
+                if parts is None:
+                    parts = around[(id(entry), suffix)] = _one_provider_parts(
+                        _encoded(encoded, entry), suffix, with_mappings)
+                items.append(rp.join(parts))
+                continue
+        mappings = mappings or {"": sorted(allocations)}
+        parts = [f'"{rp}":{_encoded(encoded, entry)}' for rp, entry in allocations.items()]
         item = '{"allocations":{' + ",".join(parts) + "}"
         if with_mappings:
-            mappings = request.get("mappings") or {"": sorted(allocations)}
-            groups = []
-            for suffix, rps in mappings.items():
-                key = suffixes.get(suffix) or suffixes.setdefault(suffix, json.dumps(suffix))
-                groups.append(key + ":[" + ",".join(f'"{rp}"' for rp in rps) + "]")
-            item += ',"mappings":{' + ",".join(groups) + "}"
+            item += ',"mappings":{' + ",".join(
+                json.dumps(suffix) + ":[" + ",".join(f'"{rp}"' for rp in rps) + "]"
+                for suffix, rps in mappings.items()) + "}"
         items.append(item + "}")
     return "[" + ",".join(items) + "]"
+
+
+def _encoded(encoded: dict[int, str], entry: dict) -> str:
+    """``entry`` as JSON, once per object (``encoded`` keeps the texts by id)."""
+    text = encoded.get(id(entry))
+    if text is None:
+        text = encoded[id(entry)] = json.dumps(entry, separators=(",", ":"))
+    return text
+
+
+def _one_provider_parts(entry_text: str, suffix: str, with_mappings: bool) -> list[str]:
+    """A one-provider request's text around its provider's uuid (which goes between
+    the parts: in the allocations, and from 1.34 in the mappings too)."""
+    if not with_mappings:
+        return ['{"allocations":{"', '":' + entry_text + "}}"]
+    return ['{"allocations":{"', '":' + entry_text + '},"mappings":{' + json.dumps(suffix)
+            + ':["', '"]}}']
 
 
 def _older_summary(summary: dict, version: tuple[int, int], requested: set[str]) -> dict:

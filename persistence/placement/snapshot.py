@@ -52,6 +52,8 @@ _STAMPS = ("SELECT uuid, name, generation, parent_provider_uuid, root_provider_u
 _FULL_RELOAD_SHARE = 4
 # SQLite's and PostgreSQL's bound-parameter limits are far above this.
 _IN_CHUNK = 500
+# How many different requests' fitting providers a snapshot keeps.
+_FITTING_KEPT = 32
 
 
 class Provider(typing.NamedTuple):
@@ -69,6 +71,18 @@ class Inv(typing.NamedTuple):
     step_size: int
     allocation_ratio: float
     capacity: int  # (total - reserved) * allocation_ratio, as Placement computes it
+
+
+def _has_room(entry: tuple[int, int, int, int], amount: int) -> bool:
+    """Whether a (free, min_unit, max_unit, step_size) entry can take ``amount``."""
+    free, low, high, step = entry
+    return free >= amount and low <= amount <= high and not amount % step
+
+
+def _items(kept: dict) -> tuple:
+    """``kept``'s items, copied at once: a request on the base snapshot may add to it
+    meanwhile (iterating the dict itself could then fail)."""
+    return tuple(kept.items())
 
 
 def _patched(base: dict, dropped, fresh: dict) -> dict:
@@ -93,7 +107,8 @@ class Snapshot:
         # What the trees are made of: unchanged by claims, inventories or traits.
         self.shape = [(s[0], s[1], s[3], s[4]) for s in stamps]  # in name order
         if base is not None and base.shape == self.shape:
-            self.rows, self.trees = base.rows, base.trees
+            self.rows, self.trees, self.root_of = base.rows, base.trees, base.root_of
+            self.single_trees, self.tree_positions = base.single_trees, base.tree_positions
         else:
             self._make_trees()
         if base is None:
@@ -103,6 +118,8 @@ class Snapshot:
             self.summary_texts: dict[str, str] = {}
             # Per resource class: {provider: (free, min_unit, max_unit, step_size)}.
             self._free: dict[str, dict[str, tuple]] = {}
+            self._minus_free: dict[str | None, dict[str, int]] = {}
+            self._fitting: dict[tuple, tuple[set[str], list[set[str]]]] = {}
             return
         self.inventories, self.usages, self.traits, self.aggregates = (
             _patched(mine, dropped, theirs) for mine, theirs in zip(
@@ -112,7 +129,24 @@ class Snapshot:
         self.summary_texts = _patched(base.summary_texts, dropped, {})
         self._free = {rc: _patched(entries, dropped, {
             rp: self._entry(rp, rc) for rp in dropped
-            if rc in self.inventories.get(rp, {})}) for rc, entries in base._free.items()}
+            if rc in self.inventories.get(rp, {})}) for rc, entries in _items(base._free)}
+        self._minus_free = {rc: _patched(keys, dropped, {
+            rp: -self._free[rc][rp][0] for rp in dropped if rp in self._free[rc]})
+            for rc, keys in _items(base._minus_free)}
+        self._fitting = {key: self._patched_fitting(key, found, dropped)
+                         for key, found in _items(base._fitting)}
+
+    def _patched_fitting(self, key: tuple, found: tuple[set[str], list[set[str]]],
+                         dropped: set[str]) -> tuple[set[str], list[set[str]]]:
+        """A base snapshot's fitting providers of ``key``, the ``dropped`` ones looked at
+        again."""
+        per_class = []
+        for (rc, amount), fits in zip(key, found[1], strict=True):
+            entries = self._entries(rc)
+            per_class.append(fits - dropped | {
+                rp for rp in dropped if rp in entries
+                and _has_room(entries[rp], amount)})
+        return set.intersection(*per_class) if per_class else set(), per_class
 
     def _make_trees(self) -> None:
         self.rows = {s[0]: Provider(*s) for s in self.shape}
@@ -121,6 +155,10 @@ class Snapshot:
         for uuid, row in self.rows.items():
             trees[row.root_provider_uuid].append(uuid)
         self.trees = dict(trees)
+        self.root_of = {uuid: row.root_provider_uuid for uuid, row in self.rows.items()}
+        # Roots of the one-provider trees (most of a fleet), in the trees' order.
+        self.single_trees = [root for root, members in self.trees.items() if len(members) == 1]
+        self.tree_positions = {root: i for i, root in enumerate(self.trees)}
 
     def _entry(self, rp: str, rc: str) -> tuple[int, int, int, int]:
         inv = self.inventories[rp][rc]
@@ -138,14 +176,39 @@ class Snapshot:
         """``{provider: capacity - used}`` of every provider with ``rc`` inventory."""
         return {rp: entry[0] for rp, entry in self._entries(rc).items()}
 
-    def fitting(self, resources: dict[str, int]) -> set[str]:
-        """Providers with room, each alone, for every class of ``resources``."""
-        found: set[str] | None = None
+    def minus_free(self, rc: str | None) -> dict[str, int]:
+        """``{provider: used - capacity}`` (a sort key: most room first), kept per class."""
+        found = self._minus_free.get(rc)
+        if found is None:
+            found = self._minus_free[rc] = {rp: -entry[0]
+                                            for rp, entry in self._entries(rc).items()}
+        return found
+
+    def fitting(self, resources: dict[str, int]) -> tuple[set[str], list[set[str]]]:
+        """(providers with room, each alone, for every class of ``resources``; per class
+        in ``resources``' order, the providers with room for that class).
+
+        Kept for the last few ``resources`` asked (shared: callers must not change
+        the sets); a write makes a new snapshot, which patches them for the changed
+        providers.
+        """
+        key = tuple(resources.items())
+        found = self._fitting.get(key)
+        if found is None:
+            if len(self._fitting) >= _FITTING_KEPT:
+                self._fitting.clear()
+            found = self._fitting[key] = self._fitting_now(resources)
+        return found
+
+    def _fitting_now(self, resources: dict[str, int]) -> tuple[set[str], list[set[str]]]:
+        everywhere: set[str] | None = None
+        per_class = []
         for rc, amount in resources.items():
             fits = {rp for rp, (free, low, high, step) in self._entries(rc).items()
                     if free >= amount and low <= amount <= high and not amount % step}
-            found = fits if found is None else found & fits
-        return found or set()
+            per_class.append(fits)
+            everywhere = fits if everywhere is None else everywhere & fits
+        return everywhere or set(), per_class
 
     def summary(self, rp: str) -> dict:
         """Placement's provider summary of ``rp`` (1.29+ shape), built once per snapshot.
@@ -183,37 +246,45 @@ def _inv(row) -> Inv:
                int((row.total - row.reserved) * ratio))
 
 
+# (inventories, usages summed, traits, aggregates) of every provider; built once, so
+# that SQLAlchemy compiles each once (a refresh after a write runs them for a few).
+_DETAILS = (
+    sa.select(INV.c.resource_provider_uuid, INV.c.resource_class, INV.c.total,
+              INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
+              INV.c.allocation_ratio)
+    # The primary key's order: a provider's classes always in one order.
+    .order_by(INV.c.resource_provider_uuid, INV.c.resource_class),
+    sa.select(A.c.resource_provider_uuid, A.c.resource_class, sa.func.sum(A.c.used))
+    .group_by(A.c.resource_provider_uuid, A.c.resource_class),
+    sa.select(PT.c.resource_provider_uuid, PT.c.trait),
+    sa.select(PA.c.resource_provider_uuid, PA.c.aggregate_uuid),
+)
+# The same, of the providers in the expanding parameter ``uuids``.
+_DETAILS_OF = tuple(
+    query.where(column.in_(sa.bindparam("uuids", expanding=True)))
+    for query, column in zip(_DETAILS, (INV.c.resource_provider_uuid,
+                                        A.c.resource_provider_uuid,
+                                        PT.c.resource_provider_uuid,
+                                        PA.c.resource_provider_uuid), strict=True))
+
+
 def _read_details(conn, uuids: list[str] | None) -> tuple[dict, dict, dict, dict]:
     """(inventories, usages, traits, aggregates) of ``uuids`` (every provider when None)."""
     inventories: dict[str, dict[str, Inv]] = defaultdict(dict)
     usages: dict[str, dict[str, int]] = defaultdict(dict)
     traits: dict[str, set[str]] = defaultdict(set)
     aggregates: dict[str, set[str]] = defaultdict(set)
-    queries = [
-        sa.select(INV.c.resource_provider_uuid, INV.c.resource_class, INV.c.total,
-                  INV.c.reserved, INV.c.min_unit, INV.c.max_unit, INV.c.step_size,
-                  INV.c.allocation_ratio)
-        # The primary key's order: a provider's classes always in one order.
-        .order_by(INV.c.resource_provider_uuid, INV.c.resource_class),
-        sa.select(A.c.resource_provider_uuid, A.c.resource_class, sa.func.sum(A.c.used))
-        .group_by(A.c.resource_provider_uuid, A.c.resource_class),
-        sa.select(PT.c.resource_provider_uuid, PT.c.trait),
-        sa.select(PA.c.resource_provider_uuid, PA.c.aggregate_uuid),
-    ]
-    columns = [INV.c.resource_provider_uuid, A.c.resource_provider_uuid,
-               PT.c.resource_provider_uuid, PA.c.resource_provider_uuid]
     chunks = [None] if uuids is None else [uuids[i:i + _IN_CHUNK]
                                            for i in range(0, len(uuids), _IN_CHUNK)]
     for chunk in chunks:
-        where = [query if chunk is None else query.where(column.in_(chunk))
-                 for query, column in zip(queries, columns, strict=True)]
-        for row in conn.execute(where[0]):
+        queries, params = (_DETAILS, {}) if chunk is None else (_DETAILS_OF, {"uuids": chunk})
+        for row in conn.execute(queries[0], params):
             inventories[row.resource_provider_uuid][row.resource_class] = _inv(row)
-        for rp, rc, used in conn.execute(where[1]):
+        for rp, rc, used in conn.execute(queries[1], params):
             usages[rp][rc] = int(used)
-        for rp, trait in conn.execute(where[2]):
+        for rp, trait in conn.execute(queries[2], params):
             traits[rp].add(trait)
-        for rp, aggregate in conn.execute(where[3]):
+        for rp, aggregate in conn.execute(queries[3], params):
             aggregates[rp].add(aggregate)
     return (dict(inventories), dict(usages),
             {rp: frozenset(names) for rp, names in traits.items()},

@@ -24,6 +24,7 @@ SHARING_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 # More combinations than any real request needs; the rest would only cost time.
 MAX_COMBINATIONS = 10000
 _NOTHING: frozenset[str] = frozenset()
+_SEARCH = object()  # a tree the direct path leaves to the general search
 
 
 def _fits(world: Snapshot, rp: str, rc: str, amount: int) -> bool:
@@ -69,25 +70,53 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
     groups = request["groups"]
     suffixes = list(groups)
     seen: set = set()
-    found: list[dict] = []
     root_required = request.get("root_required", ())
     root_forbidden = request.get("root_forbidden", set())
     alone = _single_group(request)
-    fitting = world.fitting(alone["resources"]) if alone else frozenset()
-    # Every direct-path request allocates the same amounts: one (read-only) dict.
-    amounts = dict(alone["resources"]) if alone else {}
-    for anchor, tree in world.trees.items():
+    fitting, fitting_per_class = world.fitting(alone["resources"]) if alone else (
+        frozenset(), [])
+    # Every direct-path request allocates the same amounts: one (read-only) entry.
+    entry = {"resources": dict(alone["resources"])} if alone else {}
+    # Nothing but room to check on a one-provider tree.
+    room_only = alone and not (alone["required"] or alone["forbidden"] or alone["aggregates"]
+                               or alone["refused_aggregates"])
+    first = next((rc for g in groups.values() for rc in g["resources"]), None)
+    minus_free = world.minus_free(first)
+    found: list[dict] = []
+    positions: list[int] = []  # of each request's tree, for ties in the order below
+    firsts: list[str] = []  # each request's first provider, for the order below
+    trees = world.trees
+    if alone and not lenders and not (root_required or root_forbidden):
+        # The usual request, without sharing providers: one-provider trees need
+        # no search, only a look at the providers with room.
+        direct = [rp for rp in world.single_trees if rp in fitting]
+        if not room_only:
+            direct = _alone_filtered(world, direct, alone)
+        found = [{"allocations": {rp: entry}, "mappings": {suffixes[0]: [rp]}}
+                 for rp in direct]
+        positions = [world.tree_positions[rp] for rp in direct]
+        firsts = list(direct)
+        trees = {root: tree for root, tree in trees.items() if len(tree) > 1}
+    for anchor, tree in trees.items():
         if root_required or root_forbidden:
             root_traits = world.traits.get(anchor, _NOTHING)
             if not all(g & root_traits for g in root_required) or root_forbidden & root_traits:
                 continue
-        if alone and len(tree) == 1 and anchor not in lenders:
-            # The usual request on the usual tree: what the general search below
+        if alone and anchor not in lenders:
+            # A tree without sharing providers: what the general search below
             # would find, without building its options one by one.
-            if anchor in fitting and _alone_fits(world, anchor, alone):
-                found.append({"allocations": {anchor: amounts},
-                              "mappings": {suffixes[0]: [anchor]}})
-            continue
+            if len(tree) == 1:
+                used = anchor if anchor in fitting and (
+                    room_only or _alone_fits(world, anchor, alone)) else None
+            else:
+                used = _direct_provider(world, tree, alone, fitting_per_class)
+            if used is not _SEARCH:
+                if used is not None:
+                    found.append({"allocations": {used: entry},
+                                  "mappings": {suffixes[0]: [used]}})
+                    positions.append(world.tree_positions[anchor])
+                    firsts.append(used)
+                continue
         options = []
         for suffix, group in groups.items():
             choices = _group_options(world, anchor, suffix, group, lenders, shared)
@@ -107,18 +136,46 @@ def find_groups(world: Snapshot, request: dict, nested_aware: bool = True) -> di
                     if key in seen:
                         continue
                     seen.add(key)
+                allocations = made["allocations"]
+                made["allocations"] = {rp: {"resources": res} for rp, res in allocations.items()}
                 found.append(made)
-    first = next((rc for g in groups.values() for rc in g["resources"]), None)
-    free = world.free(first)
-    found.sort(key=lambda m: (len(m["allocations"]),
-                              -free.get(next(iter(m["allocations"]), ""), 0)))
-    entries: dict[int, dict] = {}  # one entry per amounts dict: shared amounts, one entry
-    return {"allocation_requests": [
-                {"allocations": {rp: entries.get(id(res)) or entries.setdefault(
-                    id(res), {"resources": res}) for rp, res in m["allocations"].items()},
-                 "mappings": m["mappings"]} for m in found],
+                positions.append(world.tree_positions[anchor])
+                firsts.append(next(iter(allocations), ""))
+    # Fewest providers first, then most room in the first class, then the trees' order
+    # (as one integer: the room's key, times the number of trees, plus the position).
+    count = len(world.trees)
+    sort_keys = [minus_free.get(rp, 0) * count + position
+                 for rp, position in zip(firsts, positions, strict=True)]
+    order = sorted(range(len(found)), key=sort_keys.__getitem__)
+    sizes = [len(m["allocations"]) for m in found]
+    if any(size != 1 for size in sizes):
+        order.sort(key=sizes.__getitem__)
+    found = [found[i] for i in order]
+    return {"allocation_requests": found,
             "provider_summaries": summaries(world, [m["allocations"] for m in found],
                                             nested_aware)}
+
+
+def _direct_provider(world: Snapshot, tree: list[str], group: dict,
+                     fitting_per_class: list[set[str]]):
+    """The one provider of ``tree`` (of several providers) that the single ``group`` can
+    use, None when it can use none, or ``_SEARCH`` when the general search must decide
+    (several ways, or aggregates to filter the tree's providers by).
+
+    ``fitting_per_class``: for each class of the group, the providers with room for it.
+    """
+    if group["aggregates"] or group["refused_aggregates"]:
+        return _SEARCH
+    only = None
+    for fits in fitting_per_class:
+        here = [rp for rp in tree if rp in fits]
+        if not here:
+            return None
+        if len(here) > 1 or (only is not None and here[0] != only):
+            return _SEARCH
+        only = here[0]
+    return only if _traits_ok(world, (only,), group["required"], group["forbidden"]) \
+        else None
 
 
 def _single_group(request: dict) -> dict | None:
@@ -136,6 +193,18 @@ def _alone_fits(world: Snapshot, rp: str, group: dict) -> bool:
             world, rp, group["aggregates"], group["refused_aggregates"]):
         return False
     return _traits_ok(world, (rp,), group["required"], group["forbidden"])
+
+
+def _alone_filtered(world: Snapshot, rps: list[str], group: dict) -> list[str]:
+    """The one-provider trees of ``rps`` (with room) that meet ``group``'s traits and
+    aggregates: :func:`_alone_fits` of each, in one pass when only traits count."""
+    if group["aggregates"] or group["refused_aggregates"]:
+        return [rp for rp in rps if _alone_fits(world, rp, group)]
+    traits, required = world.traits, group["required"]
+    forbidden = frozenset(group["forbidden"])
+    return [rp for rp in rps
+            if forbidden.isdisjoint(have := traits.get(rp, _NOTHING))
+            and all(wanted & have for wanted in required)]
 
 
 def _group_options(world: Snapshot, anchor: str, suffix: str, group: dict, lenders,
@@ -223,10 +292,12 @@ def summaries(world: Snapshot, requests, nested_aware: bool) -> dict:
 
     The summaries are the snapshot's own (shared): callers copy what they change.
     """
-    used = {rp for a in requests for rp in a}
     if nested_aware:
-        roots = {world.rows[rp].root_provider_uuid for rp in used}
-        shown = [rp for root in world.trees if root in roots for rp in world.trees[root]]
+        root_of = world.root_of
+        roots = {root_of[rp] for allocations in requests for rp in allocations}
+        trees = world.trees
+        shown = [rp for root in trees if root in roots for rp in trees[root]]
     else:
-        shown = sorted(used)
-    return {rp: world.summary(rp) for rp in shown}
+        shown = sorted({rp for allocations in requests for rp in allocations})
+    kept = world.summaries
+    return {rp: kept.get(rp) or world.summary(rp) for rp in shown}

@@ -326,6 +326,25 @@ def test_policy_file_overrides_a_default(make_conf, db, sample_catalog, reader_h
     assert fresh.get("/v2/admin/hosts", headers=reader_headers).status_code == 200
 
 
+def test_policy_files_are_looked_at_once_per_request(client, admin_headers, sample_catalog,
+                                                     monkeypatch):
+    from oslo_policy import policy as oslo_policy
+
+    looks = []
+    original = oslo_policy.Enforcer.load_rules
+
+    def counting(self, force_reload=False):
+        looks.append(force_reload)
+        return original(self, force_reload)
+
+    monkeypatch.setattr(oslo_policy.Enforcer, "load_rules", counting)
+    # Two checks each: context_is_admin when authenticating, then the route's rule.
+    assert client.get("/v2/admin/hosts", headers=admin_headers).status_code == 200
+    assert looks == [False]
+    assert client.get("/v2/admin/hosts", headers=admin_headers).status_code == 200
+    assert looks == [False, False]
+
+
 def test_malformed_policy_file_fails_at_start(make_conf, db):
     from fleetflow.api.app import create_app
 

@@ -14,6 +14,8 @@ from fleetflow.persistence.placement.store import PlacementStore
 
 AGGREGATE = str(uuid.UUID(int=0xA))
 CLASSES = ("VCPU", "MEMORY_MB", "CUSTOM_OLD", "CUSTOM_NEW")
+# Requests whose fitting providers a snapshot keeps, and patches when providers change.
+FITTING_ASKED = ({"VCPU": 1}, {"VCPU": 4, "MEMORY_MB": 2048}, {"CUSTOM_NEW": 1})
 
 
 def contents(snapshot) -> dict:
@@ -22,7 +24,9 @@ def contents(snapshot) -> dict:
             "traits": snapshot.traits, "aggregates": snapshot.aggregates,
             "summaries": {rp: snapshot.summary_json(rp) for rp in snapshot.rows},
             # Kept per class once asked for, and patched when providers change.
-            "free": {rc: snapshot.free(rc) for rc in CLASSES}}
+            "free": {rc: snapshot.free(rc) for rc in CLASSES},
+            "minus_free": {rc: snapshot.minus_free(rc) for rc in CLASSES},
+            "fitting": [snapshot.fitting(resources) for resources in FITTING_ASKED]}
 
 
 @pytest.fixture
