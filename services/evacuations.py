@@ -268,18 +268,21 @@ class EvacuationOps:
         evacuation.stopping, evacuation.status = None, states.PENDING
         return flow_id, [m.instance_id for m in unfinished], len(evacuation.runs) - 1
 
+    def _go_on(self, session, evacuation) -> None:
+        """Post the next run of a PAUSED evacuation's unfinished servers, or settle it."""
+        run = self._next_run(session, evacuation)
+        if run is None:
+            from fleetflow.flows.tasks.evacuation import settle
+
+            settle(session, evacuation)
+        else:
+            self._post(session, evacuation.id, run[0], run[1], evacuation.max_parallel, run[2])
+
     def resume(self, evacuation_id: str) -> dict:
         """A PAUSED evacuation tries its FAILED and PENDING servers again; Conflict otherwise."""
         with self.database.session() as session:
             evacuation = self._paused(session, evacuation_id, "resumed")
-            run = self._next_run(session, evacuation)
-            if run is None:
-                from fleetflow.flows.tasks.evacuation import settle
-
-                settle(session, evacuation)
-            else:
-                self._post(session, evacuation_id, run[0], run[1], evacuation.max_parallel,
-                           run[2])
+            self._go_on(session, evacuation)
         return self.show(evacuation_id)
 
     def skip(self, evacuation_id: str, instance_ids: list[str]) -> dict:
@@ -301,14 +304,7 @@ class EvacuationOps:
             for uuid in instance_ids:
                 moves[uuid].status, moves[uuid].step = states.SKIPPED, None
             session.flush()
-            run = self._next_run(session, evacuation)
-            if run is None:
-                from fleetflow.flows.tasks.evacuation import settle
-
-                settle(session, evacuation)
-            else:
-                self._post(session, evacuation_id, run[0], run[1], evacuation.max_parallel,
-                           run[2])
+            self._go_on(session, evacuation)
         return self.show(evacuation_id)
 
     def revert(self, evacuation_id: str) -> dict:
