@@ -14,10 +14,13 @@ more consumers in the caller's transaction, all or nothing:
 5. consumer rows are bumped with compare-and-swap (or inserted), which also
    catches a consumer changed since step 2;
 6. the old allocations are replaced by the new ones;
-7. every touched provider's generation is bumped with compare-and-swap;
-8. only then are capacity, min_unit, max_unit and step_size checked against
-   fresh sums: no other writer can change these providers' allocations until
-   we commit, so under READ COMMITTED the sums are the truth.
+7. every touched provider's generation is bumped with compare-and-swap, in
+   one UPDATE that also checks capacity, min_unit, max_unit and step_size
+   against fresh sums (it runs after the write, and no other writer can
+   change these providers' allocations until we commit, so under READ
+   COMMITTED the sums are the truth);
+8. only when that UPDATE falls short are the inventories read again, to
+   raise the exact refusal, or a lost race if nothing is refused.
 
 A lost provider race raises :class:`LostRace`; the store retries the whole
 transaction. Anything else is the caller's error and is raised as is.
@@ -52,7 +55,8 @@ ANY_GENERATION = object()  # skip the consumer generation check
 # The claim path's statements, built once: constructing them per call cost more
 # CPU than running them on SQLite. Lists go in as expanding parameters.
 _CONSUMERS_AND_HELD = (
-    sa.select(C.c.uuid, C.c.generation, A.c.resource_provider_uuid)
+    sa.select(C.c.uuid, C.c.generation, C.c.project_id, C.c.user_id,
+              A.c.resource_provider_uuid)
     .select_from(C.outerjoin(A, A.c.consumer_uuid == C.c.uuid))
     .where(C.c.uuid.in_(sa.bindparam("uuids", expanding=True))))
 # Row locks in uuid order (PostgreSQL: FOR NO KEY UPDATE; see replace_allocations).
@@ -65,10 +69,32 @@ _BUMP_CONSUMER = (
                      C.c.generation == sa.bindparam("match_generation")))
 _DROP_ALLOCATIONS = A.delete().where(
     A.c.consumer_uuid.in_(sa.bindparam("uuids", expanding=True)))
-_BUMP_PROVIDER = (
-    RP.update().where(RP.c.uuid == sa.bindparam("match_uuid"),
-                      RP.c.generation == sa.bindparam("match_generation"))
-    .values(generation=sa.bindparam("new_generation")))
+# Every touched provider's generation, compare-and-swapped in one statement.
+_SEEN_GENERATIONS = sa.tuple_(RP.c.uuid, RP.c.generation).in_(
+    sa.bindparam("seen", expanding=True))
+_BUMP_PROVIDERS = (RP.update().where(_SEEN_GENERATIONS)
+                   .values(generation=RP.c.generation + 1))
+_MINE, _INV, _ALL = A.alias("mine"), INV.alias("inv"), A.alias("everyone")
+_IN_USE = (sa.select(sa.func.sum(_ALL.c.used))
+           .where(_ALL.c.resource_provider_uuid == _INV.c.resource_provider_uuid,
+                  _ALL.c.resource_class == _INV.c.resource_class).scalar_subquery())
+# A row just written for these consumers on the provider that breaks its inventory:
+# none there, min_unit/max_unit/step_size, or the fresh sum above the capacity
+# (sum > (total - reserved) * ratio is providers.capacity's int() for integer sums).
+_VIOLATION = (
+    sa.exists().select_from(_MINE.outerjoin(_INV, sa.and_(
+        _INV.c.resource_provider_uuid == _MINE.c.resource_provider_uuid,
+        _INV.c.resource_class == _MINE.c.resource_class)))
+    .where(_MINE.c.resource_provider_uuid == RP.c.uuid,
+           _MINE.c.consumer_uuid.in_(sa.bindparam("consumers", expanding=True)),
+           sa.or_(_INV.c.resource_provider_uuid.is_(None),
+                  _MINE.c.used < _INV.c.min_unit, _MINE.c.used > _INV.c.max_unit,
+                  _MINE.c.used % _INV.c.step_size != 0,
+                  _IN_USE > (_INV.c.total - _INV.c.reserved) * _INV.c.allocation_ratio)))
+# The bump of a write that adds allocations also checks them: on success no
+# separate capacity read is needed; a short rowcount is a lost race or a refusal.
+_BUMP_PROVIDERS_IF_THEY_FIT = (RP.update().where(_SEEN_GENERATIONS, ~_VIOLATION)
+                               .values(generation=RP.c.generation + 1))
 _USED = (sa.select(A.c.resource_provider_uuid.label("rp"), A.c.resource_class.label("rc"),
                    sa.func.sum(A.c.used).label("used"))
          .where(A.c.resource_provider_uuid.in_(sa.bindparam("uuids", expanding=True)))
@@ -138,20 +164,44 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     """Replace the allocations of every consumer in ``writes`` (see module doc)."""
     writes = _validate(list(writes))
     fences.check(session, fence)
-    # Core statements on the session's connection: a claim is ~6 statements and
+    # Core statements on the session's connection: a claim is ~5 statements and
     # the ORM layer would double their cost on this hot path.
     conn = session.connection()
-    uuids = sorted(w.consumer_uuid for w in writes)
-    new_rps = {rp for w in writes for rp in w.allocations}
+    consumers, held = _read_consumers(conn, [w.consumer_uuid for w in writes])
+    _apply(conn, writes, consumers, held)
 
-    consumers: dict[str, int] = {}
+
+def release_allocations(session: orm.Session, consumer_uuid: str,
+                        fence: dict | None = None) -> None:
+    """Drop every allocation of a consumer (DELETE, no generation check).
+
+    ConsumerNotFound when it has none. The consumer is read once, for both the
+    existence check and the write.
+    """
+    conn = session.connection()
+    consumers, held = _read_consumers(conn, [consumer_uuid])
+    if not held.get(consumer_uuid):
+        raise errors.ConsumerNotFound(f"No allocations for consumer '{consumer_uuid}'")
+    fences.check(session, fence)
+    row = consumers[consumer_uuid]
+    _apply(conn, [ConsumerWrite(consumer_uuid, {}, row.project_id, row.user_id,
+                                ANY_GENERATION)], consumers, held)
+
+
+def _read_consumers(conn, consumer_uuids):
+    """``({uuid: row}, {uuid: providers it holds allocations on})``."""
+    consumers: dict = {}
     held: dict[str, set[str]] = defaultdict(set)
-    for consumer_uuid, generation, rp in conn.execute(_CONSUMERS_AND_HELD,
-                                                      {"uuids": uuids}):
-        consumers[consumer_uuid] = generation
-        if rp is not None:
-            held[consumer_uuid].add(rp)
+    for row in conn.execute(_CONSUMERS_AND_HELD, {"uuids": sorted(consumer_uuids)}):
+        consumers[row.uuid] = row
+        if row.resource_provider_uuid is not None:
+            held[row.uuid].add(row.resource_provider_uuid)
+    return consumers, held
 
+
+def _apply(conn, writes, consumers, held) -> None:
+    """Steps 3 to 8 of the module doc for validated ``writes``."""
+    new_rps = {rp for w in writes for rp in w.allocations}
     # Every provider that gains or loses allocations, read and row-locked in
     # uuid order (PostgreSQL: FOR NO KEY UPDATE, which still lets others insert
     # allocations that reference the row). The lock makes writers queue for a
@@ -164,9 +214,10 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     if new_rps - set(generations):
         raise errors.BadRequest("Allocation for resource provider "
                                 f"'{sorted(new_rps - set(generations))[0]}' that does not exist.")
-    _check_consumer_generations(writes, consumers, held)
+    generation_of = {uuid: row.generation for uuid, row in consumers.items()}
+    _check_consumer_generations(writes, generation_of, held)
     # A consumer changed since we read it fails its compare-and-swap here.
-    _write_consumers(conn, writes, consumers)
+    _write_consumers(conn, writes, generation_of)
 
     if held:
         conn.execute(_DROP_ALLOCATIONS, {"uuids": sorted(held)})
@@ -176,15 +227,20 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
             for rc, used in resources.items()]
     if rows:
         conn.execute(A.insert(), rows)
-
-    for rp in sorted(generations):
-        result = conn.execute(_BUMP_PROVIDER, {"match_uuid": rp,
-                                               "match_generation": generations[rp],
-                                               "new_generation": generations[rp] + 1})
-        if result.rowcount != 1:
-            raise LostRace(errors.ProviderGenerationConflict(
-                f"resource provider {rp} changed while allocating"))
-    _check_capacity(conn, writes, sorted(new_rps))
+    if not generations:
+        return
+    seen = sorted(generations.items())
+    if rows:
+        bumped = conn.execute(_BUMP_PROVIDERS_IF_THEY_FIT, {
+            "seen": seen, "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
+    else:
+        bumped = conn.execute(_BUMP_PROVIDERS, {"seen": seen}).rowcount
+    if bumped != len(seen):
+        # Refused allocations raise their exact error here; else a generation moved.
+        _check_capacity(conn, writes, sorted(new_rps))
+        raise LostRace(errors.ProviderGenerationConflict(
+            "a resource provider changed while allocating: "
+            + ", ".join(uuid for uuid, _ in seen)))
 
 
 def _check_consumer_generations(writes, consumers, held) -> None:
