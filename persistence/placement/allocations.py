@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.persistence import fences
+from fleetflow.persistence.placement import allocation_sql as sql
 from fleetflow.persistence.placement import errors
 from fleetflow.persistence.placement.models import (
     MAX_INT,
@@ -52,60 +53,6 @@ INV = Inventory.__table__
 
 ANY_GENERATION = object()  # skip the consumer generation check
 
-# The claim path's statements, built once: constructing them per call cost more
-# CPU than running them on SQLite. Lists go in as expanding parameters.
-_CONSUMERS_AND_HELD = (
-    sa.select(C.c.uuid, C.c.generation, C.c.project_id, C.c.user_id,
-              A.c.resource_provider_uuid)
-    .select_from(C.outerjoin(A, A.c.consumer_uuid == C.c.uuid))
-    .where(C.c.uuid.in_(sa.bindparam("uuids", expanding=True))))
-# Row locks in uuid order (PostgreSQL: FOR NO KEY UPDATE; see replace_allocations).
-_LOCK_PROVIDERS = (
-    sa.select(RP.c.uuid, RP.c.generation)
-    .where(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)))
-    .order_by(RP.c.uuid).with_for_update(key_share=True))
-_BUMP_CONSUMER = (
-    C.update().where(C.c.uuid == sa.bindparam("match_uuid"),
-                     C.c.generation == sa.bindparam("match_generation")))
-_DROP_ALLOCATIONS = A.delete().where(
-    A.c.consumer_uuid.in_(sa.bindparam("uuids", expanding=True)))
-# Every touched provider's generation, compare-and-swapped in one statement.
-_SEEN_GENERATIONS = sa.tuple_(RP.c.uuid, RP.c.generation).in_(
-    sa.bindparam("seen", expanding=True))
-_BUMP_PROVIDERS = (RP.update().where(_SEEN_GENERATIONS)
-                   .values(generation=RP.c.generation + 1))
-_MINE, _INV, _ALL = A.alias("mine"), INV.alias("inv"), A.alias("everyone")
-_IN_USE = (sa.select(sa.func.sum(_ALL.c.used))
-           .where(_ALL.c.resource_provider_uuid == _INV.c.resource_provider_uuid,
-                  _ALL.c.resource_class == _INV.c.resource_class).scalar_subquery())
-# A row just written for these consumers on the provider that breaks its inventory:
-# none there, min_unit/max_unit/step_size, or the fresh sum above the capacity
-# (sum > (total - reserved) * ratio is providers.capacity's int() for integer sums).
-_VIOLATION = (
-    sa.exists().select_from(_MINE.outerjoin(_INV, sa.and_(
-        _INV.c.resource_provider_uuid == _MINE.c.resource_provider_uuid,
-        _INV.c.resource_class == _MINE.c.resource_class)))
-    .where(_MINE.c.resource_provider_uuid == RP.c.uuid,
-           _MINE.c.consumer_uuid.in_(sa.bindparam("consumers", expanding=True)),
-           sa.or_(_INV.c.resource_provider_uuid.is_(None),
-                  _MINE.c.used < _INV.c.min_unit, _MINE.c.used > _INV.c.max_unit,
-                  _MINE.c.used % _INV.c.step_size != 0,
-                  _IN_USE > (_INV.c.total - _INV.c.reserved) * _INV.c.allocation_ratio)))
-# The bump of a write that adds allocations also checks them: on success no
-# separate capacity read is needed; a short rowcount is a lost race or a refusal.
-_BUMP_PROVIDERS_IF_THEY_FIT = (RP.update().where(_SEEN_GENERATIONS, ~_VIOLATION)
-                               .values(generation=RP.c.generation + 1))
-_USED = (sa.select(A.c.resource_provider_uuid.label("rp"), A.c.resource_class.label("rc"),
-                   sa.func.sum(A.c.used).label("used"))
-         .where(A.c.resource_provider_uuid.in_(sa.bindparam("uuids", expanding=True)))
-         .group_by(A.c.resource_provider_uuid, A.c.resource_class).subquery())
-# Inventories and fresh usage sums of the providers, in one statement.
-_INVENTORIES_AND_USE = (
-    sa.select(INV, sa.func.coalesce(_USED.c.used, 0).label("in_use"))
-    .select_from(INV.outerjoin(_USED, sa.and_(
-        _USED.c.rp == INV.c.resource_provider_uuid,
-        _USED.c.rc == INV.c.resource_class)))
-    .where(INV.c.resource_provider_uuid.in_(sa.bindparam("uuids", expanding=True))))
 DEFAULT_CONSUMER_TYPE = "unknown"
 
 
@@ -167,6 +114,12 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     # Core statements on the session's connection: a claim is ~5 statements and
     # the ORM layer would double their cost on this hot path.
     conn = session.connection()
+    if conn.dialect.name in sql.CREATE_IF_ABSENT and all(
+            w.generation is None and w.allocations for w in writes):
+        # First writers of consumers that are (almost always) new: nothing of
+        # theirs to read first; creating them tells which ones existed.
+        _apply(conn, writes, {}, {}, claim=True)
+        return
     consumers, held = _read_consumers(conn, [w.consumer_uuid for w in writes])
     _apply(conn, writes, consumers, held)
 
@@ -192,15 +145,21 @@ def _read_consumers(conn, consumer_uuids):
     """``({uuid: row}, {uuid: providers it holds allocations on})``."""
     consumers: dict = {}
     held: dict[str, set[str]] = defaultdict(set)
-    for row in conn.execute(_CONSUMERS_AND_HELD, {"uuids": sorted(consumer_uuids)}):
+    for row in conn.execute(sql.CONSUMERS_AND_HELD, {"uuids": sorted(consumer_uuids)}):
         consumers[row.uuid] = row
         if row.resource_provider_uuid is not None:
             held[row.uuid].add(row.resource_provider_uuid)
     return consumers, held
 
 
-def _apply(conn, writes, consumers, held) -> None:
-    """Steps 3 to 8 of the module doc for validated ``writes``."""
+def _apply(conn, writes, consumers, held, claim: bool = False) -> None:
+    """Steps 3 to 8 of the module doc for validated ``writes``.
+
+    ``claim``: every write has a null generation and the consumers were not
+    read; they are created here after the provider locks, and only those that
+    already existed are read (one with allocations is a generation conflict,
+    so it needs none of its providers locked).
+    """
     new_rps = {rp for w in writes for rp in w.allocations}
     # Every provider that gains or loses allocations, read and row-locked in
     # uuid order (PostgreSQL: FOR NO KEY UPDATE, which still lets others insert
@@ -209,18 +168,24 @@ def _apply(conn, writes, consumers, held) -> None:
     # the compare-and-swap below, which stays as the guard (and is all SQLite,
     # whose BEGIN IMMEDIATE already serialises writers, needs).
     touched = sorted(new_rps | {rp for rps in held.values() for rp in rps})
-    generations = dict(conn.execute(_LOCK_PROVIDERS, {"uuids": touched}).all()) \
+    generations = dict(conn.execute(sql.LOCK_PROVIDERS, {"uuids": touched}).all()) \
         if touched else {}
     if new_rps - set(generations):
         raise errors.BadRequest("Allocation for resource provider "
                                 f"'{sorted(new_rps - set(generations))[0]}' that does not exist.")
+    to_write = writes
+    if claim:
+        existed = _create_consumers(conn, writes)
+        if existed:
+            consumers, held = _read_consumers(conn, existed)
+        to_write = [w for w in writes if w.consumer_uuid in existed]
     generation_of = {uuid: row.generation for uuid, row in consumers.items()}
     _check_consumer_generations(writes, generation_of, held)
     # A consumer changed since we read it fails its compare-and-swap here.
-    _write_consumers(conn, writes, generation_of)
+    _write_consumers(conn, to_write, generation_of)
 
     if held:
-        conn.execute(_DROP_ALLOCATIONS, {"uuids": sorted(held)})
+        conn.execute(sql.DROP_ALLOCATIONS, {"uuids": sorted(held)})
     rows = [{"consumer_uuid": w.consumer_uuid, "resource_provider_uuid": rp,
              "resource_class": rc, "used": used}
             for w in writes for rp, resources in w.allocations.items()
@@ -231,16 +196,25 @@ def _apply(conn, writes, consumers, held) -> None:
         return
     seen = sorted(generations.items())
     if rows:
-        bumped = conn.execute(_BUMP_PROVIDERS_IF_THEY_FIT, {
+        bumped = conn.execute(sql.BUMP_PROVIDERS_IF_THEY_FIT, {
             "seen": seen, "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
     else:
-        bumped = conn.execute(_BUMP_PROVIDERS, {"seen": seen}).rowcount
+        bumped = conn.execute(sql.BUMP_PROVIDERS, {"seen": seen}).rowcount
     if bumped != len(seen):
         # Refused allocations raise their exact error here; else a generation moved.
         _check_capacity(conn, writes, sorted(new_rps))
         raise LostRace(errors.ProviderGenerationConflict(
             "a resource provider changed while allocating: "
             + ", ".join(uuid for uuid, _ in seen)))
+
+
+def _create_consumers(conn, writes) -> list[str]:
+    """Insert the consumers of ``writes`` that do not exist; returns those that did."""
+    rows = [{"uuid": w.consumer_uuid, "generation": 1, "project_id": w.project_id,
+             "user_id": w.user_id, "consumer_type": w.consumer_type or DEFAULT_CONSUMER_TYPE}
+            for w in sorted(writes, key=lambda w: w.consumer_uuid)]
+    created = set(conn.execute(sql.CREATE_IF_ABSENT[conn.dialect.name], rows).scalars())
+    return [row["uuid"] for row in rows if row["uuid"] not in created]
 
 
 def _check_consumer_generations(writes, consumers, held) -> None:
@@ -273,7 +247,7 @@ def _write_consumers(conn, writes, consumers) -> None:
                 new.append(dict(values, uuid=w.consumer_uuid, generation=1,
                                 consumer_type=w.consumer_type or DEFAULT_CONSUMER_TYPE))
             continue
-        result = conn.execute(_BUMP_CONSUMER.values(generation=row + 1, **values),
+        result = conn.execute(sql.BUMP_CONSUMER.values(generation=row + 1, **values),
                               {"match_uuid": w.consumer_uuid, "match_generation": row})
         if result.rowcount != 1:
             conflict = errors.ConsumerGenerationConflict(
@@ -297,7 +271,7 @@ def _check_capacity(conn, writes, rps) -> None:
     if not rps:
         return
     inventories, totals = {}, {}
-    for row in conn.execute(_INVENTORIES_AND_USE, {"uuids": rps}):
+    for row in conn.execute(sql.INVENTORIES_AND_USE, {"uuids": rps}):
         key = (row.resource_provider_uuid, row.resource_class)
         inventories[key], totals[key] = row, int(row.in_use)
     needed = set()
