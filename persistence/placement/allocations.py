@@ -114,7 +114,7 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     # Core statements on the session's connection: a claim is ~5 statements and
     # the ORM layer would double their cost on this hot path.
     conn = session.connection()
-    if conn.dialect.name in sql.CREATE_IF_ABSENT and all(
+    if writes and conn.dialect.name in sql.CREATE_IF_ABSENT and all(
             w.generation is None and w.allocations for w in writes):
         # First writers of consumers that are (almost always) new: nothing of
         # theirs to read first; creating them tells which ones existed.

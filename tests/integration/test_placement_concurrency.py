@@ -189,3 +189,13 @@ def test_first_writer_claims_on_new_emptied_and_held_consumers(database_url):
         store.put_allocations(str(uuid.uuid4()), {rp: {"VCPU": 1}}, "p", "u")
     assert store.get_provider(rp)["generation"] == 5
     database.dispose()
+
+
+def test_a_write_of_no_consumers_changes_nothing(database_url):
+    database = Database(database_url)
+    database.upgrade()
+    store = PlacementStore(database)
+    store.create_provider("idle", PROVIDERS[0])
+    store.set_allocations([])
+    assert store.get_provider(PROVIDERS[0])["generation"] == 0
+    database.dispose()
