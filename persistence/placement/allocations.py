@@ -14,10 +14,13 @@ more consumers in the caller's transaction, all or nothing:
 5. consumer rows are bumped with compare-and-swap (or inserted), which also
    catches a consumer changed since step 2;
 6. the old allocations are replaced by the new ones;
-7. every touched provider's generation is bumped with compare-and-swap;
-8. only then are capacity, min_unit, max_unit and step_size checked against
-   fresh sums: no other writer can change these providers' allocations until
-   we commit, so under READ COMMITTED the sums are the truth.
+7. every touched provider's generation is bumped with compare-and-swap, in
+   one UPDATE that also checks capacity, min_unit, max_unit and step_size
+   against fresh sums (it runs after the write, and no other writer can
+   change these providers' allocations until we commit, so under READ
+   COMMITTED the sums are the truth);
+8. only when that UPDATE falls short are the inventories read again, to
+   raise the exact refusal, or a lost race if nothing is refused.
 
 A lost provider race raises :class:`LostRace`; the store retries the whole
 transaction. Anything else is the caller's error and is raised as is.
@@ -32,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.persistence import fences
+from fleetflow.persistence.placement import allocation_sql as sql
 from fleetflow.persistence.placement import errors
 from fleetflow.persistence.placement.models import (
     MAX_INT,
@@ -49,37 +53,6 @@ INV = Inventory.__table__
 
 ANY_GENERATION = object()  # skip the consumer generation check
 
-# The claim path's statements, built once: constructing them per call cost more
-# CPU than running them on SQLite. Lists go in as expanding parameters.
-_CONSUMERS_AND_HELD = (
-    sa.select(C.c.uuid, C.c.generation, A.c.resource_provider_uuid)
-    .select_from(C.outerjoin(A, A.c.consumer_uuid == C.c.uuid))
-    .where(C.c.uuid.in_(sa.bindparam("uuids", expanding=True))))
-# Row locks in uuid order (PostgreSQL: FOR NO KEY UPDATE; see replace_allocations).
-_LOCK_PROVIDERS = (
-    sa.select(RP.c.uuid, RP.c.generation)
-    .where(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)))
-    .order_by(RP.c.uuid).with_for_update(key_share=True))
-_BUMP_CONSUMER = (
-    C.update().where(C.c.uuid == sa.bindparam("match_uuid"),
-                     C.c.generation == sa.bindparam("match_generation")))
-_DROP_ALLOCATIONS = A.delete().where(
-    A.c.consumer_uuid.in_(sa.bindparam("uuids", expanding=True)))
-_BUMP_PROVIDER = (
-    RP.update().where(RP.c.uuid == sa.bindparam("match_uuid"),
-                      RP.c.generation == sa.bindparam("match_generation"))
-    .values(generation=sa.bindparam("new_generation")))
-_USED = (sa.select(A.c.resource_provider_uuid.label("rp"), A.c.resource_class.label("rc"),
-                   sa.func.sum(A.c.used).label("used"))
-         .where(A.c.resource_provider_uuid.in_(sa.bindparam("uuids", expanding=True)))
-         .group_by(A.c.resource_provider_uuid, A.c.resource_class).subquery())
-# Inventories and fresh usage sums of the providers, in one statement.
-_INVENTORIES_AND_USE = (
-    sa.select(INV, sa.func.coalesce(_USED.c.used, 0).label("in_use"))
-    .select_from(INV.outerjoin(_USED, sa.and_(
-        _USED.c.rp == INV.c.resource_provider_uuid,
-        _USED.c.rc == INV.c.resource_class)))
-    .where(INV.c.resource_provider_uuid.in_(sa.bindparam("uuids", expanding=True))))
 DEFAULT_CONSUMER_TYPE = "unknown"
 
 
@@ -138,20 +111,56 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     """Replace the allocations of every consumer in ``writes`` (see module doc)."""
     writes = _validate(list(writes))
     fences.check(session, fence)
-    # Core statements on the session's connection: a claim is ~6 statements and
+    # Core statements on the session's connection: a claim is ~5 statements and
     # the ORM layer would double their cost on this hot path.
     conn = session.connection()
-    uuids = sorted(w.consumer_uuid for w in writes)
-    new_rps = {rp for w in writes for rp in w.allocations}
+    if writes and conn.dialect.name in sql.CREATE_IF_ABSENT and all(
+            w.generation is None and w.allocations for w in writes):
+        # First writers of consumers that are (almost always) new: nothing of
+        # theirs to read first; creating them tells which ones existed.
+        _apply(conn, writes, {}, {}, claim=True)
+        return
+    consumers, held = _read_consumers(conn, [w.consumer_uuid for w in writes])
+    _apply(conn, writes, consumers, held)
 
-    consumers: dict[str, int] = {}
+
+def release_allocations(session: orm.Session, consumer_uuid: str,
+                        fence: dict | None = None) -> None:
+    """Drop every allocation of a consumer (DELETE, no generation check).
+
+    ConsumerNotFound when it has none. The consumer is read once, for both the
+    existence check and the write.
+    """
+    conn = session.connection()
+    consumers, held = _read_consumers(conn, [consumer_uuid])
+    if not held.get(consumer_uuid):
+        raise errors.ConsumerNotFound(f"No allocations for consumer '{consumer_uuid}'")
+    fences.check(session, fence)
+    row = consumers[consumer_uuid]
+    _apply(conn, [ConsumerWrite(consumer_uuid, {}, row.project_id, row.user_id,
+                                ANY_GENERATION)], consumers, held)
+
+
+def _read_consumers(conn, consumer_uuids):
+    """``({uuid: row}, {uuid: providers it holds allocations on})``."""
+    consumers: dict = {}
     held: dict[str, set[str]] = defaultdict(set)
-    for consumer_uuid, generation, rp in conn.execute(_CONSUMERS_AND_HELD,
-                                                      {"uuids": uuids}):
-        consumers[consumer_uuid] = generation
-        if rp is not None:
-            held[consumer_uuid].add(rp)
+    for row in conn.execute(sql.CONSUMERS_AND_HELD, {"uuids": sorted(consumer_uuids)}):
+        consumers[row.uuid] = row
+        if row.resource_provider_uuid is not None:
+            held[row.uuid].add(row.resource_provider_uuid)
+    return consumers, held
 
+
+def _apply(conn, writes, consumers, held, claim: bool = False) -> None:
+    """Steps 3 to 8 of the module doc for validated ``writes``.
+
+    ``claim``: every write has a null generation and the consumers were not
+    read; they are created here after the provider locks, and only those that
+    already existed are read (one with allocations is a generation conflict,
+    so it needs none of its providers locked).
+    """
+    new_rps = {rp for w in writes for rp in w.allocations}
     # Every provider that gains or loses allocations, read and row-locked in
     # uuid order (PostgreSQL: FOR NO KEY UPDATE, which still lets others insert
     # allocations that reference the row). The lock makes writers queue for a
@@ -159,32 +168,53 @@ def replace_allocations(session: orm.Session, writes: list[ConsumerWrite],
     # the compare-and-swap below, which stays as the guard (and is all SQLite,
     # whose BEGIN IMMEDIATE already serialises writers, needs).
     touched = sorted(new_rps | {rp for rps in held.values() for rp in rps})
-    generations = dict(conn.execute(_LOCK_PROVIDERS, {"uuids": touched}).all()) \
+    generations = dict(conn.execute(sql.LOCK_PROVIDERS, {"uuids": touched}).all()) \
         if touched else {}
     if new_rps - set(generations):
         raise errors.BadRequest("Allocation for resource provider "
                                 f"'{sorted(new_rps - set(generations))[0]}' that does not exist.")
-    _check_consumer_generations(writes, consumers, held)
+    to_write = writes
+    if claim:
+        existed = _create_consumers(conn, writes)
+        if existed:
+            consumers, held = _read_consumers(conn, existed)
+        to_write = [w for w in writes if w.consumer_uuid in existed]
+    generation_of = {uuid: row.generation for uuid, row in consumers.items()}
+    _check_consumer_generations(writes, generation_of, held)
     # A consumer changed since we read it fails its compare-and-swap here.
-    _write_consumers(conn, writes, consumers)
+    _write_consumers(conn, to_write, generation_of)
 
     if held:
-        conn.execute(_DROP_ALLOCATIONS, {"uuids": sorted(held)})
+        conn.execute(sql.DROP_ALLOCATIONS, {"uuids": sorted(held)})
     rows = [{"consumer_uuid": w.consumer_uuid, "resource_provider_uuid": rp,
              "resource_class": rc, "used": used}
             for w in writes for rp, resources in w.allocations.items()
             for rc, used in resources.items()]
     if rows:
         conn.execute(A.insert(), rows)
+    if not generations:
+        return
+    seen = sorted(generations.items())
+    if rows:
+        bumped = conn.execute(sql.BUMP_PROVIDERS_IF_THEY_FIT, {
+            "seen": seen, "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
+    else:
+        bumped = conn.execute(sql.BUMP_PROVIDERS, {"seen": seen}).rowcount
+    if bumped != len(seen):
+        # Refused allocations raise their exact error here; else a generation moved.
+        _check_capacity(conn, writes, sorted(new_rps))
+        raise LostRace(errors.ProviderGenerationConflict(
+            "a resource provider changed while allocating: "
+            + ", ".join(uuid for uuid, _ in seen)))
 
-    for rp in sorted(generations):
-        result = conn.execute(_BUMP_PROVIDER, {"match_uuid": rp,
-                                               "match_generation": generations[rp],
-                                               "new_generation": generations[rp] + 1})
-        if result.rowcount != 1:
-            raise LostRace(errors.ProviderGenerationConflict(
-                f"resource provider {rp} changed while allocating"))
-    _check_capacity(conn, writes, sorted(new_rps))
+
+def _create_consumers(conn, writes) -> list[str]:
+    """Insert the consumers of ``writes`` that do not exist; returns those that did."""
+    rows = [{"uuid": w.consumer_uuid, "generation": 1, "project_id": w.project_id,
+             "user_id": w.user_id, "consumer_type": w.consumer_type or DEFAULT_CONSUMER_TYPE}
+            for w in sorted(writes, key=lambda w: w.consumer_uuid)]
+    created = set(conn.execute(sql.CREATE_IF_ABSENT[conn.dialect.name], rows).scalars())
+    return [row["uuid"] for row in rows if row["uuid"] not in created]
 
 
 def _check_consumer_generations(writes, consumers, held) -> None:
@@ -217,7 +247,7 @@ def _write_consumers(conn, writes, consumers) -> None:
                 new.append(dict(values, uuid=w.consumer_uuid, generation=1,
                                 consumer_type=w.consumer_type or DEFAULT_CONSUMER_TYPE))
             continue
-        result = conn.execute(_BUMP_CONSUMER.values(generation=row + 1, **values),
+        result = conn.execute(sql.BUMP_CONSUMER.values(generation=row + 1, **values),
                               {"match_uuid": w.consumer_uuid, "match_generation": row})
         if result.rowcount != 1:
             conflict = errors.ConsumerGenerationConflict(
@@ -241,7 +271,7 @@ def _check_capacity(conn, writes, rps) -> None:
     if not rps:
         return
     inventories, totals = {}, {}
-    for row in conn.execute(_INVENTORIES_AND_USE, {"uuids": rps}):
+    for row in conn.execute(sql.INVENTORIES_AND_USE, {"uuids": rps}):
         key = (row.resource_provider_uuid, row.resource_class)
         inventories[key], totals[key] = row, int(row.in_use)
     needed = set()

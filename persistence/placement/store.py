@@ -14,8 +14,8 @@ import time
 import sqlalchemy as sa
 
 from fleetflow.persistence.placement import allocations as allocs
-from fleetflow.persistence.placement import candidates, errors, providers
-from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
+from fleetflow.persistence.placement import candidates, providers
+from fleetflow.persistence.placement.allocations import ConsumerWrite
 from fleetflow.persistence.placement.snapshot import SnapshotCache
 
 LOG = logging.getLogger(__name__)
@@ -181,15 +181,7 @@ class PlacementStore:
 
     def delete_allocations(self, consumer_uuid: str, fence: dict | None = None) -> None:
         """Drop every allocation of a consumer; ConsumerNotFound when it has none."""
-        def write(session):
-            current = allocs.get_allocations(session, consumer_uuid)
-            if not current["allocations"]:
-                raise errors.ConsumerNotFound(
-                    f"No allocations for consumer '{consumer_uuid}'")
-            allocs.replace_allocations(session, [ConsumerWrite(
-                consumer_uuid, {}, current["project_id"], current["user_id"],
-                ANY_GENERATION)], fence)
-        self._write(write)
+        self._write(allocs.release_allocations, consumer_uuid, fence)
 
     def provider_allocations(self, uuid: str) -> tuple[int, dict]:
         def query(session):

@@ -151,3 +151,51 @@ def test_concurrent_writers_never_overcommit_or_lose_writes(database_url, tmp_pa
         assert generation == len(successes[consumer])
     assert {c for c, *_ in rows} == set(successes)
     database.dispose()
+
+
+def test_first_writer_claims_on_new_emptied_and_held_consumers(database_url):
+    """A null generation creates a consumer, re-uses an emptied one, and is
+    refused for one that holds allocations, all or nothing over a batch."""
+    database = Database(database_url)
+    database.upgrade()
+    store = PlacementStore(database)
+    rp = PROVIDERS[0]
+    store.create_provider("claims", rp)
+    store.set_inventories(rp, 0, {"VCPU": {"total": 4, "max_unit": 2}})
+    held, fresh = str(uuid.uuid4()), str(uuid.uuid4())
+
+    store.put_allocations(held, {rp: {"VCPU": 1}}, "p", "u")
+    assert store.get_allocations(held)["consumer_generation"] == 1
+    with pytest.raises(errors.ConsumerGenerationConflict):
+        store.put_allocations(held, {rp: {"VCPU": 1}}, "p", "u")
+    with pytest.raises(errors.ConsumerGenerationConflict):
+        store.set_allocations([ConsumerWrite(fresh, {rp: {"VCPU": 1}}, "p", "u"),
+                               ConsumerWrite(held, {rp: {"VCPU": 1}}, "p", "u")])
+    assert store.get_allocations(fresh) == {"allocations": {}}
+
+    store.delete_allocations(held)
+    with pytest.raises(errors.ConsumerNotFound):
+        store.delete_allocations(held)
+    store.put_allocations(held, {rp: {"VCPU": 2}}, "p", "u")
+    body = store.get_allocations(held)
+    assert body["allocations"][rp]["resources"] == {"VCPU": 2}
+    assert body["consumer_generation"] == 3  # created, emptied, claimed again
+    assert body["allocations"][rp]["generation"] == 4  # inventory, claim, release, claim
+
+    with pytest.raises(errors.ConstraintViolated):
+        store.put_allocations(fresh, {rp: {"VCPU": 3}}, "p", "u")
+    store.put_allocations(fresh, {rp: {"VCPU": 2}}, "p", "u")
+    with pytest.raises(errors.CapacityExceeded):
+        store.put_allocations(str(uuid.uuid4()), {rp: {"VCPU": 1}}, "p", "u")
+    assert store.get_provider(rp)["generation"] == 5
+    database.dispose()
+
+
+def test_a_write_of_no_consumers_changes_nothing(database_url):
+    database = Database(database_url)
+    database.upgrade()
+    store = PlacementStore(database)
+    store.create_provider("idle", PROVIDERS[0])
+    store.set_allocations([])
+    assert store.get_provider(PROVIDERS[0])["generation"] == 0
+    database.dispose()
