@@ -54,13 +54,14 @@ class _PreboundServer(wsgi.Server):
 class APIServer:
     """The API app served on ``sock`` (bound, listening or not) by ``threads`` threads.
 
-    The interface of werkzeug's server that serve uses: ``server_address``,
-    ``serve_forever()`` and ``shutdown()`` (from another thread). Both return
+    The interface of werkzeug's server that serve and its tests use: ``app``,
+    ``server_address``, ``serve_forever()`` and ``shutdown()`` (from another thread). Both return
     only once the requests in flight have been answered (or
     :data:`SHUTDOWN_TIMEOUT` has passed).
     """
 
     def __init__(self, app, sock: socket.socket, threads: int, backlog: int = 128):
+        self.app = app
         self._server = _PreboundServer(app, sock, threads, backlog)
         # Binds nothing (the socket is ours), listens and starts the threads.
         self._server.prepare()
