@@ -41,15 +41,11 @@ from fleetflow.persistence.placement.models import (
     MAX_INT,
     Allocation,
     Consumer,
-    Inventory,
-    ResourceProvider,
 )
 from fleetflow.persistence.placement.providers import NAME_PATTERN, canonical_uuid, capacity
 
-A = Allocation.__table__
-C = Consumer.__table__
-RP = ResourceProvider.__table__
-INV = Inventory.__table__
+# The tables, as the statements of allocation_sql name them.
+A, C, RP, INV = sql.A, sql.C, sql.RP, sql.INV
 
 ANY_GENERATION = object()  # skip the consumer generation check
 
