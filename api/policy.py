@@ -152,7 +152,8 @@ def _operations(method: str | tuple, path: str | tuple) -> list[dict]:
     return [{"method": m, "path": p} for m, p in zip(method, path, strict=True)]
 
 
-# The request's WSGI environ key that says its policy files were looked at.
+# The request's WSGI environ key (with the enforcer's id) that says this
+# enforcer looked at its policy files for the request.
 _LOADED_KEY = "fleetflow.policy_loaded"
 
 
@@ -168,10 +169,10 @@ class RequestEnforcer(oslo_policy.Enforcer):
 
     def load_rules(self, force_reload: bool = False) -> None:
         if not force_reload and flask.has_request_context():
-            environ = flask.request.environ
-            if environ.get(_LOADED_KEY):
+            environ, key = flask.request.environ, f"{_LOADED_KEY}.{id(self)}"
+            if environ.get(key):
                 return
-            environ[_LOADED_KEY] = True
+            environ[key] = True
         super().load_rules(force_reload)
 
 
