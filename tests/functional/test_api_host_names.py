@@ -166,3 +166,15 @@ def test_restricted_a_member_sees_no_name_anywhere_only_host_ids(
     assert all(m.get("host") is None and m.get("backend") is None
                for m in members(mine, "vcluster dry run").values())
     assert_audit_clean(db, small_cloud.placement, small_cloud.compute)
+
+
+def test_the_api_document_describes_host_id(client):
+    schemas = client.get("/openapi.json").get_json()["components"]["schemas"]
+
+    described = {name: schema["properties"]["host_id"] for name, schema in schemas.items()
+                 if "host_id" in schema.get("properties", {})}
+
+    assert {"Server", "ReservationInstance", "VClusterMember", "VClusterDryRunMember"} <= set(
+        described)
+    assert all("hostId" in field["description"] and field["readOnly"]
+               for field in described.values())
