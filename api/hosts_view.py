@@ -24,12 +24,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections.abc import Callable
 
 import flask
 import marshmallow as ma
 from oslo_policy import policy as oslo_policy
 
 from fleetflow.api.state import current_state
+from fleetflow.services import hosts as host_ops
 
 SHOW_HOST_RULE = "servers:show_host"
 _G_KEY = "fleetflow_host_view"
@@ -45,13 +47,24 @@ def opaque_id(project_id: str, name: str | None) -> str | None:
     return hashlib.sha224((project_id + name).encode("utf-8")).hexdigest()
 
 
+# A name as it stands in free text: dots only inside it, so a sentence's full
+# stop is not taken for part of the name.
+_NAME_IN_TEXT = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+
+
 @dataclasses.dataclass
 class HostView:
-    """What one caller may see of places, for one project."""
+    """What one caller may see of places, for one project.
+
+    ``load_names`` gives every place name of the fleet, asked at most once and
+    only when free text must be cleaned for a caller who may not see names.
+    """
 
     project_id: str
     names_visible: bool
+    load_names: Callable[[], frozenset[str]] = frozenset
     _ids: dict = dataclasses.field(default_factory=dict, repr=False)
+    _fleet_names: frozenset[str] | None = dataclasses.field(default=None, repr=False)
 
     def host_id(self, name: str | None) -> str | None:
         if name not in self._ids:
@@ -69,21 +82,31 @@ class HostView:
     def places(self, names) -> list:
         return [self.place(n) for n in names]
 
-    def text(self, text: str | None, names) -> str | None:
-        """``text`` with each of ``names`` in it replaced by its opaque id when hidden."""
-        if text is None or self.names_visible:
+    def text(self, text: str | None, names=()) -> str | None:
+        """``text`` with every place name in it (the fleet's and ``names``) replaced by
+        its opaque id when the caller may not see names."""
+        if not text or self.names_visible:
             return text
-        for name in sorted({n for n in names if n}, key=len, reverse=True):
-            text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", self.host_id(name),
-                          text)
-        return text
+        if self._fleet_names is None:
+            self._fleet_names = frozenset(self.load_names())
+        known = self._fleet_names | {n for n in names if n}
+
+        def replace(match: re.Match) -> str:
+            word = match.group()
+            return self.host_id(word) if word in known else word
+
+        return _NAME_IN_TEXT.sub(replace, text)
 
     def fault(self, fault: dict | None) -> dict | None:
         """A fault's body without its host's name (nor in its message) when hidden."""
-        if fault is None or self.names_visible or fault.get("host") is None:
+        if fault is None or self.names_visible:
             return fault
-        host = fault["host"]
-        return {**fault, "host": None, "message": self.text(fault.get("message"), [host])}
+        hidden = dict(fault)
+        if "host" in hidden:
+            hidden["host"] = None
+        if isinstance(hidden.get("message"), str):
+            hidden["message"] = self.text(hidden["message"], [fault.get("host")])
+        return hidden
 
 
 def may_see_hosts() -> bool:
@@ -102,7 +125,9 @@ def current() -> HostView:
                 SHOW_HOST_RULE, {"project_id": tenant}, context))
         except oslo_policy.InvalidScope:
             allowed = False
-        view = HostView(project_id=tenant, names_visible=allowed)
+        database = current_state().database
+        view = HostView(project_id=tenant, names_visible=allowed,
+                        load_names=lambda: host_ops.place_names(database))
         setattr(flask.g, _G_KEY, view)
     return view
 
@@ -147,10 +172,12 @@ class PlaceOfMember(HostId):
         return obj.get("host") or obj.get("backend")
 
 
-class FaultMessage(ma.fields.String):
-    """A fault's message, with its host's name replaced when the caller may not see it."""
+class FreeText(ma.fields.String):
+    """Text that may name places (a fault's message, a failure): their opaque ids instead
+    to callers refused the rule."""
 
     def _serialize(self, value, attr, obj, **kwargs):
         host = ma.utils.get_value(obj, "host", None)
-        return super()._serialize(current().text(value, [host]), attr, obj, **kwargs)
+        names = [host] if isinstance(host, str) else []
+        return super()._serialize(current().text(value, names), attr, obj, **kwargs)
 

@@ -134,7 +134,7 @@ class ReservationCreateArgsSchema(ma.Schema):
 
 class FaultSchema(ma.Schema):
     code = ma.fields.String(required=True)
-    message = hosts_view.FaultMessage(required=True)
+    message = hosts_view.FreeText(required=True)
     step = ma.fields.String(allow_none=True, metadata={"description": "Failed task."})
     host = hosts_view.HostName(allow_none=True, metadata={
         "description": "Where it failed (null to callers servers:show_host refuses, and "

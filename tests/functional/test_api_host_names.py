@@ -178,3 +178,23 @@ def test_the_api_document_describes_host_id(client):
         described)
     assert all("hostId" in field["description"] and field["readOnly"]
                for field in described.values())
+
+
+def test_a_flow_failure_names_no_place_to_a_caller_refused_the_rule(
+        app, sample_catalog, conf, member_headers, admin_headers):
+    from fleetflow.api.flows.schemas import FailureSchema
+
+    failure = {"type": "ComputeError", "step": "0000-boot",
+               "message": "build_instance on host host-002 failed: rack r2 is dark"}
+
+    def dump(headers):
+        with app.test_request_context(f"{T}/flows/f-1", headers=headers):
+            app.preprocess_request()
+            return FailureSchema().dump(failure)
+
+    assert dump(member_headers) == failure
+    restrict_show_host(conf)
+    assert dump(member_headers)["message"] == (
+        f"build_instance on host {opaque_id('tenant-a', 'host-002')} failed: rack "
+        f"{opaque_id('tenant-a', 'r2')} is dark")
+    assert dump(admin_headers) == failure

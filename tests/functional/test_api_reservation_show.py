@@ -91,6 +91,24 @@ def test_show_body_equals_the_schema_dump_with_hosts_hidden(mixed, db, app, clie
                                "host": None}
 
 
+def test_fault_messages_name_no_place_of_the_fleet_when_hosts_are_hidden(
+        mixed, sample_catalog, db, app, client, conf, member_headers, tenant):
+    with db.session() as session:
+        last = rows.instance_ids(session, mixed)[4]
+        rows.update_instance(session, last, fault={
+            "code": "NO_ROUTE", "message": "host-002 in rack r2 of na-1: no route."})
+    restrict_show_host(conf)
+
+    response = client.get(f"{URL}/{mixed}", headers=member_headers)
+
+    href = f"http://localhost{URL}/{mixed}"
+    assert response.json == schema_dump(db, mixed, tenant, href, app, member_headers)
+    fault = response.json["reservation"]["instances"][4]["fault"]
+    assert fault["message"] == (f"{opaque_id(tenant, 'host-002')} in rack "
+                                f"{opaque_id(tenant, 'r2')} of {opaque_id(tenant, 'na-1')}: "
+                                "no route.")
+
+
 def test_show_body_drops_unknown_fault_keys(mixed, db, client, member_headers):
     with db.session() as session:
         stored = {i.name: i.fault for i in rows.instances(session, mixed)}
