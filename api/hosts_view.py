@@ -7,7 +7,8 @@ their groupings. An operator who restricts the rule (``"servers:show_host":
 refuses, in every view at once: ``host`` and a vcluster member's ``backend``
 read null, and where a view needs a place to stay useful (``hosts_tried``,
 alternates, a grouping's ``domains``, a dry run's hosts) it shows the place's
-opaque id instead of its name.
+opaque id instead of its name, as it does for every place name of the fleet in
+free text (fault messages, flow failures, dry-run explanations).
 
 Every server, reservation instance and vcluster member carries ``host_id``
 whatever the rule says: as Nova's ``hostId``, the sha224 hex digest of the
