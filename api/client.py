@@ -24,6 +24,17 @@ REQUEST_ID_HEADER = "X-OpenStack-Request-Id"
 XML_MIMETYPE = "application/xml"
 
 
+def where(item: dict) -> str | None:
+    """Where a server, instance or vcluster member is, as the caller may see it.
+
+    The host's (a volume's: the backend's) name, or its opaque ``host_id`` when
+    the policy rule ``servers:show_host`` hides names from the caller: equal
+    ids still mean the same place.
+    """
+    name = item.get("backend") if item.get("type") == "volume" else item.get("host")
+    return name or item.get("host_id")
+
+
 def _segment(value: str) -> str:
     """One path segment: names may hold characters that a URL may not."""
     return urllib.parse.quote(str(value), safe="")

@@ -99,8 +99,12 @@ ROUTE_RULES = [
     ("servers:delete", MEMBER, "DELETE", f"{T}/servers/{{id}}", "Delete a server."),
     ("servers:filter_by_host", ADMIN, "GET", f"{T}/servers?host={{host}}",
      "Filter the server list by host."),
-    ("servers:show_host", ADMIN, "GET", f"{T}/servers/{{id}}",
-     "See the host a server runs on (others see null)."),
+    ("servers:show_host", READER, "GET", f"{T}/servers/{{id}}",
+     "See where the project's servers and volumes are, by name: hosts, hosts tried, "
+     "vcluster members' hosts and backends, groupings' domains, dry runs' hosts. The "
+     "project's readers and members (and administrators) by default; callers it refuses "
+     "see null names and opaque host_ids (sha224 of project id and name, as Nova's "
+     "hostId) in every view."),
     ("groups:create", MEMBER, "POST", f"{T}/groups", "Create a server group."),
     ("groups:list", READER, "GET", f"{T}/groups", "List server groups."),
     ("groups:show", READER, "GET", f"{T}/groups/{{id}}", "Show a server group."),

@@ -13,6 +13,7 @@ import time
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fleetflow.api.client import where
 from fleetflow.cli import remote
 from fleetflow.cli.groups import find_group
 
@@ -69,7 +70,7 @@ def _print_reservation(reservation: dict) -> None:
     instances = reservation.get("instances") or []
     if instances:
         remote.table("instances", ["id", "name", "status", "host", "attempts", "fault"], [
-            [i["id"], i["name"], i["status"], i.get("host"), i.get("attempts"),
+            [i["id"], i["name"], i["status"], where(i), i.get("attempts"),
              f"{i['fault']['code']}: {i['fault']['message']}" if i.get("fault") else None]
             for i in instances])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from fleetflow.api.client import where
 from fleetflow.cli import remote
 
 
@@ -31,7 +32,7 @@ def list_(reservation_id, status, host, as_json):
         return
     remote.table("servers", ["id", "name", "status", "task_state", "host", "reservation",
                              "attempts", "fault"],
-                 [[s["id"], s["name"], s["status"], s.get("task_state"), s.get("host"),
+                 [[s["id"], s["name"], s["status"], s.get("task_state"), where(s),
                    s.get("reservation_id"), s.get("attempts"), _fault(s)] for s in found])
 
 
@@ -46,7 +47,7 @@ def show(server_id, as_json):
         return
     remote.fields(f"server {server['id']}", [
         (key, server.get(key)) for key in ("name", "status", "task_state", "host",
-                                           "reservation_id", "group_id", "flavor_id",
+                                           "host_id", "reservation_id", "group_id", "flavor_id",
                                            "image_id", "attempts", "hosts_tried",
                                            "created_at", "updated_at")
     ] + [("fault", _fault(server))])

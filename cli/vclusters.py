@@ -26,7 +26,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from fleetflow.api.client import FleetflowApiError
+from fleetflow.api.client import FleetflowApiError, where
 from fleetflow.cli import remote
 
 # The API's words (the CLI does not import server code).
@@ -113,8 +113,8 @@ def _cells(values) -> list[str]:
 
 
 def _where(member: dict) -> str | None:
-    """A server's host or a volume's backend: the column that says where it landed."""
-    return member.get("host") if member.get("type") == "server" else member.get("backend")
+    """A server's host or a volume's backend (or its host_id when names are hidden)."""
+    return where(member)
 
 
 def _yes_no(value) -> str:

@@ -23,7 +23,7 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError, InvalidInput, NotFound
 from fleetflow.compute.exceptions import HostDead, OutcomeUnknown
 from fleetflow.persistence import evacuations as evacuation_rows
-from fleetflow.persistence.models import Host, Instance, utcnow
+from fleetflow.persistence.models import Host, Instance, StorageBackend, utcnow
 
 LOG = logging.getLogger(__name__)
 
@@ -88,6 +88,21 @@ def views(session: orm.Session, hosts: list[Host], service_down_time: float,
              "evacuation_id": h.evacuation_id, "heartbeat_at": h.heartbeat_at,
              "created_at": h.created_at, "updated_at": h.updated_at}
             for h in hosts]
+
+
+def place_names(database) -> frozenset[str]:
+    """Every name of a place of the fleet: hosts, racks, zones, regions, storage backends.
+
+    The API hides them from free text (faults, explanations) for callers who may
+    not see where things are.
+    """
+    names: set[str] = set()
+    with database.read_session() as session:
+        for model in (Host, StorageBackend):
+            for row in session.execute(sa.select(model.name, model.rack, model.zone,
+                                                 model.region)):
+                names.update(name for name in row if name)
+    return frozenset(names)
 
 
 def get_host(session: orm.Session, name: str) -> Host:

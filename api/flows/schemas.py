@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
+from fleetflow.api import hosts_view
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.engine.actions import FLOW_STATES
 
@@ -13,7 +14,9 @@ STATE_HELP = ("TaskFlow's flow state, or PAUSED: stopped at its first failure by
 
 class FailureSchema(ma.Schema):
     type = ma.fields.String(required=True, metadata={"description": "Exception class name."})
-    message = ma.fields.String(required=True)
+    message = hosts_view.FreeText(required=True, metadata={
+        "description": "Place names in it read as opaque ids to callers the policy rule "
+                       "servers:show_host refuses."})
     step = ma.fields.String(required=True, metadata={"description": "The atom that failed."})
 
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
-from fleetflow.api import auth, common, fields, openapi, policy
+from fleetflow.api import auth, common, fields, hosts_view, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
 from fleetflow.engine.flow_meta import ON_ERROR_REVERT
@@ -74,18 +74,23 @@ def _text(value):
     return value if value is None or isinstance(value, str) else str(value)
 
 
-def _fault_body(fault: dict | None) -> dict | None:
+def _fault_body(fault: dict | None, view: hosts_view.HostView) -> dict | None:
     """A stored fault as FaultSchema dumps it: its keys only (not "time")."""
     if fault is None:
         return None
-    return {key: _text(fault[key]) for key in _FAULT_KEYS if key in fault}
+    return view.fault({key: _text(fault[key]) for key in _FAULT_KEYS if key in fault})
 
 
-def _instance_body(instance: dict) -> dict:
+def _instance_body(instance: dict, view: hosts_view.HostView) -> dict:
     """A row of ``rows.instance_views`` as ReservationInstanceSchema dumps it."""
     fault = instance["fault"]
     if fault is not None:
-        instance["fault"] = _fault_body(fault)
+        instance["fault"] = _fault_body(fault, view)
+    host = instance["host"]
+    instance["host_id"] = view.host_id(host)
+    if not view.names_visible:
+        instance["host"] = view.name(host)
+        instance["hosts_tried"] = view.places(instance["hosts_tried"])
     return instance
 
 
@@ -94,8 +99,9 @@ def _show_body(view: dict, instances: list[dict]) -> dict:
     body = dict(view)
     for key in ("created_at", "updated_at"):
         body[key] = fields.utc_isoformat(body[key])  # as schemas' UtcDateTime
-    body["fault"] = _fault_body(body["fault"])
-    body["instances"] = [_instance_body(i) for i in instances]
+    view = hosts_view.current()
+    body["fault"] = _fault_body(body["fault"], view)
+    body["instances"] = [_instance_body(i, view) for i in instances]
     return {"reservation": body}
 
 

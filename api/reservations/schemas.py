@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
-from fleetflow.api import fields
+from fleetflow.api import fields, hosts_view
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
@@ -134,9 +134,11 @@ class ReservationCreateArgsSchema(ma.Schema):
 
 class FaultSchema(ma.Schema):
     code = ma.fields.String(required=True)
-    message = ma.fields.String(required=True)
+    message = hosts_view.FreeText(required=True)
     step = ma.fields.String(allow_none=True, metadata={"description": "Failed task."})
-    host = ma.fields.String(allow_none=True)
+    host = hosts_view.HostName(allow_none=True, metadata={
+        "description": "Where it failed (null to callers servers:show_host refuses, and "
+                       "the message names the host's host_id instead)."})
 
 
 class ProgressSchema(ma.Schema):
@@ -155,15 +157,18 @@ class ReservationInstanceSchema(ma.Schema):
 
     id = ma.fields.String(required=True)
     name = ma.fields.String(required=True)
-    host = ma.fields.String(allow_none=True, metadata={
+    host = hosts_view.HostName(allow_none=True, metadata={
         "description": "Where it is; null while unplaced and once every try was undone "
-                       "(ERROR in a PARTIAL reservation)."})
+                       "(ERROR in a PARTIAL reservation), and to callers the policy rule "
+                       "servers:show_host refuses."})
+    host_id = hosts_view.HostId(attribute="host")
     status = ma.fields.String(required=True)
     task_state = ma.fields.String(allow_none=True)
     attempts = ma.fields.Integer(required=True)
-    hosts_tried = ma.fields.List(ma.fields.String(), required=True, metadata={
+    hosts_tried = ma.fields.List(hosts_view.Place(), required=True, metadata={
         "description": "Hosts it was claimed on and sent to, in order (a claim lost to "
-                       "another request is no try)."})
+                       "another request is no try); their host_ids to callers "
+                       "servers:show_host refuses."})
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
 
 
@@ -233,8 +238,21 @@ class DryRunSchema(ma.Schema):
     filters = ma.fields.List(ma.fields.Dict(), metadata={
         "description": "The filter chain: name, before, after, note, short_of (for "
                        "resources: the resource classes the removed hosts lacked)."})
-    hosts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(),
-                           metadata={"description": "Instances per chosen host."})
+    hosts = ma.fields.Dict(keys=hosts_view.Place(), values=ma.fields.Integer(),
+                           metadata={"description": "Instances per chosen host (by host_id "
+                                                    "to callers servers:show_host "
+                                                    "refuses)."})
+
+    @ma.post_dump(pass_original=True)
+    def hide_names(self, data, original, **kwargs):
+        """Explanations name no host the caller may not see."""
+        names = list(original.get("hosts") or ())
+        view = hosts_view.current()
+        data["explanation"] = view.text(data.get("explanation"), names)
+        for step in data.get("filters") or ():
+            if isinstance(step.get("note"), str):
+                step["note"] = view.text(step["note"], names)
+        return data
 
 
 class DryRunResponseSchema(ma.Schema):

@@ -4,42 +4,11 @@ from __future__ import annotations
 
 import flask
 import marshmallow as ma
-from oslo_policy import policy as oslo_policy
 
-from fleetflow.api import fields
+from fleetflow.api import fields, hosts_view
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import FaultSchema
-from fleetflow.api.state import current_state
 from fleetflow.common import states
-
-SHOW_HOST_RULE = "servers:show_host"
-
-
-def may_see_hosts() -> bool:
-    """Whether the caller may see where servers run (asked once per request)."""
-    allowed = getattr(flask.g, "may_see_hosts", None)
-    if allowed is None:
-        context = flask.g.context
-        tenant = (flask.request.view_args or {}).get("tenant_id") or context.project_id
-        try:
-            allowed = bool(current_state().enforcer.enforce(
-                SHOW_HOST_RULE, {"project_id": tenant}, context))
-        except oslo_policy.InvalidScope:
-            allowed = False
-        flask.g.may_see_hosts = allowed
-    return allowed
-
-
-class HostName(ma.fields.String):
-    """A host name shown to callers that pass ``servers:show_host``; null to others.
-
-    NOTE: null rather than left out, so clients that read the key keep working.
-    """
-
-    def _serialize(self, value, attr, obj, **kwargs):
-        if value is None or not may_see_hosts():
-            return None
-        return super()._serialize(value, attr, obj, **kwargs)
 
 
 class ServerSchema(ma.Schema):
@@ -49,9 +18,12 @@ class ServerSchema(ma.Schema):
     name = ma.fields.String(required=True)
     tenant_id = ma.fields.String(required=True)
     reservation_id = ma.fields.String(allow_none=True)
-    host = HostName(allow_none=True,
-                    metadata={"description": "Where it runs (administrators; null to "
-                                             "others)."})
+    host = hosts_view.HostName(
+        allow_none=True,
+        metadata={"description": "Where it runs: null to callers the policy rule "
+                                 "servers:show_host refuses (by default every reader of "
+                                 "the project passes it)."})
+    host_id = hosts_view.HostId(attribute="host")
     status = ma.fields.String(required=True,
                               metadata={"description": " | ".join(states.RESERVATION_STATUSES)})
     task_state = ma.fields.String(allow_none=True,
@@ -62,7 +34,9 @@ class ServerSchema(ma.Schema):
     image_id = ma.fields.String(required=True)
     group_id = ma.fields.String(allow_none=True)
     attempts = ma.fields.Integer(required=True)
-    hosts_tried = ma.fields.List(ma.fields.String(), required=True)
+    hosts_tried = ma.fields.List(hosts_view.Place(), required=True, metadata={
+        "description": "Hosts it was sent to, in order (their host_ids to callers "
+                       "servers:show_host refuses)."})
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
     created_at = fields.UtcDateTime()
     updated_at = fields.UtcDateTime()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import flask
 import marshmallow as ma
 
-from fleetflow.api import fields, xml
+from fleetflow.api import fields, hosts_view, xml
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import (
     CAPABILITY_HELP,
@@ -212,6 +212,11 @@ class VClusterQueryArgsSchema(PaginationArgsSchema):
 
 
 STATUS_HELP = " | ".join(states.VCLUSTER_STATUSES)
+HOST_HELP = "Servers only (null to callers the policy rule servers:show_host refuses)."
+BACKEND_HELP = "Volumes only (null to callers the policy rule servers:show_host refuses)."
+MEMBER_HOST_ID_HELP = ("Opaque id of the server's host or the volume's backend, shown to "
+                       "every caller: sha224 hex of the project id and the name, as "
+                       "Nova's hostId (equal places, equal ids).")
 
 
 class VClusterSummarySchema(ma.Schema):
@@ -245,8 +250,9 @@ class VClusterMemberSchema(ma.Schema):
     id = ma.fields.String(required=True, metadata={"description": "The server's or the "
                                                                   "volume's uuid."})
     status = ma.fields.String(allow_none=True)
-    host = ma.fields.String(allow_none=True, metadata={"description": "Servers only."})
-    backend = ma.fields.String(allow_none=True, metadata={"description": "Volumes only."})
+    host = hosts_view.HostName(allow_none=True, metadata={"description": HOST_HELP})
+    backend = hosts_view.HostName(allow_none=True, metadata={"description": BACKEND_HELP})
+    host_id = hosts_view.PlaceOfMember(metadata={"description": MEMBER_HOST_ID_HELP})
     attached_to = ma.fields.String(allow_none=True,
                                    metadata={"description": "Volumes: the member name of "
                                                             "the server it is attached to."})
@@ -262,10 +268,11 @@ class VClusterGroupingStateSchema(ma.Schema):
     membersRef = ma.fields.List(ma.fields.String(), required=True)
     satisfied = ma.fields.Boolean(required=True)
     domains = ma.fields.Dict(
-        keys=ma.fields.String(), values=ma.fields.String(allow_none=True),
+        keys=ma.fields.String(), values=hosts_view.Place(allow_none=True),
         metadata={"description": "Member -> its domain at the grouping's scope (a host, "
                                  "a backend, region/zone/rack or region/zone); null while "
-                                 "it has no place."})
+                                 "it has no place. To callers servers:show_host refuses, "
+                                 "the domain's opaque id (equal domains, equal ids)."})
 
 
 class VClusterListItemSchema(ma.Schema):
@@ -304,11 +311,13 @@ class VClusterListSchema(ma.Schema):
 class VClusterDryRunMemberSchema(ma.Schema):
     name = ma.fields.String(required=True)
     type = ma.fields.String(required=True)
-    host = ma.fields.String(allow_none=True, metadata={"description": "Servers only."})
-    backend = ma.fields.String(allow_none=True, metadata={"description": "Volumes only."})
-    alternates = ma.fields.List(ma.fields.String(),
+    host = hosts_view.HostName(allow_none=True, metadata={"description": HOST_HELP})
+    backend = hosts_view.HostName(allow_none=True, metadata={"description": BACKEND_HELP})
+    host_id = hosts_view.PlaceOfMember(metadata={"description": MEMBER_HOST_ID_HELP})
+    alternates = ma.fields.List(hosts_view.Place(),
                                 metadata={"description": "Where a failed build would try "
-                                                         "next."})
+                                                         "next (host_ids to callers "
+                                                         "servers:show_host refuses)."})
     attached_to = ma.fields.String(allow_none=True)
 
 
@@ -322,6 +331,18 @@ class VClusterDryRunSchema(ma.Schema):
                                                   "pass."})
     instances = ma.fields.List(ma.fields.Nested(VClusterDryRunMemberSchema), required=True)
     groupings = ma.fields.List(ma.fields.Nested(VClusterGroupingStateSchema), required=True)
+
+    @ma.post_dump(pass_original=True)
+    def hide_names(self, data, original, **kwargs):
+        """The explanation names no place the caller may not see."""
+        names = set()
+        for member in original.get("instances") or ():
+            names.update([member.get("host"), member.get("backend"),
+                          *member.get("alternates", ())])
+        for grouping in original.get("groupings") or ():
+            names.update((grouping.get("domains") or {}).values())
+        data["explanation"] = hosts_view.current().text(data.get("explanation"), names)
+        return data
 
 
 class VClusterDryRunResponseSchema(ma.Schema):

@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from fleetflow.api.client import Client, FleetflowApiError
+from fleetflow.api.client import Client, FleetflowApiError, where
 
 
 @pytest.fixture
@@ -99,3 +99,15 @@ def test_large_body_over_http_is_413(live_server, sample_catalog, chunked):
 def test_chunked_body_under_limit_over_http_is_served(live_server, sample_catalog):
     status, body, _ = _send(live_server, _payload(200), {}, chunked=True)
     assert status == 200 and body["host"]["state"] == "down"
+
+
+@pytest.mark.parametrize("item, shown", [
+    ({"type": "server", "host": "h-1", "host_id": "ab12"}, "h-1"),
+    ({"type": "server", "host": None, "host_id": "ab12"}, "ab12"),
+    ({"host": None, "host_id": "ab12"}, "ab12"),
+    ({"type": "volume", "backend": "z1-r1-shared", "host_id": "cd34"}, "z1-r1-shared"),
+    ({"type": "volume", "backend": None, "host_id": "cd34"}, "cd34"),
+    ({"type": "server", "host": None, "host_id": None}, None),
+])
+def test_where_shows_the_host_id_where_the_name_is_hidden(item, shown):
+    assert where(item) == shown

@@ -15,6 +15,7 @@ from fleetflow.common import states
 from fleetflow.persistence import evacuations as rows
 from fleetflow.persistence.models import Evacuation, Host, Instance, Move
 from fleetflow.services.evacuations import MAX_PARALLEL_LIMIT
+from tests.functional.host_names import restrict_show_host
 
 URL = "/v2/admin/evacuations"
 SOURCE = "z1-r1-h01"
@@ -516,8 +517,8 @@ def test_revert_ends_a_paused_evacuation_and_releases_its_host(started, client,
 # -- what the tenant sees -------------------------------------------------------------
 
 
-def test_a_tenant_sees_its_server_move_but_not_the_hosts(started, client, make_headers,
-                                                         admin_headers, db):
+def test_a_tenant_sees_its_server_move_and_its_host_unless_the_policy_hides_it(
+        started, client, make_headers, admin_headers, db, conf):
     _evacuation_id, (server, _other) = started
     with db.session() as session:
         session.execute(sa.update(Instance).where(Instance.id == server).values(
@@ -530,8 +531,11 @@ def test_a_tenant_sees_its_server_move_but_not_the_hosts(started, client, make_h
     assert mine.status_code == admin.status_code == 200
     shown = mine.json["server"]
     assert (shown["status"], shown["task_state"]) == ("ACTIVE", "migrating")
-    assert shown["host"] is None
-    assert admin.json["server"]["host"] == SOURCE
+    assert shown["host"] == admin.json["server"]["host"] == SOURCE
     assert admin.json["server"]["task_state"] == "migrating"
+    # An operator who keeps host names to administrators: null, and the opaque id.
+    restrict_show_host(conf)
+    hidden = client.get(url, headers=make_headers("t1", "member", "reader")).json["server"]
+    assert hidden["host"] is None and hidden["host_id"] == shown["host_id"]
     listed = client.get("/v2/t1/servers", headers=make_headers("t1", "reader")).json
     assert {s["host"] for s in listed["servers"]} == {None}

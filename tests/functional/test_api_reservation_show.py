@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import pytest
 
+from fleetflow.api.hosts_view import opaque_id
 from fleetflow.api.reservations import schemas
 from fleetflow.common import states
 from fleetflow.persistence import reservations as rows
+from tests.functional.host_names import names_in, restrict_show_host
 
 URL = "/v2/tenant-a/reservations"
 SHOWN = ("id", "name", "status", "policy", "flow_id", "created_at", "updated_at", "fault")
 
 
-def schema_dump(db, rid: str, tenant: str, href: str) -> dict:
-    """The body as the schema dumps it from ORM objects."""
-    with db.session() as session:
+def schema_dump(db, rid: str, tenant: str, href: str, app, headers: dict) -> dict:
+    """The body as the schema dumps it from ORM objects, for the caller of ``headers``."""
+    # What the caller may see of hosts comes from the request's policy check.
+    with app.test_request_context(f"{URL}/{rid}", headers=headers), db.session() as session:
+        app.preprocess_request()
         reservation = rows.get(session, rid, tenant)
         data = {name: getattr(reservation, name) for name in SHOWN}
         data.update(progress=rows.progress(session, rid),
@@ -61,13 +65,48 @@ def mixed(db, tenant):
     return rid
 
 
-def test_show_body_equals_the_schema_dump(mixed, db, client, member_headers, tenant):
+def test_show_body_equals_the_schema_dump(mixed, db, app, client, member_headers, tenant):
     response = client.get(f"{URL}/{mixed}", headers=member_headers)
 
     assert response.status_code == 200
     assert response.mimetype == "application/json"
     href = f"http://localhost{URL}/{mixed}"
-    assert response.json == schema_dump(db, mixed, tenant, href)
+    assert response.json == schema_dump(db, mixed, tenant, href, app, member_headers)
+
+
+def test_show_body_equals_the_schema_dump_with_hosts_hidden(mixed, db, app, client, conf,
+                                                             member_headers, tenant):
+    restrict_show_host(conf)
+
+    response = client.get(f"{URL}/{mixed}", headers=member_headers)
+
+    href = f"http://localhost{URL}/{mixed}"
+    assert response.json == schema_dump(db, mixed, tenant, href, app, member_headers)
+    body = response.json["reservation"]
+    assert names_in(body, {"host-001", "host-002", "host-003"}) == set()
+    first, failed = body["instances"][:2]
+    assert first["host"] is None and first["host_id"] == opaque_id(tenant, "host-001")
+    assert first["hosts_tried"] == [opaque_id(tenant, "host-002"), first["host_id"]]
+    assert failed["fault"] == {"code": "BUILD_FAILED", "message": "disk full", "step": "boot",
+                               "host": None}
+
+
+def test_fault_messages_name_no_place_of_the_fleet_when_hosts_are_hidden(
+        mixed, sample_catalog, db, app, client, conf, member_headers, tenant):
+    with db.session() as session:
+        last = rows.instance_ids(session, mixed)[4]
+        rows.update_instance(session, last, fault={
+            "code": "NO_ROUTE", "message": "host-002 in rack r2 of na-1: no route."})
+    restrict_show_host(conf)
+
+    response = client.get(f"{URL}/{mixed}", headers=member_headers)
+
+    href = f"http://localhost{URL}/{mixed}"
+    assert response.json == schema_dump(db, mixed, tenant, href, app, member_headers)
+    fault = response.json["reservation"]["instances"][4]["fault"]
+    assert fault["message"] == (f"{opaque_id(tenant, 'host-002')} in rack "
+                                f"{opaque_id(tenant, 'r2')} of {opaque_id(tenant, 'na-1')}: "
+                                "no route.")
 
 
 def test_show_body_drops_unknown_fault_keys(mixed, db, client, member_headers):
@@ -89,7 +128,7 @@ def test_show_body_drops_unknown_fault_keys(mixed, db, client, member_headers):
     assert body["instances"][2]["host"] is None
 
 
-def test_show_of_a_fresh_reservation_equals_the_schema_dump(db, client, member_headers,
+def test_show_of_a_fresh_reservation_equals_the_schema_dump(db, app, client, member_headers,
                                                              tenant):
     with db.session() as session:
         rid = rows.create(session, tenant_id=tenant, user_id=None, name=None,
@@ -99,7 +138,8 @@ def test_show_of_a_fresh_reservation_equals_the_schema_dump(db, client, member_h
     response = client.get(f"{URL}/{rid}", headers=member_headers)
 
     assert response.status_code == 200
-    assert response.json == schema_dump(db, rid, tenant, f"http://localhost{URL}/{rid}")
+    assert response.json == schema_dump(db, rid, tenant, f"http://localhost{URL}/{rid}", app,
+                                          member_headers)
     assert response.json["reservation"]["fault"] is None
 
 

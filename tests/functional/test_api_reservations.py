@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from fleetflow.api.hosts_view import opaque_id
 from fleetflow.common import states
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import reservations as rows
@@ -363,6 +364,7 @@ def test_show_has_the_full_shape(reserve, client, member_headers, db):
                                     "step": None, "host": None}
     active, failed = reservation["instances"]
     assert active == {"id": first, "name": "calc-0000", "host": "host-001",
+                      "host_id": opaque_id("tenant-a", "host-001"),
                       "status": "ACTIVE", "task_state": None, "attempts": 2,
                       "hosts_tried": ["host-002", "host-001"], "fault": None}
     assert failed["fault"] == {"code": "BUILD_FAILED", "message": "disk full",

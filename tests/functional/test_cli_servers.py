@@ -7,9 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from fleetflow.api.hosts_view import opaque_id
 from fleetflow.cli.main import cli
 from fleetflow.common import states
 from fleetflow.persistence import reservations as rows
+from tests.functional.host_names import restrict_show_host
 
 
 @pytest.fixture
@@ -46,11 +48,26 @@ def test_list_by_reservation_and_show(run, reservation):
     active = run("servers", "list", "--reservation", rid, "--status", "ACTIVE")
     assert ids[0] in active.output and ids[1] not in active.output
     shown = json.loads(run("servers", "show", ids[0], "--json").output)
-    # Where a server runs is the cloud's business: only an admin sees the host.
-    assert shown["host"] is None and shown["reservation_id"] == rid
+    # By default the project's members see where their servers run.
+    assert shown["host"] == "host-001" and shown["reservation_id"] == rid
+    assert shown["host_id"] == opaque_id("tenant-a", "host-001")
     admin = json.loads(run("servers", "show", ids[0], "--json", roles="admin").output)
-    assert admin["host"] == "host-001"
+    assert admin["host"] == "host-001" and admin["host_id"] == shown["host_id"]
     assert "host-001" in run("servers", "show", ids[0], roles="admin").output
+
+
+def test_tables_show_the_host_id_where_the_host_is_hidden(run, reservation, conf):
+    _rid, ids = reservation
+    restrict_show_host(conf)
+
+    shown = json.loads(run("servers", "show", ids[0], "--json").output)
+    listed = run("servers", "list").output
+
+    assert shown["host"] is None
+    host_id = opaque_id("tenant-a", "host-001")
+    assert shown["host_id"] == host_id and "host-001" not in listed
+    # The table folds long cells: the id's first characters are enough to find it.
+    assert host_id[:12] in listed
 
 
 def test_host_filter_needs_an_administrator(run, reservation):
