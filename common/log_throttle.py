@@ -87,6 +87,11 @@ class Throttle:
         with self._lock:
             return key in self._conditions
 
+    def occurrences(self) -> dict[Hashable, int]:
+        """How many times each condition now on has occurred."""
+        with self._lock:
+            return {key: c.count for key, c in self._conditions.items()}
+
     def clear(self, key: Hashable = None) -> Cleared | None:
         """End the condition of ``key``: what it was, or None if it was not on."""
         now = self.clock()
@@ -187,7 +192,7 @@ class RepeatFilter(logging.Filter):
         if hit is not None and hit.first:
             return True
         if record.exc_info:
-            logging.getLogger(record.name).debug("held back: %s", record.getMessage(),
+            logging.getLogger(record.name).debug("traceback of: %s", record.getMessage(),
                                                  exc_info=record.exc_info)
         if hit is None:
             return False

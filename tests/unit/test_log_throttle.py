@@ -120,3 +120,26 @@ def test_the_repeat_filter_holds_back_identical_records_and_counts_them(clock, c
         ("ERROR", "[480] AMQP server on 127.0.0.1 is unreachable (and 479 more like it in "
                   "the last 60 s)"),
         ("WARNING", "another message is another condition")]
+
+
+def test_a_held_back_traceback_goes_to_debug(clock, caplog):
+    logger = logging.getLogger("fleetflow.tests.tracebacks")
+    repeats = RepeatFilter(interval=60, clock=clock)
+    logger.addFilter(repeats)
+    caplog.set_level(logging.DEBUG, logger=logger.name)
+    try:
+        for _attempt in range(3):
+            try:
+                raise ConnectionRefusedError(111, "Connection refused")
+            except ConnectionRefusedError:
+                logger.exception("reconnect failed")
+            clock.now += 30
+    finally:
+        logger.removeFilter(repeats)
+
+    shown = [(r.levelname, r.getMessage(), bool(r.exc_info)) for r in caplog.records]
+    assert shown == [
+        ("ERROR", "reconnect failed", True),  # the first is whole
+        ("DEBUG", "traceback of: reconnect failed", True),
+        ("DEBUG", "traceback of: reconnect failed", True),
+        ("ERROR", "reconnect failed (and 1 more like it in the last 60 s)", False)]
