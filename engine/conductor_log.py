@@ -42,7 +42,8 @@ def _expected(failure_or_error) -> bool:
 
 
 class ConductorLog(logging.LoggerAdapter):
-    """``logger`` for TaskFlow's conductor loop, with failed polls rate-limited."""
+    """``logger`` for TaskFlow's conductor loop: failed polls rate-limited, expected
+    flow failures in one line."""
 
     def __init__(self, logger: logging.Logger, jobboard, **throttle):
         super().__init__(logger, {})
