@@ -14,6 +14,13 @@ produced for:
   field whose ``detail`` names it (``host.state``); unknown fields are errors
   too, since marshmallow rejects them;
 - :class:`fleetflow.common.exceptions.FleetflowError` (its ``status``/``code``);
+- a database out of reach (a lost or refused connection, a retry window that
+  closed on one, a SQLite file that cannot be opened): **503**
+  ``fleetflow.service_unavailable`` with ``Retry-After``, since the request
+  may well succeed in a few seconds; the request's transaction never
+  committed, so nothing of it was written. Logged as one line, at most once
+  a minute with a count, its traceback at DEBUG: while the database is down
+  every request fails the same way;
 - any other exception: 500, logged with its traceback, nothing leaked.
 
 The request id is the same in the body and in the ``X-OpenStack-Request-Id``
@@ -31,6 +38,8 @@ import marshmallow as ma
 from werkzeug import exceptions as wexc
 
 from fleetflow.common import exceptions
+from fleetflow.common.log_throttle import Throttle, first_line
+from fleetflow.persistence import db_retry
 
 LOG = logging.getLogger(__name__)
 
@@ -46,7 +55,13 @@ HTTP_CODES = {
     409: "fleetflow.conflict",
     413: "fleetflow.request_too_large",
     500: "fleetflow.internal_error",
+    503: exceptions.ServiceUnavailable.code,
 }
+
+#: Seconds a client is asked to wait (``Retry-After``) while the database is out of reach.
+RETRY_AFTER_SECONDS = 5
+# One per process: the database is down for every request of the process at once.
+_database_outage = Throttle()
 
 # Where webargs found a bad value, as a client would say it.
 LOCATIONS = {"json": "body", "query": "query parameter", "view_args": "path parameter",
@@ -153,16 +168,36 @@ def handle_http_exception(error: wexc.HTTPException):
 
 def handle_fleetflow_error(error: exceptions.FleetflowError):
     """Domain errors raised anywhere below the API carry their own status and code."""
+    if isinstance(error, exceptions.ServiceUnavailable):
+        return service_unavailable(error, error.message)
     if error.status >= 500:
         LOG.error("%s %s failed (%s): %s", flask.request.method, flask.request.path,
                   request_id(), error)
     return error_response(error.status, [make_error(error.status, error.message, error.code)])
 
 
+def service_unavailable(error: Exception, detail: str) -> flask.Response:
+    """503 with ``Retry-After``: what the request needs is out of reach for now."""
+    LOG.debug("%s %s failed (%s): service unavailable", flask.request.method,
+              flask.request.path, request_id(), exc_info=error)
+    _database_outage.expire()
+    hit = _database_outage.hit()
+    if hit is not None:
+        held = "" if hit.first else f" ({hit.held} more in the last {hit.window:.0f} s)"
+        LOG.warning("answering 503 to %s %s (%s): %s%s", flask.request.method,
+                    flask.request.path, request_id(), first_line(error), held)
+    return error_response(503, [make_error(503, detail, exceptions.ServiceUnavailable.code)],
+                          {"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
 def handle_unexpected(error: Exception):
     """Anything else: a 500 that says nothing about the internals; the log says all."""
     if isinstance(error, wexc.HTTPException):  # pragma: no cover - routed above
         return handle_http_exception(error)
+    if db_retry.is_unavailable(error):
+        return service_unavailable(
+            error, f"The database is unreachable for now; try again in "
+                   f"{RETRY_AFTER_SECONDS} seconds.")
     LOG.exception("%s %s failed (%s)", flask.request.method, flask.request.path, request_id())
     detail = f"Internal error; quote request id {request_id()} to the operator."
     return error_response(500, [make_error(500, detail)])

@@ -28,6 +28,8 @@ STATUSES = ("PENDING", "RUNNING", "PAUSED", "DONE", "PARTIAL", "FAILED", "REVERT
 STOPPED = ("DONE", "PARTIAL", "FAILED", "REVERTED", "PAUSED")
 # Exit status of --watch when the evacuation did not end DONE.
 NOT_DONE_EXIT = 2
+# The counts of an evacuation's progress, in the order they are shown.
+PROGRESS_KEYS = ("done", "moving", "pending", "failed", "skipped", "reverted")
 
 
 def _fault(item: dict) -> str | None:
@@ -38,8 +40,7 @@ def _fault(item: dict) -> str | None:
 def moves_table(evacuation: dict) -> Table:
     """One row per server: where it goes and how far it got."""
     progress = evacuation.get("progress") or {}
-    counts = "  ".join(f"{k} {progress[k]}" for k in ("done", "moving", "pending", "failed",
-                                                     "skipped") if k in progress)
+    counts = "  ".join(f"{k} {progress[k]}" for k in PROGRESS_KEYS if k in progress)
     grid = Table(title=f"evacuation {evacuation['id']} {evacuation['status']}  {counts}")
     for column in ("id", "source", "destination", "status", "step", "attempts", "fault"):
         grid.add_column(column, overflow="fold")
@@ -168,11 +169,11 @@ def list_(status, host, as_json):
     if as_json:
         remote.print_json(found)
         return
-    remote.table("evacuations", ["id", "hosts", "mode", "status", "done", "moving", "pending",
-                                 "failed", "skipped", "total", "created_at"],
+    remote.table("evacuations", ["id", "hosts", "mode", "status", *PROGRESS_KEYS, "total",
+                                 "created_at"],
                  [[e["id"], ", ".join(e["hosts"]), e["mode"], e["status"],
-                   *(e["progress"][k] for k in ("done", "moving", "pending", "failed",
-                                                "skipped", "total")),
+                   # An API from before the "reverted" count leaves its cell empty.
+                   *(e["progress"].get(k, "") for k in (*PROGRESS_KEYS, "total")),
                    e.get("created_at")] for e in found])
 
 

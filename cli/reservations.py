@@ -52,7 +52,8 @@ def _watch(client, reservation_id: str, interval: float, show_bar: bool) -> dict
             bar.update(task, total=counts["total"] or None, completed=counts["active"],
                        status=reservation["status"],
                        detail=f"active {counts['active']}  building {counts['building']}  "
-                              f"error {counts['error']}  reverted {counts['reverted']}")
+                              f"error {counts['error']}  reverted {counts['reverted']}"
+                              f"  deleted {counts.get('deleted', 0)}")
             if reservation["status"] in SETTLED:
                 return reservation
             time.sleep(interval)

@@ -41,3 +41,10 @@ class StaleFence(FleetflowError):
 
     code = "fleetflow.stale_fence"
     status = 409
+
+
+class ServiceUnavailable(FleetflowError):
+    """A service fleetflow depends on (the database) cannot answer now; try again later."""
+
+    code = "fleetflow.service_unavailable"
+    status = 503

@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Callable
 
 from taskflow import states as tf_states
-from taskflow.conductors.backends import impl_blocking
+from taskflow.conductors.backends import impl_blocking, impl_executor
 from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
@@ -51,6 +51,7 @@ from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine import flow_meta
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
+from fleetflow.engine.conductor_log import ConductorLog
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
 from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
@@ -164,7 +165,8 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def __init__(self, name: str, jobboard, persistence, conf, database=None,
                  engine_factory: Callable | None = None, wait_timeout: float | None = None):
-        super().__init__(name, jobboard, persistence=persistence, wait_timeout=wait_timeout)
+        super().__init__(name, jobboard, persistence=persistence, wait_timeout=wait_timeout,
+                         log=ConductorLog(impl_executor.LOG, jobboard))
         self._wait_timeout = WakeableTimeout(self._wait_timeout.value)
         _local_conductors.add(self)
         self._conf = conf

@@ -5,15 +5,26 @@ killed with ``kill -9`` keeps its jobs forever (measured: it never recovers).
 This subclass claims with the board's ``claim_expiry`` and adds
 :meth:`ExpiringRedisJobBoard.extend_claim`, the owner-checked extension that
 the conductor's keep-alive calls.
+
+While Redis is down an idle conductor polls the board every half second and
+every poll fails: the board says so once (ERROR), then at most once a minute
+with a count, and once (INFO) when a poll works again
+(``common/log_throttle.py``).
 """
 
 from __future__ import annotations
+
+import logging
 
 import redis
 from redis import maint_notifications
 from taskflow import exceptions as tf_exc
 from taskflow.jobs.backends import impl_redis
 from taskflow.utils import redis_utils
+
+from fleetflow.common.log_throttle import ConditionLog
+
+LOG = logging.getLogger(__name__)
 
 DEFAULT_CLAIM_EXPIRY = 30.0
 CONNECT_TIMEOUT = 5.0
@@ -37,6 +48,19 @@ class ExpiringRedisJobBoard(impl_redis.RedisJobBoard):
     def __init__(self, name, conf, client=None, persistence=None):
         super().__init__(name, conf, client=client, persistence=persistence)
         self._claim_expiry = float(self._conf.get("claim_expiry", DEFAULT_CLAIM_EXPIRY))
+        self.outage = ConditionLog(LOG, f"jobboard {name} (Redis) unreachable",
+                                   f"jobboard {name} (Redis) reachable again")
+
+    def _fetch_jobs(self):
+        # Every poll of the board starts here: the one place that knows
+        # whether Redis answers, for the conductor's loop and every other reader.
+        try:
+            jobs = super()._fetch_jobs()
+        except tf_exc.JobFailure as error:
+            self.outage.failed(error)
+            raise
+        self.outage.recovered()
+        return jobs
 
     @property
     def claim_expiry(self) -> float:

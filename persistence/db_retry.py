@@ -133,6 +133,24 @@ def is_disconnect(error: BaseException) -> bool:
     return False
 
 
+# SQLite errors that mean the file cannot serve now, rather than a bad statement.
+_SQLITE_UNAVAILABLE = ("unable to open database file", "disk i/o error", *_BUSY)
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """True when ``error`` means the database cannot serve at the moment: a
+    disconnect (:func:`is_disconnect`), a retry window that closed on one
+    (:class:`DatabaseUnavailable`), or a SQLite file that cannot be opened or
+    stayed locked past the busy timeout. What a caller should try again later.
+    """
+    if isinstance(error, DatabaseUnavailable) or is_disconnect(error):
+        return True
+    if isinstance(error, sa_exc.OperationalError) and error.orig is not None:
+        error = error.orig
+    return (_is_sqlite(error) and type(error).__name__ == "OperationalError"
+            and any(text in str(error).lower() for text in _SQLITE_UNAVAILABLE))
+
+
 class Outage:
     """Whether a database is failing now: one warning when it starts, one when it ends."""
 

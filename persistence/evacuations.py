@@ -116,13 +116,14 @@ def moves(session: orm.Session, evacuation_id: str,
 
 
 def progress(session: orm.Session, evacuation_id: str) -> dict[str, int]:
+    """Moves by what happened to them: a reverted move is no longer waiting to run."""
     counts = Counter(dict(session.execute(
         sa.select(Move.status, sa.func.count()).where(Move.evacuation_id == evacuation_id)
         .group_by(Move.status)).all()))
     return {"total": sum(counts.values()), "done": counts[states.DONE],
             "moving": counts[states.MOVING],
-            "pending": counts[states.PENDING] + counts[states.REVERTED],
-            "failed": counts[states.FAILED], "skipped": counts[states.SKIPPED]}
+            "pending": counts[states.PENDING], "failed": counts[states.FAILED],
+            "skipped": counts[states.SKIPPED], "reverted": counts[states.REVERTED]}
 
 
 def move_view(move: Move) -> dict:

@@ -250,7 +250,10 @@ def _progress_buckets(counts: dict[str, int]) -> dict[str, int]:
             "building": sum(counts.get(s, 0) for s in (states.PENDING, states.SCHEDULING,
                                                       states.BUILDING, states.REVERTING)),
             "error": counts.get(states.ERROR, 0),
-            "reverted": counts.get(states.REVERTED, 0) + counts.get(states.DELETED, 0)}
+            "reverted": counts.get(states.REVERTED, 0),
+            # A deleted instance was built and then removed on request: nothing
+            # was undone, so it is not counted as reverted.
+            "deleted": counts.get(states.DELETED, 0)}
 
 
 # NOTE: the writes below are Core statements on the tables, not ORM-enabled

@@ -7,9 +7,11 @@ FLEETFLOW_REQUIRE_SERVICES=1 (what .ci/run sets) a missing server fails them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import uuid
@@ -196,3 +198,93 @@ def wait_for_api():
                 time.sleep(0.2)
 
     return _wait
+
+
+class TcpProxy:
+    """A TCP relay from a port of its own to a real server, which a test cuts and restores.
+
+    While it is down nothing listens on its port and every relayed connection
+    is closed: to its clients the server is gone, though the server (shared by
+    other tests and processes) never stopped.
+    """
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
+        self.target = (target_host, target_port)
+        self.port = pick_free_port()
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def up(self) -> bool:
+        return self._listener is not None
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop listening and cut every relayed connection."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:  # stopped meanwhile
+                    client.close()
+                    server.close()
+                    return
+                self._sockets |= {client, server}
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def tcp_proxy():
+    """``tcp_proxy(port)``: a started :class:`TcpProxy` to 127.0.0.1:``port``; stopped after."""
+    proxies = []
+
+    def _make(target_port: int) -> TcpProxy:
+        proxy = TcpProxy(target_port)
+        proxy.start()
+        proxies.append(proxy)
+        return proxy
+
+    yield _make
+    for proxy in proxies:
+        proxy.stop()

@@ -85,10 +85,11 @@ class EvacuationProgressSchema(ma.Schema):
     total = ma.fields.Integer(required=True)
     done = ma.fields.Integer(required=True)
     moving = ma.fields.Integer(required=True)
-    pending = ma.fields.Integer(required=True, metadata={"description": "Not started, or "
-                                                                        "reverted."})
+    pending = ma.fields.Integer(required=True, metadata={"description": "Not started yet."})
     failed = ma.fields.Integer(required=True)
     skipped = ma.fields.Integer(required=True)
+    reverted = ma.fields.Integer(required=True, metadata={
+        "description": "Undone by a revert: the server stayed on its source."})
 
 
 class EvacuationInstanceSchema(ma.Schema):

@@ -148,8 +148,9 @@ class ProgressSchema(ma.Schema):
                                  metadata={"description": "Pending, scheduling, building "
                                                           "or reverting."})
     error = ma.fields.Integer(required=True)
-    reverted = ma.fields.Integer(required=True, metadata={"description": "Reverted or "
-                                                                         "deleted."})
+    reverted = ma.fields.Integer(required=True, metadata={"description": "Undone by a "
+                                                                         "revert."})
+    deleted = ma.fields.Integer(required=True, metadata={"description": "Deleted on request."})
 
 
 class ReservationInstanceSchema(ma.Schema):

@@ -356,7 +356,7 @@ def test_show_has_the_full_shape(started, client, admin_headers, db):
     assert evacuation["status"] == "PAUSED" and evacuation["hosts"] == [SOURCE]
     assert evacuation["flow_id"] and evacuation["fault"] is None
     assert evacuation["progress"] == {"total": 2, "done": 1, "moving": 0, "pending": 0,
-                                      "failed": 1, "skipped": 0}
+                                      "failed": 1, "skipped": 0, "reverted": 0}
     done, failed = sorted(evacuation["instances"], key=lambda i: i["id"] != first)
     assert set(done) >= {"id", "tenant_id", "source", "destination", "status", "attempts",
                          "hosts_tried", "volumes_lost", "fault", "mode", "step"}
@@ -507,6 +507,9 @@ def test_revert_ends_a_paused_evacuation_and_releases_its_host(started, client,
     assert evacuation["status"] == "REVERTED"
     assert {i["id"]: i["status"] for i in evacuation["instances"]} == {
         first: "DONE", second: "REVERTED"}
+    # The reverted move is counted as reverted: it will never run.
+    assert evacuation["progress"] == {"total": 2, "done": 1, "moving": 0, "pending": 0,
+                                      "failed": 0, "skipped": 0, "reverted": 1}
     assert host_row(db, SOURCE).evacuation_id is None
     assert len(jobs) == 1
     # Ended: nothing more can be done to it.

@@ -359,7 +359,7 @@ def test_show_has_the_full_shape(reserve, client, member_headers, db):
                                 "updated_at", "progress", "instances", "fault"}
     assert reservation["status"] == "PARTIAL" and reservation["name"] == "calc"
     assert reservation["progress"] == {"total": 2, "active": 1, "building": 0, "error": 1,
-                                       "reverted": 0}
+                                       "reverted": 0, "deleted": 0}
     assert reservation["fault"] == {"code": "PARTIAL", "message": "1 of 2 failed",
                                     "step": None, "host": None}
     active, failed = reservation["instances"]
@@ -439,6 +439,27 @@ def test_delete_of_a_settled_reservation_posts_its_teardown(reserve, client, mem
     # A second DELETE while it is deleting posts nothing more.
     assert client.delete(f"{URL}/{rid}", headers=member_headers).status_code == 202
     assert len(jobs) == 1
+
+
+def test_a_deleted_reservation_counts_its_instances_as_deleted(reserve, client,
+                                                              member_headers, db):
+    rid = reserve(count=3).json["reservation"]["id"]
+    with db.session() as session:
+        first, *others = rows.instance_ids(session, rid)
+        rows.update_instance(session, first, status=states.REVERTED)
+        rows.update_instances(session, others, status=states.DELETED)
+        rows.set_status(session, rid, states.DELETED)
+
+    response = client.get(f"{URL}/{rid}", headers=member_headers)
+
+    assert response.status_code == 200
+    # Each instance by what happened to it: one undone by its build's revert,
+    # two built and then deleted on request.
+    assert response.json["reservation"]["progress"] == {
+        "total": 3, "active": 0, "building": 0, "error": 0, "reverted": 1, "deleted": 2}
+    listed = client.get(URL, headers=member_headers).json["reservations"]
+    assert [r["progress"] for r in listed if r["id"] == rid] == [
+        response.json["reservation"]["progress"]]
 
 
 def test_delete_while_building_is_409(reserve, client, member_headers, jobs):

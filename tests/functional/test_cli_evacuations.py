@@ -279,6 +279,8 @@ def test_evacuations_revert_and_watch(run, paused):
     assert reverted["status"] == "REVERTED"
     assert {i["id"]: i["status"] for i in reverted["instances"]}[failed] == "REVERTED"
     assert watched.exit_code == 2 and "REVERTED" in watched.output
+    assert reverted["progress"]["reverted"] == 1 and reverted["progress"]["pending"] == 0
+    assert "pending 0" in watched.output and "reverted 1" in watched.output
 
 
 def test_evacuations_need_an_administrator(run, paused):

@@ -79,7 +79,7 @@ def test_reservation_over_http_goes_active_then_is_deleted(start_cloud):
     body = _wait(url)
     assert body["status"] == "ACTIVE", body
     assert body["progress"] == {"total": 6, "active": 6, "building": 0, "error": 0,
-                                "reverted": 0}
+                                "reverted": 0, "deleted": 0}
     assert all(i["host"] and i["attempts"] == 1 for i in body["instances"])
     servers = requests.get(f"{base}/servers", params={"reservation_id": body["id"]},
                            headers=_headers()).json()["servers"]
@@ -87,6 +87,7 @@ def test_reservation_over_http_goes_active_then_is_deleted(start_cloud):
     assert requests.delete(url, headers=_headers()).status_code == 202
     body = _wait(url)
     assert body["status"] == "DELETED", body
+    assert (body["progress"]["deleted"], body["progress"]["reverted"]) == (6, 0)
     assert cloud.compute.list_instances("z1-r1-h01") == []
 
 

@@ -314,3 +314,19 @@ def test_after_the_window_every_writer_of_the_batch_gets_database_unavailable():
     assert set(outcomes) == set(range(5))
     assert all(isinstance(outcome, DatabaseUnavailable) for outcome in outcomes.values())
     assert outage.committed == []
+
+
+@pytest.mark.parametrize("error, unavailable", [
+    (disconnect(), True),
+    (DatabaseUnavailable("window closed"), True),
+    (sa.exc.OperationalError("SELECT 1", {}, sqlite3.OperationalError(
+        "unable to open database file")), True),
+    (sa.exc.OperationalError("UPDATE hosts", {}, sqlite3.OperationalError(
+        "database is locked")), True),
+    (sa.exc.OperationalError("SELECT 1", {}, sqlite3.OperationalError(
+        "no such table: hosts")), False),
+    (sa.exc.IntegrityError("INSERT", {}, sqlite3.IntegrityError("UNIQUE failed")), False),
+    (ValueError("bad"), False),
+])
+def test_what_a_caller_should_try_again_later(error, unavailable):
+    assert db_retry.is_unavailable(error) is unavailable

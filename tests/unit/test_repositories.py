@@ -87,7 +87,7 @@ def test_reservation_rows_progress_and_quota(loaded, conf):
         reservations.update_instance(s, rows[0].id, status=states.ACTIVE)
         reservations.update_instance(s, rows[1].id, status=states.ERROR)
         assert reservations.progress(s, rid) == {
-            "total": 3, "active": 1, "building": 1, "error": 1, "reverted": 0}
+            "total": 3, "active": 1, "building": 1, "error": 1, "reverted": 0, "deleted": 0}
         assert reservations.find_by_idempotency_key(s, "t1", "k1").id == rid
         assert reservations.usage(s, "t1") == {"instances": 3, "vcpus": 3, "ram_mb": 6144}
         reservations.set_quota(s, "t1", {"instances": 4, "vcpus": 100, "ram_mb": 10**6})
@@ -113,8 +113,10 @@ def test_progress_of_many_reservations_is_each_ones_progress(loaded):
         many = reservations.progress_by_reservation(s, [*made, "r-none"])
         assert many == {**{rid: reservations.progress(s, rid) for rid in made},
                         "r-none": {"total": 0, "active": 0, "building": 0, "error": 0,
-                                   "reverted": 0}}
-        assert many[made[1]]["reverted"] == 2 and many[made[2]]["building"] == 3
+                                   "reverted": 0, "deleted": 0}}
+        assert many[made[2]]["building"] == 3
+        # Each instance counts by what happened to it: deleted is not reverted.
+        assert (many[made[1]]["reverted"], many[made[1]]["deleted"]) == (1, 1)
 
 
 def test_record_attempt_keeps_hosts_in_order(loaded):
