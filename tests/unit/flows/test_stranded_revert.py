@@ -1,11 +1,12 @@
-"""A revert cut short: the stranded operation, the operator's revert.
+"""A revert cut short: unanswered undo calls, the stranded operation, the operator's revert.
 
 A host that answers too late (past the RPC timeout) leaves its caller with
-an unknown outcome. In a revert that raises, and a revert that raises ends
+an unknown outcome. In a revert that raised, and a revert that raises ends
 the flow FAILURE half way, with the operation still REVERTING (or BUILDING)
-and everything the atoms before it hold still held. No conductor runs a
-FAILURE flow again: the operation is stranded, the audit says so, and the
-operator's revert (or resume) finishes it.
+and everything the atoms before it hold still held. Undo calls are
+idempotent, so they are sent again; when the host stays silent, the
+operation is stranded: no conductor runs a FAILURE flow again, the audit
+says so, and the operator's revert (or resume) finishes it.
 
 Answers are lost where a busy host loses them: the host does the work, the
 caller hears nothing (``LostAnswers``).
@@ -137,6 +138,27 @@ def create_vcluster(cloud, board, backend):
 def strict_audit(cloud, board):
     return audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                  strict=True, board=board)
+
+
+def test_a_delete_whose_answer_is_lost_is_sent_again_and_the_run_reverts(
+        evac_cloud, conductors, monkeypatch):
+    """Every volume create fails, so each failed create is undone (its chain tries
+    the next backend) and at last the whole run is: the first delete of each
+    volume goes unanswered."""
+    board, backend, run_until = conductors
+    fail_every_create(evac_cloud)
+    lost = lose_answers(evac_cloud, monkeypatch, "delete_volume", "volume_id", per_key=1)
+    vcluster_id, flow_id, ops = create_vcluster(evac_cloud, board, backend)
+
+    assert run_until(flow_id, tf_states.REVERTED, tf_states.FAILURE) == tf_states.REVERTED
+    assert len(lost.lost) == 2  # each volume's delete went unanswered once
+    view = ops.show(None, vcluster_id)
+    assert view["status"] == states.REVERTED
+    assert {m["status"] for m in view["instances"]} == {states.REVERTED,
+                                                         states.VOLUME_DELETED}
+    mend_creates(evac_cloud)
+    report = strict_audit(evac_cloud, board)
+    assert report.clean, report.summary()
 
 
 def test_a_vcluster_whose_revert_raised_is_stranded_until_the_operator_reverts_it(
