@@ -161,6 +161,23 @@ def test_a_delete_whose_answer_is_lost_is_sent_again_and_the_run_reverts(
     assert report.clean, report.summary()
 
 
+def test_a_teardown_whose_detach_answer_is_lost_sends_it_again(evac_cloud, conductors,
+                                                                monkeypatch):
+    """A teardown is never reverted: one of its calls raising pauses it for an
+    operator (on_error pause), and the cluster stays DELETING."""
+    board, backend, run_until = conductors
+    vcluster_id, flow_id, ops = create_vcluster(evac_cloud, board, backend)
+    assert run_until(flow_id, tf_states.SUCCESS, tf_states.REVERTED) == tf_states.SUCCESS
+    lost = lose_answers(evac_cloud, monkeypatch, "detach_volume", "volume_id", per_key=1)
+    teardown_id = ops.delete(None, vcluster_id).flow_id
+
+    assert run_until(teardown_id, tf_states.SUCCESS, actions.PAUSED) == tf_states.SUCCESS
+    assert len(lost.lost) == 2
+    assert ops.show(None, vcluster_id)["status"] == states.DELETED
+    report = strict_audit(evac_cloud, board)
+    assert report.clean, report.summary()
+
+
 def test_a_vcluster_whose_revert_raised_is_stranded_until_the_operator_reverts_it(
         evac_cloud, conductors, monkeypatch):
     board, backend, run_until = conductors
