@@ -275,11 +275,46 @@ class ComputeAPI:
     def ensure_destroyed(self, host: str, uuid: str, fence: Mapping | None = None,
                          timeout: float | None = None, attempts: int = 3) -> dict:
         """Destroy ``uuid`` on ``host``; destroy is idempotent, so retrying is safe."""
-        last: OutcomeUnknown | None = None
-        for _ in range(max(1, attempts)):
-            try:
-                return self.destroy_instance(host, uuid, fence=fence, timeout=timeout)
-            except OutcomeUnknown as exc:
-                last = exc
-        assert last is not None
-        raise last
+        return _until_answered(lambda: self.destroy_instance(host, uuid, fence=fence,
+                                                             timeout=timeout), attempts)
+
+    def ensure_detached(self, host: str, uuid: str, volume_id: str,
+                        fence: Mapping | None = None, timeout: float | None = None,
+                        attempts: int = 3) -> dict | None:
+        """Detach ``volume_id`` from ``uuid``, sent again after an unknown outcome
+        (a detach of what is detached already does nothing)."""
+        return _until_answered(lambda: self.detach_volume(host, uuid, volume_id, fence=fence,
+                                                          timeout=timeout), attempts)
+
+    def ensure_volume_deleted(self, host: str, backend: str, volume_id: str,
+                              fence: Mapping | None = None, timeout: float | None = None,
+                              attempts: int = 3) -> dict:
+        """Delete ``volume_id``, sent again after an unknown outcome (idempotent by id)."""
+        return _until_answered(lambda: self.delete_volume(host, backend, volume_id,
+                                                          fence=fence, timeout=timeout),
+                               attempts)
+
+    def ensure_force_detached(self, host: str, backend: str, volume_id: str,
+                              fence: Mapping | None = None, timeout: float | None = None,
+                              attempts: int = 3) -> dict:
+        """Force ``volume_id`` free, sent again after an unknown outcome (idempotent)."""
+        return _until_answered(lambda: self.force_detach_volume(
+            host, backend, volume_id, fence=fence, timeout=timeout), attempts)
+
+
+def _until_answered(call, attempts: int):
+    """``call()`` again after each OutcomeUnknown, ``attempts`` times in all.
+
+    Only for idempotent calls. Undoing is where this matters: a revert whose
+    one call went unanswered (a host busy past the RPC timeout) raises, and a
+    revert that raises stops the whole flow's revert half way (FAILURE), with
+    whatever the atoms before it hold left held.
+    """
+    last: OutcomeUnknown | None = None
+    for _ in range(max(1, attempts)):
+        try:
+            return call()
+        except OutcomeUnknown as exc:
+            last = exc
+    assert last is not None
+    raise last

@@ -20,8 +20,8 @@ vcluster checks live in :mod:`.audit_volumes`.
 
 Work that should be moving and is not is checked too: flows that nothing
 runs any more (:mod:`.audit_flows`, with the jobboard when there is one) and
-rows whose status disagrees with their members or their flow
-(:mod:`.audit_status`). In flight there means "progressed within the grace
+rows whose status disagrees with their members or their flow, or whose flow
+ended FAILURE half way (:mod:`.audit_status`). In flight there means "progressed within the grace
 period", which ``strict`` lowers to nothing.
 """
 

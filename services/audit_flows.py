@@ -14,7 +14,10 @@ who runs it is on the jobboard. This module compares the two:
   committed longer ago than the grace that never got a flow detail is one
   as well: its operation was accepted and nothing will run it.
 - ``status_mismatch`` (:mod:`.audit_status`): a row whose status disagrees
-  with its members or its flow.
+  with its members or its flow;
+- ``stranded_operation`` (:mod:`.audit_status`): a row still in progress
+  whose flow ended FAILURE half way, which only an operator's revert or
+  resume finishes.
 
 The grace is what a healthy engine needs to mend a lost job by itself: a
 conductor's keep-alive posts it again within a keep-alive round, the

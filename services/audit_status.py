@@ -19,6 +19,14 @@ instance ACTIVE that nothing will ever finish. One ``status_mismatch`` each:
   DELETED with a member that is not;
 - an evacuation PENDING, RUNNING or REVERTING whose current flow is over.
 
+A row still in progress whose current flow ended FAILURE is reported as a
+``stranded_operation`` instead: that flow did not run to its end, it stopped
+half way (a revert raised, or its engine failed), and no conductor ever runs
+a FAILURE flow again by itself. What it held stays held (allocations, server
+groups, members half undone) until an operator runs ``fleetflow flows revert``
+(or ``resume``) on it, which retries the revert that raised and carries on
+(engine/actions.py).
+
 Work in flight is left alone: a flow that is unfinished and progressed within
 the grace period (:mod:`.audit_flows`), members in transitional states. A
 row whose flow detail is unknown (not saved yet, or kept elsewhere) is judged
@@ -32,6 +40,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import sqlalchemy as sa
+from taskflow import states as tf_states
 
 from fleetflow.common import states
 from fleetflow.persistence.models import (
@@ -49,7 +58,11 @@ KINDS = {
     "status_mismatch": "a reservation, vcluster or evacuation whose status disagrees with "
                        "its members or its flow (e.g. BUILDING with every instance ACTIVE, "
                        "or still running a flow that is over)",
+    "stranded_operation": "a reservation, vcluster or evacuation still in progress "
+                          "(e.g. REVERTING) whose flow ended FAILURE half way: nothing "
+                          "runs it again until an operator reverts or resumes the flow",
 }
+STRANDED, MISMATCH = "stranded_operation", "status_mismatch"
 
 RESERVATION_BUSY = frozenset({states.PENDING, states.SCHEDULING, states.BUILDING,
                               states.REVERTING})
@@ -68,10 +81,11 @@ def _tally(counts: Counter) -> str:
 
 
 def check_status(add, database, grace_s: float, now=None) -> dict[str, int]:
-    """Report ``status_mismatch`` through ``add(kind, subject, detail)``; returns counts."""
+    """Report ``status_mismatch`` and ``stranded_operation`` through ``add(kind, subject,
+    detail)``; returns counts."""
     now = now or audit_flows.utcnow()
-    # model -> row id -> (status read, detail)
-    found: dict[type, dict[str, tuple[str, str]]] = {m: {} for m in (Reservation, VCluster,
+    # model -> row id -> (status read, detail, kind)
+    found: dict[type, dict[str, tuple[str, str, str]]] = {m: {} for m in (Reservation, VCluster,
                                                                       Evacuation)}
     with database.read_session() as session:
         reservations = session.execute(sa.select(
@@ -98,21 +112,38 @@ def check_status(add, database, grace_s: float, now=None) -> dict[str, int]:
             *(v.flow_id for v in vclusters), *(e.flow_id for e in evacuations)])
         vcluster_members = _vcluster_members(session)
     for row in reservations:
-        detail = _reservation(row, members.get(row.id, Counter()), flows.get(row.flow_id),
+        flow = flows.get(row.flow_id)
+        if row.status in RESERVATION_BUSY and _failed(flow):
+            found[Reservation][row.id] = (row.status, _stranded("reservation", row, flow),
+                                          STRANDED)
+            continue
+        detail = _reservation(row, members.get(row.id, Counter()), flow,
                               changed.get(row.id), now, grace_s)
         if detail:
-            found[Reservation][row.id] = (row.status, detail)
+            found[Reservation][row.id] = (row.status, detail, MISMATCH)
     for model, kind, rows in ((VCluster, "vcluster", vclusters),
                               (Evacuation, "evacuation", evacuations)):
         for row in rows:
             flow = flows.get(row.flow_id)
-            if flow is not None and flow.settled:
+            if _failed(flow):
+                found[model][row.id] = (row.status, _stranded(kind, row, flow), STRANDED)
+            elif flow is not None and flow.settled:
                 found[model][row.id] = (row.status, f"{kind} {row.status} but its flow "
-                                                    f"{flow.uuid} is {flow.state}")
+                                                    f"{flow.uuid} is {flow.state}", MISMATCH)
     for vcluster_id, (status, detail) in _vcluster_members_disagree(vcluster_members).items():
-        found[VCluster].setdefault(vcluster_id, (status, detail))
+        found[VCluster].setdefault(vcluster_id, (status, detail, MISMATCH))
     _report(add, database, found)
     return {"reservations": len(reservations), "evacuations_busy": len(evacuations)}
+
+
+def _failed(flow) -> bool:
+    return flow is not None and flow.state == tf_states.FAILURE
+
+
+def _stranded(kind: str, row, flow) -> str:
+    return (f"{kind} {row.status} but its flow {flow.uuid} ended FAILURE half way (a "
+            "revert raised, or its engine failed) and nothing runs it again: "
+            f"'fleetflow flows revert {flow.uuid}' finishes undoing it")
 
 
 def _reservation(row, instances: Counter, flow, changed, now, grace_s: float) -> str | None:
@@ -205,6 +236,6 @@ def _report(add, database, found: dict) -> None:
                 now.update(session.execute(sa.select(model.id, model.status).where(
                     model.id.in_(ids[start:start + audit_flows.CHUNK]))).all())
             for row_id in ids:
-                status, detail = by_id[row_id]
+                status, detail, kind = by_id[row_id]
                 if now.get(row_id) == status:
-                    add("status_mismatch", row_id, detail)
+                    add(kind, row_id, detail)

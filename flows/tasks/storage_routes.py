@@ -93,10 +93,10 @@ def delete_volume(rt, backend: str | None, volume_id: str, fence=None) -> bool:
     for host in candidates:
         try:
             try:
-                rt.compute.delete_volume(host, backend, volume_id, fence=fence)
+                rt.compute.ensure_volume_deleted(host, backend, volume_id, fence=fence)
             except VolumeInUse:
-                rt.compute.force_detach_volume(host, backend, volume_id, fence=fence)
-                rt.compute.delete_volume(host, backend, volume_id, fence=fence)
+                rt.compute.ensure_force_detached(host, backend, volume_id, fence=fence)
+                rt.compute.ensure_volume_deleted(host, backend, volume_id, fence=fence)
             return True
         except HostDead:
             LOG.info("volume %s: route %s to %s is dead; trying the next", volume_id, host,

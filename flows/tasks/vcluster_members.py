@@ -227,8 +227,8 @@ class AttachVolumes(FleetTask):
             volume_id, server_id = pair[2], pair[3]
             if hosts.get(server_id):
                 try:
-                    rt.compute.detach_volume(hosts[server_id], server_id, volume_id,
-                                             fence=fence)
+                    rt.compute.ensure_detached(hosts[server_id], server_id, volume_id,
+                                               fence=fence)
                 except (InstanceNotFound, HostDead):
                     pass
         each(detach, pairs)

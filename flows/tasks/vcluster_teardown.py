@@ -67,7 +67,7 @@ class DetachLeaving(FleetTask):
     def _detach(rt, host, server_id, volume_id, backend, fence) -> None:
         if host:
             try:
-                rt.compute.detach_volume(host, server_id, volume_id, fence=fence)
+                rt.compute.ensure_detached(host, server_id, volume_id, fence=fence)
                 return
             except InstanceNotFound:
                 return
@@ -78,7 +78,7 @@ class DetachLeaving(FleetTask):
             candidates = storage_routes.routes(session, backend, rt.conf)
         for route in candidates:
             try:
-                rt.compute.force_detach_volume(route, backend, volume_id, fence=fence)
+                rt.compute.ensure_force_detached(route, backend, volume_id, fence=fence)
                 return
             except HostDead:
                 continue

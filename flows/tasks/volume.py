@@ -108,7 +108,7 @@ def detach_and_delete(rt, host: str | None, instance_uuid: str, volume_id: str,
 
     if host:
         try:
-            rt.compute.detach_volume(host, instance_uuid, volume_id, fence=fence)
+            rt.compute.ensure_detached(host, instance_uuid, volume_id, fence=fence)
         except (InstanceNotFound, HostDead):
             pass  # nothing attached any more, or a dead host's guest that goes with it
     rt.placement.release(volume_id, fence=fence)

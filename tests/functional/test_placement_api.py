@@ -1,5 +1,8 @@
-"""The /placement API over Flask's test client: every rule of the consumer-generation
-seed (numbered 1-6 as in the mailing-list summary), then the other routes and errors.
+"""The /placement API over Flask's test client: the six rules of consumer generations
+(docs/origins.md), one ``test_ruleN`` each: a read returns the generation, a write sends
+it, the first writer sends null, a conflict is read, merged and retried, a move between
+consumers is all or nothing, writes answer 204 without a body; then the other routes and
+errors.
 """
 
 from __future__ import annotations

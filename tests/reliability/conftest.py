@@ -11,6 +11,8 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: The clouds a test made, and where to keep them if it fails (see kept_state.py).
+CLOUDS = pytest.StashKey[list]()
 
 FLEETFLOW_ENGINE = "fleetflow-parallel"
 STOCK_ENGINE = "parallel"
@@ -77,6 +79,41 @@ def assert_run_by_crash_engine(crash_engine):
     return check
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's clouds are kept, and its unsettled operations told, in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or not item.stash.get(CLOUDS, None):
+        return
+    kept_state = _load("kept_state")
+    for workdir, into in item.stash[CLOUDS]:
+        if not os.path.isdir(workdir):
+            continue
+        try:
+            kept = kept_state.keep(workdir, into, f"{item.name}-{os.path.basename(workdir)}")
+        except OSError as exc:
+            report.sections.append(("fleetflow crash state", f"could not keep {workdir}: "
+                                                             f"{exc}"))
+            continue
+        report.sections.append((
+            "fleetflow crash state",
+            f"conductor logs, databases and host state kept in {kept}\n"
+            + kept_state.summary(os.path.join(kept, "fleetflow.db"))))
+
+
+@pytest.fixture
+def keep_on_failure(request, tmp_path_factory):
+    """``keep(cloud)``: keep ``cloud``'s directory if the test fails (returns the cloud)."""
+    into = _load("kept_state").keep_dir(tmp_path_factory.getbasetemp())
+
+    def keep(cloud):
+        request.node.stash.setdefault(CLOUDS, []).append((str(cloud.workdir), into))
+        return cloud
+
+    return keep
+
+
 def _load(name: str):
     """A harness module of this directory, imported under the same name the conductor
     subprocesses use (this directory on sys.path: the harnesses import each other)."""
@@ -116,22 +153,23 @@ def load_provision_cloud_module():
 
 
 @pytest.fixture
-def provision_cloud(tmp_path):
+def provision_cloud(tmp_path, keep_on_failure):
     """The real provision flow's cloud: fleet, SQL jobboards, killable conductors."""
     module = load_provision_cloud_module()
-    cloud = module.ProvisionCloud(tmp_path)
+    cloud = keep_on_failure(module.ProvisionCloud(tmp_path))
     yield cloud
     cloud.close()
 
 
 @pytest.fixture
-def provision_cloud_factory(tmp_path):
+def provision_cloud_factory(tmp_path, keep_on_failure):
     """``make(**kwargs)``: a ProvisionCloud of another size (closed after the test)."""
     module = load_provision_cloud_module()
     made = []
 
     def make(**kwargs):
-        cloud = module.ProvisionCloud(tmp_path / f"cloud{len(made)}", **kwargs)
+        cloud = keep_on_failure(module.ProvisionCloud(tmp_path / f"cloud{len(made)}",
+                                                      **kwargs))
         made.append(cloud)
         return cloud
 
@@ -158,13 +196,14 @@ def evacuation_harness():
 
 
 @pytest.fixture
-def evacuation_cloud_factory(tmp_path):
+def evacuation_cloud_factory(tmp_path, keep_on_failure):
     """``make(sources=, targets=, **kwargs)``: an EvacuationCloud (closed after the test)."""
     module = load_evacuation_cloud_module()
     made = []
 
     def make(**kwargs):
-        cloud = module.EvacuationCloud(tmp_path / f"evacuation{len(made)}", **kwargs)
+        cloud = keep_on_failure(module.EvacuationCloud(tmp_path / f"evacuation{len(made)}",
+                                                       **kwargs))
         made.append(cloud)
         return cloud
 
@@ -185,13 +224,14 @@ def vcluster_harness():
 
 
 @pytest.fixture
-def vcluster_cloud_factory(tmp_path):
+def vcluster_cloud_factory(tmp_path, keep_on_failure):
     """``make(lanes=, **kwargs)``: a VClusterCloud (closed after the test)."""
     module = load_vcluster_cloud_module()
     made = []
 
     def make(**kwargs):
-        cloud = module.VClusterCloud(tmp_path / f"vcluster{len(made)}", **kwargs)
+        cloud = keep_on_failure(module.VClusterCloud(tmp_path / f"vcluster{len(made)}",
+                                                     **kwargs))
         made.append(cloud)
         return cloud
 

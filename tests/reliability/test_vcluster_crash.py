@@ -162,7 +162,7 @@ def test_the_plan_covers_every_atom_of_both_flows(vcluster_harness):
 
 
 class VClusterCase:
-    """One seed cluster on a board of its own; a conductor doomed to die at
+    """One cluster of example two on a board of its own; a conductor doomed to die at
     ``target``, then a survivor that finishes it.
 
     ``delete``: the doomed conductor builds the cluster, then its teardown is
@@ -271,7 +271,7 @@ def _stop(proc) -> int:
 
 
 @pytest.mark.slow
-def test_kill_at_every_atom_boundary_of_the_seed_cluster(
+def test_kill_at_every_atom_boundary_of_example_two(
         boundaries, vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
     from test_provision_crash import flow_atoms
 

@@ -422,6 +422,28 @@ def test_evacuation_statuses(database, sql_board, sql_backend):
         f"evacuation RUNNING but its flow {over} is REVERTED")
 
 
+def test_a_row_in_progress_whose_flow_failed_is_a_stranded_operation(database, sql_board,
+                                                                      sql_backend):
+    vcluster_id = ids.new_uuid()
+    flow_id = _flow(sql_board, sql_backend, vcluster_id=vcluster_id)
+    _set_flow(database, flow_id, tf_states.FAILURE)
+    _lose_jobs(database, flow_id)
+    reverting = _vcluster(database, states.REVERTING, [("db", SERVER, states.REVERTING)],
+                          flow_id)
+    found = _only(_run(database, sql_board), "stranded_operation", reverting)
+    assert found.detail.startswith(f"vcluster REVERTING but its flow {flow_id} ended "
+                                   "FAILURE half way")
+    assert f"'fleetflow flows revert {flow_id}'" in found.detail
+    failed = _flow(sql_board, sql_backend, evacuation_id="e-3")
+    _set_flow(database, failed, tf_states.FAILURE)
+    _lose_jobs(database, failed)
+    running = _evacuation(database, states.RUNNING, failed)
+    report = _run(database, sql_board)
+    assert {(m.kind, m.subject) for m in report.mismatches} == {
+        ("stranded_operation", reverting), ("stranded_operation", running)}
+    assert "stranded_operation" in KINDS
+
+
 def test_a_row_that_moves_on_while_audited_is_not_reported(database, sql_board, sql_backend,
                                                            monkeypatch):
     """Read BUILDING, its flow then read SUCCESS: the row is read again before reporting."""
