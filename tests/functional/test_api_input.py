@@ -183,6 +183,25 @@ def test_a_groups_body_of_another_type_is_a_415_naming_json_and_xml(send, member
     assert "application/json or application/xml" in details(response)
 
 
+@pytest.mark.parametrize("content_type", ["application/foo+json", "application/vnd.api+json",
+                                          "text/json"])
+def test_a_type_that_only_ends_in_json_is_a_415(send, admin_headers, member_headers,
+                                                content_type):
+    response = send("PUT", QUOTA, json.dumps({"quota": {"instances": 3}}),
+                    {**admin_headers, "Content-Type": content_type}, status=415)
+    assert content_type in details(response) and "application/json" in details(response)
+    send("POST", GROUPS, json.dumps({"group": {"name": "g"}}),
+         {**member_headers, "Content-Type": content_type}, status=415)
+
+
+def test_placement_reads_only_application_json_too(send, admin_headers):
+    headers = {**admin_headers, "OpenStack-API-Version": "placement latest",
+               "Content-Type": "application/foo+json"}
+    response = send("POST", "/placement/resource_providers", json.dumps({"name": "rp"}),
+                    headers, status=415)
+    assert "application/foo+json" in details(response)
+
+
 def test_no_body_and_no_type_still_says_what_is_missing(send, admin_headers):
     response = send("PUT", QUOTA, "", admin_headers)
     assert "'quota'" in details(response)
@@ -245,6 +264,19 @@ def test_free_text_values_may_still_hold_newlines(client, member_headers):
     response = client.post(GROUPS, json={"group": {"name": "g", "metadata": {"note": "a\nb"}}},
                            headers=member_headers)
     assert response.status_code == 201, response.json
+
+
+@pytest.mark.parametrize("document,entry", [
+    (b'<group name="g"><metadata><meta key="k"><a/></meta></metadata></group>', "<a>"),
+    (b'<group name="g"><metadata><meta key="k">v<b>w</b></meta></metadata></group>', "<b>"),
+    (b'<group name="g"><capabilities><capability key="gpu">true<x/></capability>'
+     b'</capabilities></group>', "<x>"),
+])
+def test_an_element_inside_a_keyed_xml_entry_is_a_400_naming_it(send, member_headers,
+                                                                 document, entry):
+    response = send("POST", GROUPS, document,
+                    {**member_headers, **XML_TYPE, "Accept": "application/json"})
+    assert entry in details(response) and "key=" in details(response)
 
 
 def test_groups_xml_is_well_formed_whatever_the_stored_names_hold(client, db, member_headers):
