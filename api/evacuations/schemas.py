@@ -57,7 +57,7 @@ class EvacuateFieldsSchema(ma.Schema):
         load_default=states.FALLBACK_NONE,
         validate=ma.validate.OneOf(states.EVACUATION_FALLBACKS),
         metadata={"description": "drain: cold-migrate the servers that cannot go live."})
-    reason = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
+    reason = fields.Text(allow_none=True, validate=ma.validate.Length(max=255))
 
 
 class EvacuationFieldsSchema(EvacuateFieldsSchema):

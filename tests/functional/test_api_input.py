@@ -334,7 +334,7 @@ def test_every_integer_of_every_v2_body_is_the_strict_bounded_kind(app):
     loose = [(route, where) for route, schema in _body_schemas(app)
              for where, field in _integer_fields(schema)
              if not isinstance(field, fields.Integer)]
-    assert loose == []
+    assert loose == [], "\n".join(map(str, loose))
 
 
 def test_a_placement_inventory_that_is_not_an_object_is_a_400(send, client, admin_headers):
@@ -353,3 +353,37 @@ def test_placement_names_what_is_wrong_in_its_json(send, admin_headers):
     headers = {**admin_headers, "OpenStack-API-Version": "placement latest", **JSON_TYPE}
     response = send("POST", "/placement/resource_providers", '{"name": "a\\udc80"}', headers)
     assert "'name'" in details(response) and "surrogate" in details(response)
+
+
+def _string_fields(schema, path=""):
+    import marshmallow as ma
+
+    schema = schema() if isinstance(schema, type) else schema
+    pending = [(path + "." + name, field) for name, field in schema.fields.items()]
+    while pending:
+        where, field = pending.pop()
+        if isinstance(field, ma.fields.String):
+            yield where, field
+        elif isinstance(field, ma.fields.Nested):
+            pending.extend((where + "." + name, inner)
+                           for name, inner in field.schema.fields.items())
+        elif isinstance(field, ma.fields.List):
+            pending.append((where + "[]", field.inner))
+        elif isinstance(field, ma.fields.Dict) and field.key_field is not None:
+            pending.append((where + "{key}", field.key_field))
+
+
+def test_every_string_of_every_v2_body_refuses_control_characters(app):
+    """Names and free text alike; a word out of a fixed list cannot hold one anyway."""
+    import marshmallow as ma
+
+    from fleetflow.api import fields
+
+    found = [(route, where) for route, schema in _body_schemas(app)
+             for where, field in _string_fields(schema)]
+    assert found, "no string fields found: the walk is broken"
+    loose = [(route, where) for route, schema in _body_schemas(app)
+             for where, field in _string_fields(schema)
+             if fields.no_control_characters not in field.validators
+             and not any(isinstance(v, ma.validate.OneOf) for v in field.validators)]
+    assert loose == [], "\n".join(map(str, loose))
