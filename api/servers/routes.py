@@ -40,7 +40,7 @@ class Servers(MethodView):
         Sorted by id, paginated with limit/marker. Deleted servers are left out
         unless ``status=DELETED`` asks for them.
         """
-        stmt = sa.select(Instance).where(Instance.tenant_id == tenant_id)
+        scope = stmt = sa.select(Instance).where(Instance.tenant_id == tenant_id)
         if args.get("reservation_id") is not None:
             stmt = stmt.where(Instance.reservation_id == args["reservation_id"])
         if args.get("status") is not None:
@@ -53,7 +53,8 @@ class Servers(MethodView):
             policy.enforce("servers:filter_by_host")
             stmt = stmt.where(Instance.host == args["host"])
         with current_state().database.session() as session:
-            servers, links = common.paginate(session, stmt, Instance.id, args)
+            servers, links = common.paginate(session, stmt, Instance.id, args, "server",
+                                              scope)
             return {"servers": servers, "links": links}
 
 

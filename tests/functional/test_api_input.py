@@ -246,6 +246,23 @@ def test_documented_query_parameters_still_work(client, admin_headers, member_he
         assert response.status_code == 200, (url, response.json)
 
 
+@pytest.mark.parametrize("path", ["reservations", "servers", "groups", "volumes", "flavors",
+                                  "images", "flows"])
+def test_an_unknown_marker_is_a_400_naming_it_on_every_project_list(
+        flow_engine, client, member_headers, sample_catalog, path):
+    response = client.get(f"{TENANT_URL}/{path}?marker=no-such-item", headers=member_headers)
+    assert response.status_code == 400, response.json
+    assert "'marker'" in details(response) and "no-such-item" in details(response)
+
+
+@pytest.mark.parametrize("path", ["hosts", "flows"])
+def test_an_unknown_marker_is_a_400_naming_it_on_every_admin_list(
+        flow_engine, client, admin_headers, sample_catalog, path):
+    response = client.get(f"/v2/admin/{path}?marker=no-such-item", headers=admin_headers)
+    assert response.status_code == 400, response.json
+    assert "'marker'" in details(response)
+
+
 # -- names, and XML that always parses -------------------------------------------------
 
 
