@@ -255,7 +255,7 @@ def test_an_unknown_marker_is_a_400_naming_it_on_every_project_list(
     assert "'marker'" in details(response) and "no-such-item" in details(response)
 
 
-@pytest.mark.parametrize("path", ["hosts", "flows"])
+@pytest.mark.parametrize("path", ["hosts", "flows", "servers"])
 def test_an_unknown_marker_is_a_400_naming_it_on_every_admin_list(
         flow_engine, client, admin_headers, sample_catalog, path):
     response = client.get(f"/v2/admin/{path}?marker=no-such-item", headers=admin_headers)
