@@ -12,11 +12,12 @@ provider) refuses, as a 400 naming where in the document:
 - strings (values and keys) holding a lone surrogate, which no encoding can
   store, or NUL, which PostgreSQL's text columns cannot hold.
 
-The parser answers 415 for a body in a media type the route does not read,
-and 400 for query parameters the route does not declare (as OpenStack APIs
-do); :func:`refuse_undeclared_query` does the same for routes that declare
-none. Fields with their own rules (bounded integers, names) are in
-:mod:`fleetflow.api.fields`.
+The parser answers 415 for a body in a media type the route does not read
+(``application/json`` exactly: ``application/foo+json`` is another type, whatever
+its suffix says, as in OpenStack's own APIs), and 400 for query parameters the
+route does not declare (as OpenStack APIs do); :func:`refuse_undeclared_query`
+does the same for routes that declare none. Fields with their own rules
+(bounded integers, names, free text) are in :mod:`fleetflow.api.fields`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import marshmallow as ma
 from flask.json.provider import DefaultJSONProvider
 from flask_smorest import abort
 from webargs import core
-from webargs.flaskparser import FlaskParser, is_json_request
+from webargs.flaskparser import FlaskParser
 
 JSON_MIMETYPE = "application/json"
 # Far deeper than any document of the API (a vcluster's is six levels deep).
@@ -147,7 +148,8 @@ class BodyParser(FlaskParser):
 
     def reads(self, request: flask.Request) -> bool:
         """Whether the body is of a type this parser reads."""
-        return is_json_request(request)
+        # NOTE: not webargs' is_json_request, which takes any "+json" type too.
+        return request.mimetype == JSON_MIMETYPE
 
     def refuse_media_type(self, request: flask.Request) -> None:
         """415 for a body of another type; a request without body or type reads as empty."""

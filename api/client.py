@@ -331,6 +331,13 @@ class Client:
                                  reservation_id=reservation_id, status=status, host=host,
                                  limit=limit))
 
+    def list_all_servers(self, *, project_id=None, reservation_id=None, status=None,
+                         host=None, limit=None) -> list[dict]:
+        """Every project's servers, or one ``project_id``'s (administrators)."""
+        return list(self.iterate("/v2/admin/servers", "servers", project_id=project_id,
+                                 reservation_id=reservation_id, status=status, host=host,
+                                 limit=limit))
+
     def get_server(self, server_id: str, tenant_id: str | None = None) -> dict:
         return self.get(self._tenant_path(tenant_id, f"servers/{_segment(server_id)}"))[
             "server"]

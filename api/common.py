@@ -8,8 +8,9 @@ most :data:`MAX_LIMIT`). The body lists a ``next`` link while more remain::
 
     {"hosts": [...], "links": [{"rel": "next", "href": ".../hosts?limit=2&marker=h-002"}]}
 
-Keyset pagination needs no stable snapshot: a marker that has since been
-deleted still works (the page starts after where it was).
+Keyset pagination needs no stable snapshot. A marker must name an item of the
+list (before its filters: one whose status changed since still works); any other
+is a 400 naming ``marker`` (:mod:`fleetflow.services.pages`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sqlalchemy as sa
 
 from fleetflow.api.bodies import BodyParser
 from fleetflow.api.state import current_state
+from fleetflow.services import pages
 
 MAX_LIMIT = 1000
 
@@ -49,26 +51,26 @@ class LinkSchema(ma.Schema):
     href = ma.fields.String(required=True)
 
 
-def paginate(session, stmt: sa.Select, key: sa.orm.InstrumentedAttribute, args: dict):
+def paginate(session, stmt: sa.Select, key: sa.orm.InstrumentedAttribute, args: dict,
+             what: str, scope: sa.Select | None = None):
     """Run ``stmt`` for one page ordered by the unique column ``key``.
 
     Returns ``(rows, links)``; ``links`` holds the ``next`` link when more
-    rows follow.
+    rows follow. An unknown marker (not in ``scope``, ``stmt`` by default) is a
+    400 saying there is no such ``what``.
     """
     limit = args.get("limit") or current_state().conf.api.page_size
-    marker = args.get("marker")
-    if marker is not None:
-        stmt = stmt.where(key > marker)
-    # One row more than asked tells whether a next page exists.
-    rows = list(session.scalars(stmt.order_by(key).limit(limit + 1)))
-    links = []
-    if len(rows) > limit:
-        rows = rows[:limit]
-        query = flask.request.args.to_dict()
-        query.update(limit=str(limit), marker=str(getattr(rows[-1], key.key)))
-        href = flask.request.base_url + "?" + urllib.parse.urlencode(query)
-        links.append({"rel": "next", "href": href})
-    return rows, links
+    rows, more = pages.keyset_page(session, stmt, key, limit, args.get("marker"), what, scope)
+    return rows, next_links(rows[-1] if more else None, key.key, limit)
+
+
+def next_links(last, key_name: str, limit: int) -> list[dict]:
+    """The ``next`` link after the row ``last`` (none when ``last`` is None)."""
+    if last is None:
+        return []
+    query = flask.request.args.to_dict()
+    query.update(limit=str(limit), marker=str(getattr(last, key_name)))
+    return [{"rel": "next", "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)}]
 
 
 def get_by_id_or_name(session, model, ref: str):

@@ -5,8 +5,11 @@ a fraction (``"2"``, ``1.5`` and ``2.0`` are refused, never cut or converted)
 within the range of the database's integer columns. In an XML body every value
 is text, so there the digits of an integer are read as one.
 
-Names, ids, references and dictionary keys are :class:`Name`: no control
-characters (nothing in a name needs one, and XML 1.0 cannot carry most of them).
+Names, ids, references and dictionary keys are :class:`Name`, and the free
+text an operator or tenant writes (a host's or an evacuation's reason) is
+:class:`Text`: neither takes control characters (nothing in a name needs one,
+XML 1.0 cannot carry most of them, and the CLI prints text as it is stored, so
+an escape sequence would reach the terminal and a newline would break a table).
 Lone surrogates and NUL are refused for every string by the body decoder
 (:mod:`fleetflow.api.bodies`).
 
@@ -59,6 +62,14 @@ def no_control_characters(value: str) -> None:
 
 class Name(ma.fields.String):
     """A name, id, reference or key: text without control characters."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validators.insert(0, no_control_characters)
+
+
+class Text(ma.fields.String):
+    """Free text a person writes (a reason, a description): no control characters."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

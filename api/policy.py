@@ -99,6 +99,10 @@ ROUTE_RULES = [
     ("servers:delete", MEMBER, "DELETE", f"{T}/servers/{{id}}", "Delete a server."),
     ("servers:filter_by_host", ADMIN, "GET", f"{T}/servers?host={{host}}",
      "Filter the server list by host."),
+    ("servers:list_all_projects", ADMIN, "GET", f"{T}/servers?all_tenants=1",
+     "List every project's servers from a project's list (others: all_tenants is "
+     "ignored)."),
+    ("servers:admin_list", ADMIN, "GET", f"{A}/servers", "List every project's servers."),
     ("servers:show_host", READER, "GET", f"{T}/servers/{{id}}",
      "See where the project's servers and volumes are, by name: hosts, hosts tried, "
      "vcluster members' hosts and backends, groupings' domains, dry runs' hosts. The "
@@ -205,6 +209,17 @@ def enforce(rule: str, target: dict | None = None) -> None:
         current_state().enforcer.authorize(rule, target, context, do_raise=True)
     except (oslo_policy.PolicyNotAuthorized, oslo_policy.InvalidScope):
         raise wexc.Forbidden(f"Policy does not allow {rule} to be performed.") from None
+
+
+def allowed(rule: str, target: dict | None = None) -> bool:
+    """Whether the current caller passes ``rule`` on ``target`` (for what a rule
+    changes in an answer rather than refuses)."""
+    context = flask.g.context
+    target = target or {"project_id": context.project_id}
+    try:
+        return bool(current_state().enforcer.enforce(rule, target, context))
+    except oslo_policy.InvalidScope:
+        return False
 
 
 def authorize(rule: str):

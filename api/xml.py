@@ -44,6 +44,7 @@ import json
 import re
 import xml.etree.ElementTree as ET  # noqa: S405 - building only; parsing uses defusedxml
 from collections.abc import Mapping
+from xml.sax.saxutils import quoteattr
 
 import flask
 from defusedxml import DefusedXmlException
@@ -182,6 +183,12 @@ def _value(element: ET.Element, shape: XmlShape, depth: int = 1):
             if _local(child.tag) != shape.keyed[tag] or "key" not in child.attrib:
                 raise XmlError(f"{tag}: expected only <{shape.keyed[tag]} key=\"...\"> "
                                "entries")
+            if len(child):
+                # JSON's equivalent (an object as the value) is a 400 too; dropping
+                # the element would store a value the client did not send.
+                entry = f"<{shape.keyed[tag]} key={quoteattr(child.attrib['key'])}>"
+                raise XmlError(f"{tag}: {entry} holds text only, not the element "
+                               f"<{_local(child[0].tag)}>")
             entries[child.attrib["key"]] = child.text or ""
         return entries
     if shape.is_list(tag):

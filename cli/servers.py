@@ -22,18 +22,32 @@ def servers() -> None:
 @click.option("--reservation", "reservation_id", help="Only the servers of this reservation.")
 @click.option("--status", help="Only servers in this status (DELETED ones only this way).")
 @click.option("--host", help="Only servers on this host (administrators).")
+@click.option("--all-projects", is_flag=True,
+              help="The servers of every project (administrators).")
+@click.option("--in-project", "project_id",
+              help="The servers of this project, whichever the identity's own is "
+                   "(administrators; implies --all-projects' list).")
 @remote.api_command
-def list_(reservation_id, status, host, as_json):
-    """List the project's servers."""
-    found = remote.client().list_servers(reservation_id=reservation_id, status=status,
-                                         host=host)
+def list_(reservation_id, status, host, all_projects, project_id, as_json):
+    """List the project's servers, or every project's (--all-projects)."""
+    # NOTE: not --project, which is the identity's project after a subcommand too.
+    all_projects = all_projects or project_id is not None
+    filters = {"reservation_id": reservation_id, "status": status, "host": host}
+    client = remote.client()
+    found = client.list_all_servers(project_id=project_id, **filters) if all_projects \
+        else client.list_servers(**filters)
     if as_json:
         remote.print_json(found)
         return
-    remote.table("servers", ["id", "name", "status", "task_state", "host", "reservation",
-                             "attempts", "fault"],
-                 [[s["id"], s["name"], s["status"], s.get("task_state"), where(s),
-                   s.get("reservation_id"), s.get("attempts"), _fault(s)] for s in found])
+    columns = ["id", "name", "status", "task_state", "host", "reservation", "attempts",
+               "fault"]
+    rows = [[s["id"], s["name"], s["status"], s.get("task_state"), where(s),
+             s.get("reservation_id"), s.get("attempts"), _fault(s)] for s in found]
+    if all_projects:
+        columns.insert(1, "project")
+        for row, server in zip(rows, found, strict=True):
+            row.insert(1, server.get("tenant_id"))
+    remote.table("servers", columns, rows)
 
 
 @servers.command("show")

@@ -31,6 +31,10 @@ VOLUME_SCOPES = ("rack", "backend", "zone")
 MIXED_SCOPES = ("rack", "host", "zone")
 
 
+# scope -> (what ties members, the members it ties) for each affinity of that scope
+Ties = dict[str, list[tuple[str, list[str]]]]
+
+
 class UnionFind:
     def __init__(self, items: Iterable[str] = ()):
         self.parent: dict[str, str] = {item: item for item in items}
@@ -197,6 +201,8 @@ def _build(by_server: dict, by_volume: dict, groupings: list[Grouping],
     linked: list[tuple[str, str]] = list(attachments.items())
     affinity_scopes: dict[str, set[str]] = {}
     split = {}
+    # What forced members into one domain, by scope: a contradiction names it.
+    ties: Ties = {scope: [] for scope in SCOPES}
     for grouping in groupings:
         servers = [m for m in grouping.members if m in by_server]
         volumes = [m for m in grouping.members if m in by_volume]
@@ -204,20 +210,27 @@ def _build(by_server: dict, by_volume: dict, groupings: list[Grouping],
         if grouping.rule != AFFINITY:
             continue
         ss, _, _ = pair_scopes(grouping, servers, volumes)
+        tie = f"grouping {grouping.name}"
         unit.union(grouping.members)
         zone.union(grouping.members)
+        ties["zone"].append((tie, grouping.members))
         backend_uf.union(volumes)
+        ties["backend"].append((tie, volumes))
         if ss == "host":
             host_uf.union(servers)
+            ties["host"].append((tie, servers))
         if ss is not None:
             for server in servers:
                 affinity_scopes.setdefault(server, set()).add(ss)
         if volumes or ss in ("host", "rack"):
             rack.union(grouping.members)
+            ties["rack"].append((tie, grouping.members))
         linked += [(v, s) for v in volumes for s in servers]
     for volume, server in attachments.items():
         for uf in (unit, rack, zone):
             uf.union([volume, server])
+        for scope in ("rack", "zone"):
+            ties[scope].append((f"volume {volume} attached to {server}", [volume, server]))
 
     host_sets = host_uf.groups()
     host_set_of = {s: root for root, members in host_sets.items() for s in members}
@@ -244,7 +257,7 @@ def _build(by_server: dict, by_volume: dict, groupings: list[Grouping],
         servers, volumes = split[grouping.name]
         ss, vv, sv = pair_scopes(grouping, servers, volumes)
         _contradictions(grouping, servers, volumes, (ss, vv, sv), host_uf, backend_uf, rack,
-                        zone)
+                        zone, ties)
         rule = AntiRule(grouping.name, frozenset(servers), frozenset(volumes), ss, vv, sv)
         anti.append(rule)
         for member in grouping.members:
@@ -257,10 +270,36 @@ def _build(by_server: dict, by_volume: dict, groupings: list[Grouping],
                  server_affinity_scopes=affinity_scopes)
 
 
+def _tied_by(ties: list[tuple[str, list[str]]], first: str, last: str) -> list[str]:
+    """The ties (``grouping g``, an attachment) that chain ``first`` to ``last``: the
+    shortest chain, so the message names the groupings that contradict and no other."""
+    came_from: dict[str, tuple[str, str] | None] = {first: None}
+    pending = [first]
+    while pending and last not in came_from:
+        following = []
+        for member in pending:
+            for tie, members in ties:
+                if member not in members:
+                    continue
+                for other in members:
+                    if other not in came_from:
+                        came_from[other] = (member, tie)
+                        following.append(other)
+        pending = following
+    chain, member = [], last
+    while came_from.get(member) is not None:
+        member, tie = came_from[member]
+        if tie not in chain:
+            chain.append(tie)
+    return chain[::-1]
+
+
 def _contradictions(grouping: Grouping, servers: list[str], volumes: list[str],
                     scopes: tuple[str | None, str | None, str | None], host_uf: UnionFind,
-                    backend_uf: UnionFind, rack: UnionFind, zone: UnionFind) -> None:
-    """Two members the affinities force into one domain the anti-affinity forbids."""
+                    backend_uf: UnionFind, rack: UnionFind, zone: UnionFind,
+                    ties: Ties) -> None:
+    """Two members the affinities force into one domain the anti-affinity forbids; the
+    message names both sides: the anti-affinity and the affinities that force them."""
     ss, vv, sv = scopes
     forced = {"host": host_uf, "backend": backend_uf, "rack": rack, "zone": zone}
 
@@ -287,5 +326,6 @@ def _contradictions(grouping: Grouping, servers: list[str], volumes: list[str],
                 found, scope = (roots[root], volume), sv
                 break
     if found is not None:
+        forcing = ", ".join(_tied_by(ties[scope], *found))
         raise _bad(f"grouping {grouping.name} (anti-affinity, {scope}): {found[0]} and "
-                   f"{found[1]} must share a {scope} by affinity")
+                   f"{found[1]} must share a {scope} by affinity ({forcing})")

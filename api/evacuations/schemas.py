@@ -13,14 +13,21 @@ from fleetflow.services.evacuations import MAX_PARALLEL_LIMIT
 HOST_NAME = ma.validate.Length(min=1, max=255)
 
 
-def _no_duplicates(values: list) -> None:
-    seen, twice = set(), []
-    for value in values:
-        if value in seen and value not in twice:
-            twice.append(value)
-        seen.add(value)
-    if twice:
-        raise ma.ValidationError(f"names a host more than once: {', '.join(twice)}")
+def _once_each(what: str):
+    """A list validator: 400 naming the values given more than once."""
+    def validate(values: list) -> None:
+        seen, twice = set(), []
+        for value in values:
+            if value in seen and value not in twice:
+                twice.append(value)
+            seen.add(value)
+        if twice:
+            raise ma.ValidationError(f"names {what} more than once: {', '.join(twice)}")
+
+    return validate
+
+
+_no_duplicates = _once_each("a host")
 
 
 def _names(**kwargs) -> ma.fields.List:
@@ -50,7 +57,7 @@ class EvacuateFieldsSchema(ma.Schema):
         load_default=states.FALLBACK_NONE,
         validate=ma.validate.OneOf(states.EVACUATION_FALLBACKS),
         metadata={"description": "drain: cold-migrate the servers that cannot go live."})
-    reason = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
+    reason = fields.Text(allow_none=True, validate=ma.validate.Length(max=255))
 
 
 class EvacuationFieldsSchema(EvacuateFieldsSchema):
@@ -199,7 +206,7 @@ class EvacuationActionSchema(ma.Schema):
 class EvacuationSkipFieldsSchema(ma.Schema):
     instances = ma.fields.List(
         fields.Name(validate=ma.validate.Length(min=1, max=36)), required=True,
-        validate=ma.validate.Length(min=1),
+        validate=[ma.validate.Length(min=1), _once_each("a server")],
         metadata={"description": "Uuids of unfinished servers to leave where they are."})
 
 

@@ -23,7 +23,8 @@ class Flavors(MethodView):
     def get(self, args, tenant_id):
         """List flavors, sorted by name, paginated with limit/marker."""
         with current_state().database.session() as session:
-            flavors, links = common.paginate(session, sa.select(Flavor), Flavor.name, args)
+            flavors, links = common.paginate(session, sa.select(Flavor), Flavor.name, args,
+                                             "flavor")
             return {"flavors": flavors, "links": links}
 
 

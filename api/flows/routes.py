@@ -17,6 +17,7 @@ from flask.views import MethodView
 from fleetflow.api import common, policy
 from fleetflow.api.flows import schemas
 from fleetflow.api.state import current_state
+from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import actions
 
 blp = common.Blueprint("flows", __name__, url_prefix="/v2",
@@ -28,10 +29,19 @@ def _backend():
     return current_state().service("logbook_backend")
 
 
-def _page(args: dict, tenant: str | None) -> dict:
+def _page(args: dict, tenant: str | None, own: str | None = None) -> dict:
+    """A page of flows (of ``tenant`` when given); the marker must be a flow the
+    caller may see (``own``: the project whose flows those are, None for operators)."""
     limit = args.get("limit") or current_state().conf.api.page_size
+    marker = args.get("marker")
+    if marker is not None:
+        try:
+            actions.show_flow(_backend(), marker, tenant=own)
+        except NotFound:
+            raise InvalidInput(f"Invalid query parameter field 'marker': no flow {marker} "
+                               "to list after.", field="marker") from None
     flows, more = actions.list_flows(_backend(), state=args.get("state"), tenant=tenant,
-                                     limit=limit, marker=args.get("marker"))
+                                     limit=limit, marker=marker)
     links = []
     if more:
         query = flask.request.args.to_dict()
@@ -95,7 +105,7 @@ class TenantFlows(MethodView):
     @blp.response(200, schemas.FlowListSchema)
     def get(self, args, tenant_id):
         """List the project's own flows."""
-        return _page(args, tenant_id)
+        return _page(args, tenant_id, own=tenant_id)
 
 
 @blp.route("/<tenant_id>/flows/<flow_id>")

@@ -56,11 +56,12 @@ class Groups(MethodView):
     @blp.response(200, schemas.GroupListSchema)
     def get(self, args, tenant_id):
         """List the project's server groups, sorted by id, paginated with limit/marker."""
-        stmt = sa.select(ServerGroup).where(ServerGroup.tenant_id == tenant_id)
+        scope = stmt = sa.select(ServerGroup).where(ServerGroup.tenant_id == tenant_id)
         if args.get("name") is not None:
             stmt = stmt.where(ServerGroup.name == args["name"])
         with current_state().database.session() as session:
-            groups, links = common.paginate(session, stmt, ServerGroup.id, args)
+            groups, links = common.paginate(session, stmt, ServerGroup.id, args, "group",
+                                            scope)
             return {"groups": [_loaded(g) for g in groups], "links": links}
 
     @policy.authorize("groups:create")

@@ -47,14 +47,14 @@ class Hosts(MethodView):
         state = current_state()
         down_time = state.conf.compute.service_down_time
         now = utcnow()
-        stmt = sa.select(Host)
+        scope = stmt = sa.select(Host)
         if args.get("state") is not None:
             stmt = stmt.where(host_ops.effective_state_clause(args["state"], down_time, now))
         for column in ("region", "zone", "rack"):
             if args.get(column) is not None:
                 stmt = stmt.where(getattr(Host, column) == args[column])
         with state.database.session() as session:
-            hosts, links = common.paginate(session, stmt, Host.name, args)
+            hosts, links = common.paginate(session, stmt, Host.name, args, "host", scope)
             return {"hosts": host_ops.views(session, hosts, down_time, now), "links": links}
 
 

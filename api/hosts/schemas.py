@@ -77,7 +77,7 @@ class HostQueryArgsSchema(PaginationArgsSchema):
 class HostStateSchema(ma.Schema):
     state = ma.fields.String(required=True, validate=ma.validate.OneOf(states.HOST_STATES),
                              metadata={"description": STATE_FIELD_HELP})
-    reason = ma.fields.String(allow_none=True, validate=ma.validate.Length(max=255))
+    reason = fields.Text(allow_none=True, validate=ma.validate.Length(max=255))
 
 
 class HostUpdateSchema(ma.Schema):

@@ -23,7 +23,8 @@ class Images(MethodView):
     def get(self, args, tenant_id):
         """List images, sorted by name, paginated with limit/marker."""
         with current_state().database.session() as session:
-            images, links = common.paginate(session, sa.select(Image), Image.name, args)
+            images, links = common.paginate(session, sa.select(Image), Image.name, args,
+                                            "image")
             return {"images": images, "links": links}
 
 

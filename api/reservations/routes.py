@@ -140,11 +140,12 @@ class Reservations(MethodView):
 
         Sorted by id, paginated with limit/marker; ``status`` filters.
         """
-        stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
+        scope = stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
         if args.get("status"):
             stmt = stmt.where(Reservation.status == args["status"])
         with current_state().database.session() as session:
-            page, links = common.paginate(session, stmt, Reservation.id, args)
+            page, links = common.paginate(session, stmt, Reservation.id, args,
+                                          "reservation", scope)
             progress = rows.progress_by_reservation(session, [r.id for r in page])
             return {"reservations": [_view(r, progress[r.id]) for r in page],
                     "links": links}

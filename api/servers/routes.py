@@ -3,23 +3,27 @@
 A server's id is a uuid and never a reservation id (docs/origins.md,
 "Reservations of N instances"); the servers of one reservation are
 ``GET .../servers?reservation_id=r-...``.
-Another project's server answers 404.
+Another project's server answers 404. Operators list every project's servers
+with ``GET /v2/admin/servers`` (or ``all_tenants=1`` on a project's list, as
+in Nova); both lists are one query (:mod:`fleetflow.services.servers`) shown
+by one schema.
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
 from fleetflow.api import common, policy
 from fleetflow.api.servers import schemas
 from fleetflow.api.state import current_state
-from fleetflow.common import ids, states
+from fleetflow.common import ids
 from fleetflow.persistence.models import Instance
+from fleetflow.services import servers
 
-blp = common.Blueprint("servers", __name__, url_prefix="/v2/<tenant_id>/servers",
-                       description="Instances of the project, one by one.")
+blp = common.Blueprint("servers", __name__, url_prefix="/v2",
+                       description="Instances of the project, one by one; every "
+                                   "project's for operators.")
 
 
 def _get_server(session, tenant_id: str, server_id: str) -> Instance:
@@ -29,35 +33,53 @@ def _get_server(session, tenant_id: str, server_id: str) -> Instance:
     return instance
 
 
-@blp.route("")
+def _page(args: dict, tenant_id: str | None) -> dict:
+    limit = args.get("limit") or current_state().conf.api.page_size
+    found, more = servers.list_page(
+        current_state().database, limit=limit, marker=args.get("marker"), tenant_id=tenant_id,
+        reservation_id=args.get("reservation_id"), status=args.get("status"),
+        host=args.get("host"))
+    return {"servers": found,
+            "links": common.next_links(found[-1] if more else None, "id", limit)}
+
+
+@blp.route("/<tenant_id>/servers")
 class Servers(MethodView):
     @policy.authorize("servers:list")
-    @blp.arguments(schemas.ServerQueryArgsSchema, location="query")
+    @blp.arguments(schemas.TenantServerQueryArgsSchema, location="query")
     @blp.response(200, schemas.ServerListSchema)
     def get(self, args, tenant_id):
         """List the project's servers; filter by reservation_id, status, host (admins).
 
         Sorted by id, paginated with limit/marker. Deleted servers are left out
-        unless ``status=DELETED`` asks for them.
+        unless ``status=DELETED`` asks for them. ``all_tenants=1`` lists every
+        project's servers for administrators and is ignored for others (as Nova).
         """
-        stmt = sa.select(Instance).where(Instance.tenant_id == tenant_id)
-        if args.get("reservation_id") is not None:
-            stmt = stmt.where(Instance.reservation_id == args["reservation_id"])
-        if args.get("status") is not None:
-            stmt = stmt.where(Instance.status == args["status"])
-        else:
-            stmt = stmt.where(Instance.status != states.DELETED)
         if args.get("host") is not None:
             # NOTE: where instances run is the operator's business (a tenant
             # could map the fleet with it), so the filter has its own rule.
             policy.enforce("servers:filter_by_host")
-            stmt = stmt.where(Instance.host == args["host"])
-        with current_state().database.session() as session:
-            servers, links = common.paginate(session, stmt, Instance.id, args)
-            return {"servers": servers, "links": links}
+        every_project = args.get("all_tenants") and policy.allowed(
+            "servers:list_all_projects", {"project_id": tenant_id})
+        return _page(args, None if every_project else tenant_id)
 
 
-@blp.route("/<server_id>")
+@blp.route("/admin/servers")
+class AdminServers(MethodView):
+    @policy.authorize("servers:admin_list")
+    @blp.arguments(schemas.AdminServerQueryArgsSchema, location="query")
+    @blp.response(200, schemas.ServerListSchema)
+    def get(self, args):
+        """List the servers of every project; filter by project_id (or tenant_id),
+        reservation_id, status and host.
+
+        Sorted by id, paginated with limit/marker. Deleted servers are left out
+        unless ``status=DELETED`` asks for them.
+        """
+        return _page(args, args.get("project_id") or args.get("tenant_id"))
+
+
+@blp.route("/<tenant_id>/servers/<server_id>")
 class ServerItem(MethodView):
     @policy.authorize("servers:show")
     @blp.response(200, schemas.ServerResponseSchema)

@@ -69,6 +69,28 @@ class ServerQueryArgsSchema(PaginationArgsSchema):
     host = ma.fields.String(metadata={"description": "Administrators only."})
 
 
+class TenantServerQueryArgsSchema(ServerQueryArgsSchema):
+    """The project's list; an administrator may ask for every project's (as Nova)."""
+
+    all_tenants = ma.fields.Boolean(
+        metadata={"description": "Administrators: the servers of every project (as "
+                                 "GET /v2/admin/servers). Others: ignored, as Nova does."})
+
+
+class AdminServerQueryArgsSchema(ServerQueryArgsSchema):
+    """Every project's servers; ``project_id`` (or its alias ``tenant_id``) picks one."""
+
+    project_id = ma.fields.String(metadata={"description": "Servers of one project."})
+    tenant_id = ma.fields.String(metadata={"description": "The same as project_id."})
+
+    @ma.validates_schema
+    def _one_project(self, data, **kwargs):
+        project, tenant = data.get("project_id"), data.get("tenant_id")
+        if project is not None and tenant is not None and project != tenant:
+            raise ma.ValidationError("names another project than project_id",
+                                     field_name="tenant_id")
+
+
 class ServerStatusSchema(ma.Schema):
     """What DELETE answers: the server's new status and where to follow it."""
 

@@ -45,7 +45,7 @@ class Volumes(MethodView):
         Sorted by id, paginated with limit/marker. Deleted volumes are left out
         unless ``status=DELETED`` asks for them.
         """
-        stmt = sa.select(Volume).where(Volume.tenant_id == tenant_id)
+        scope = stmt = sa.select(Volume).where(Volume.tenant_id == tenant_id)
         if args.get("vcluster_id") is not None:
             stmt = stmt.where(Volume.vcluster_id == args["vcluster_id"])
         if args.get("status") is not None:
@@ -53,7 +53,8 @@ class Volumes(MethodView):
         else:
             stmt = stmt.where(Volume.status != states.VOLUME_DELETED)
         with current_state().database.session() as session:
-            volumes, links = common.paginate(session, stmt, Volume.id, args)
+            volumes, links = common.paginate(session, stmt, Volume.id, args, "volume",
+                                             scope)
             return {"volumes": volumes, "links": links}
 
 

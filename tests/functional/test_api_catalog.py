@@ -79,9 +79,14 @@ def test_host_list_pages_with_limit_and_marker(client, admin_headers, sample_cat
     names, pages = follow(client, admin_headers, "/v2/admin/hosts?limit=1", "hosts")
     assert names and [h["name"] for h in names] == ["host-001", "host-002", "host-003"]
     assert pages == 3
-    # A marker that names no host still pages from where it would sort.
-    after = client.get("/v2/admin/hosts?marker=host-0015", headers=admin_headers).get_json()
-    assert [h["name"] for h in after["hosts"]] == ["host-002", "host-003"]
+    # A marker that names no host is refused, as in OpenStack's APIs.
+    after = client.get("/v2/admin/hosts?marker=host-0015", headers=admin_headers)
+    assert after.status_code == 400 and "'marker'" in after.get_json()["errors"][0]["detail"]
+    # One whose state changed since is still a host: the next page starts after it.
+    client.put("/v2/admin/hosts/host-001", json={"host": {"state": "maintenance"}},
+               headers=admin_headers)
+    after = client.get("/v2/admin/hosts?state=up&marker=host-001", headers=admin_headers)
+    assert [h["name"] for h in after.get_json()["hosts"]] == ["host-002", "host-003"]
 
 
 def test_host_list_uses_the_configured_page_size(make_conf, db, sample_catalog,

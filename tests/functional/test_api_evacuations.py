@@ -493,6 +493,19 @@ def test_bad_action_bodies_are_400(started, client, admin_headers, db, jobs, act
     assert len(jobs) == 1
 
 
+def test_skipping_the_same_server_twice_is_a_400_naming_it(started, client, admin_headers,
+                                                           db, jobs):
+    evacuation_id, (first, _second) = started
+    set_status(db, evacuation_id, states.PAUSED)
+
+    response = client.post(f"{URL}/{evacuation_id}/skip",
+                           json={"skip": {"instances": [first, first]}}, headers=admin_headers)
+
+    assert response.status_code == 400
+    assert "skip.instances" in details(response) and first in details(response)
+    assert len(jobs) == 1
+
+
 def test_revert_ends_a_paused_evacuation_and_releases_its_host(started, client,
                                                                admin_headers, db, jobs):
     evacuation_id, (first, second) = started

@@ -32,7 +32,8 @@ PLACEMENT_KEYS = ["name", "uuid", "parent_provider_uuid", "resource_provider_gen
                   "allocation_ratio", "traits", "allocations", "resources", "project_id",
                   "user_id", "consumer_generation", "mappings", "VCPU", "MEMORY_MB"]
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "application/xml",
-                 "text/xml", "text/plain", "application/x-www-form-urlencoded", None]
+                 "text/xml", "text/plain", "application/x-www-form-urlencoded",
+                 "application/foo+json", None]
 HOSTILE_STRINGS = ["\udc80", "a\ud800b", "\x00", "\x01", "a\x0bb", "\ufffe", "\U0010ffff",
                    "", " ", "x" * 300, "</a>", "&amp;", "\"'", "${x}", "%s", "-1", "1e999"]
 HOSTILE_NUMBERS = [0, -1, 1, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, 10**40,
@@ -72,7 +73,7 @@ def hostile(services, app, db, make_headers):
     values = {"tenant_id": TENANT, "name": HOST, "group_id": group,
               "uuid": stable_uuid(HOST), "consumer_uuid": str(uuid.uuid4()),
               "resource_class": "VCPU", "member_name": "m"}
-    routes, xml_routes = [], []
+    routes, xml_routes, body_routes = [], [], []
     for rule in app.url_map.iter_rules():
         if not rule.rule.startswith(("/v2/", "/placement/")):
             continue
@@ -88,8 +89,25 @@ def hostile(services, app, db, make_headers):
                          None)
         if isinstance(parser, XmlBodyParser):
             xml_routes.extend(found)
+        body_routes.extend(route for route in found
+                           if _reads_a_body(app, rule.endpoint, route[0], route[1]))
     assert len(routes) > 25 and xml_routes, routes
-    return Hostile(client, db, routes, xml_routes, vocabulary(app))
+    hostile = Hostile(client, db, routes, xml_routes, vocabulary(app))
+    hostile.body_routes = body_routes
+    return hostile
+
+
+def _reads_a_body(app, endpoint: str, method: str, url: str) -> bool:
+    """Whether the route reads a JSON body: a /v2 view with a body argument, or a
+    /placement write (at the latest version, all but the creation of a trait or of a
+    resource class, whose PUT takes none since 1.7)."""
+    if url.startswith("/placement/"):
+        return method in ("POST", "PUT") and endpoint not in (
+            "placement.create_trait", "placement.update_resource_class")
+    view_class = getattr(app.view_functions[endpoint], "view_class", None)
+    apidoc = getattr(getattr(view_class, method.lower(), None), "_apidoc", {})
+    return any(parameter.get("in") not in ("query", "path")
+               for parameter in (apidoc.get("arguments") or {}).get("parameters", []))
 
 
 def vocabulary(app) -> list[str]:
@@ -196,7 +214,9 @@ def _xml_bodies(names):
         st.builds(lambda n: ("<group>" + "<a>" * n + "</a>" * n + "</group>").encode(),
                   SIZES),
         st.sampled_from([b"<group", b"<!DOCTYPE x [<!ENTITY a 'b'>]><group name='&a;'/>",
-                         b"<group name='&#1;'/>", b"<group>\xff</group>"]))
+                         b"<group name='&#1;'/>", b"<group>\xff</group>",
+                         b'<group name="g"><metadata><meta key="k"><a/></meta></metadata>'
+                         b'</group>']))
 
 
 def valid_bodies(host_uuid: str) -> dict:
@@ -302,6 +322,14 @@ def test_hostile_values_inside_valid_bodies(hostile, data):
         hostile.check(method, url, headers, encoded, "application/xml")
     else:
         hostile.check(method, url, headers, json.dumps(body).encode(), "application/json")
+
+
+def test_a_type_that_only_ends_in_json_is_a_415_wherever_a_body_is_read(hostile):
+    """JSON under another media type (``application/foo+json``) is not read as JSON."""
+    assert len(hostile.body_routes) > 10, hostile.body_routes
+    for method, url, headers in hostile.body_routes:
+        response = hostile.check(method, url, headers, b"{}", "application/foo+json")
+        assert response.status_code == 415, (method, url, response.data[:300])
 
 
 CANNED = {

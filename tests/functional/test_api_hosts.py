@@ -184,6 +184,31 @@ def test_forced_down_is_immediate(client, admin_headers, sample_catalog):
     assert listed(client, admin_headers, "?state=down") == ["host-003"]
 
 
+@pytest.mark.parametrize("reason", ["disk \x1b[2Jfailing", "line one\nline two", "tab\there",
+                                    "bell\x07", "c1 \x9b"])
+def test_a_reason_with_control_characters_is_a_400_naming_it(client, admin_headers,
+                                                              sample_catalog, reason):
+    response = put_state(client, admin_headers, "host-002", "maintenance", reason)
+
+    assert response.status_code == 400, response.json
+    assert "'host.reason'" in details(response) and "control characters" in details(response)
+    assert host_row(sample_catalog, "host-002").state_reason is None
+
+
+@pytest.mark.parametrize("url, root", [(f"{HOSTS}/host-001/evacuate", "evacuate"),
+                                       ("/v2/admin/evacuations", "evacuation")])
+def test_an_evacuation_reason_with_control_characters_is_a_400_naming_it(
+        client, admin_headers, sample_catalog, url, root):
+    body = {"reason": "gone\x1b]0;owned\x07"}
+    if root == "evacuation":
+        body["hosts"] = ["host-001"]
+
+    response = client.post(url, json={root: body}, headers=admin_headers)
+
+    assert response.status_code == 400, response.json
+    assert f"'{root}.reason'" in details(response)
+
+
 # -- the placement trait ----------------------------------------------------------------------
 
 

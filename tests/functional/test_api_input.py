@@ -183,6 +183,25 @@ def test_a_groups_body_of_another_type_is_a_415_naming_json_and_xml(send, member
     assert "application/json or application/xml" in details(response)
 
 
+@pytest.mark.parametrize("content_type", ["application/foo+json", "application/vnd.api+json",
+                                          "text/json"])
+def test_a_type_that_only_ends_in_json_is_a_415(send, admin_headers, member_headers,
+                                                content_type):
+    response = send("PUT", QUOTA, json.dumps({"quota": {"instances": 3}}),
+                    {**admin_headers, "Content-Type": content_type}, status=415)
+    assert content_type in details(response) and "application/json" in details(response)
+    send("POST", GROUPS, json.dumps({"group": {"name": "g"}}),
+         {**member_headers, "Content-Type": content_type}, status=415)
+
+
+def test_placement_reads_only_application_json_too(send, admin_headers):
+    headers = {**admin_headers, "OpenStack-API-Version": "placement latest",
+               "Content-Type": "application/foo+json"}
+    response = send("POST", "/placement/resource_providers", json.dumps({"name": "rp"}),
+                    headers, status=415)
+    assert "application/foo+json" in details(response)
+
+
 def test_no_body_and_no_type_still_says_what_is_missing(send, admin_headers):
     response = send("PUT", QUOTA, "", admin_headers)
     assert "'quota'" in details(response)
@@ -227,6 +246,23 @@ def test_documented_query_parameters_still_work(client, admin_headers, member_he
         assert response.status_code == 200, (url, response.json)
 
 
+@pytest.mark.parametrize("path", ["reservations", "servers", "groups", "volumes", "flavors",
+                                  "images", "flows"])
+def test_an_unknown_marker_is_a_400_naming_it_on_every_project_list(
+        flow_engine, client, member_headers, sample_catalog, path):
+    response = client.get(f"{TENANT_URL}/{path}?marker=no-such-item", headers=member_headers)
+    assert response.status_code == 400, response.json
+    assert "'marker'" in details(response) and "no-such-item" in details(response)
+
+
+@pytest.mark.parametrize("path", ["hosts", "flows", "servers"])
+def test_an_unknown_marker_is_a_400_naming_it_on_every_admin_list(
+        flow_engine, client, admin_headers, sample_catalog, path):
+    response = client.get(f"/v2/admin/{path}?marker=no-such-item", headers=admin_headers)
+    assert response.status_code == 400, response.json
+    assert "'marker'" in details(response)
+
+
 # -- names, and XML that always parses -------------------------------------------------
 
 
@@ -245,6 +281,19 @@ def test_free_text_values_may_still_hold_newlines(client, member_headers):
     response = client.post(GROUPS, json={"group": {"name": "g", "metadata": {"note": "a\nb"}}},
                            headers=member_headers)
     assert response.status_code == 201, response.json
+
+
+@pytest.mark.parametrize("document,entry", [
+    (b'<group name="g"><metadata><meta key="k"><a/></meta></metadata></group>', "<a>"),
+    (b'<group name="g"><metadata><meta key="k">v<b>w</b></meta></metadata></group>', "<b>"),
+    (b'<group name="g"><capabilities><capability key="gpu">true<x/></capability>'
+     b'</capabilities></group>', "<x>"),
+])
+def test_an_element_inside_a_keyed_xml_entry_is_a_400_naming_it(send, member_headers,
+                                                                 document, entry):
+    response = send("POST", GROUPS, document,
+                    {**member_headers, **XML_TYPE, "Accept": "application/json"})
+    assert entry in details(response) and "key=" in details(response)
 
 
 def test_groups_xml_is_well_formed_whatever_the_stored_names_hold(client, db, member_headers):
@@ -302,7 +351,7 @@ def test_every_integer_of_every_v2_body_is_the_strict_bounded_kind(app):
     loose = [(route, where) for route, schema in _body_schemas(app)
              for where, field in _integer_fields(schema)
              if not isinstance(field, fields.Integer)]
-    assert loose == []
+    assert loose == [], "\n".join(map(str, loose))
 
 
 def test_a_placement_inventory_that_is_not_an_object_is_a_400(send, client, admin_headers):
@@ -321,3 +370,37 @@ def test_placement_names_what_is_wrong_in_its_json(send, admin_headers):
     headers = {**admin_headers, "OpenStack-API-Version": "placement latest", **JSON_TYPE}
     response = send("POST", "/placement/resource_providers", '{"name": "a\\udc80"}', headers)
     assert "'name'" in details(response) and "surrogate" in details(response)
+
+
+def _string_fields(schema, path=""):
+    import marshmallow as ma
+
+    schema = schema() if isinstance(schema, type) else schema
+    pending = [(path + "." + name, field) for name, field in schema.fields.items()]
+    while pending:
+        where, field = pending.pop()
+        if isinstance(field, ma.fields.String):
+            yield where, field
+        elif isinstance(field, ma.fields.Nested):
+            pending.extend((where + "." + name, inner)
+                           for name, inner in field.schema.fields.items())
+        elif isinstance(field, ma.fields.List):
+            pending.append((where + "[]", field.inner))
+        elif isinstance(field, ma.fields.Dict) and field.key_field is not None:
+            pending.append((where + "{key}", field.key_field))
+
+
+def test_every_string_of_every_v2_body_refuses_control_characters(app):
+    """Names and free text alike; a word out of a fixed list cannot hold one anyway."""
+    import marshmallow as ma
+
+    from fleetflow.api import fields
+
+    found = [(route, where) for route, schema in _body_schemas(app)
+             for where, field in _string_fields(schema)]
+    assert found, "no string fields found: the walk is broken"
+    loose = [(route, where) for route, schema in _body_schemas(app)
+             for where, field in _string_fields(schema)
+             if fields.no_control_characters not in field.validators
+             and not any(isinstance(v, ma.validate.OneOf) for v in field.validators)]
+    assert loose == [], "\n".join(map(str, loose))

@@ -102,6 +102,79 @@ def test_host_filter_is_for_administrators(client, member_headers, admin_headers
     assert listed(client, admin_headers, "?host=host-001") == [on_one]
 
 
+def test_a_marker_must_be_a_server_of_the_list_but_may_have_changed(
+        client, member_headers, make_reservation, db):
+    _rid, ids = make_reservation(3)
+    _theirs, (foreign, *_) = make_reservation(1, tenant="tenant-b")
+    first, *rest = sorted(ids)
+    for instance_id in ids:
+        set_instance(db, instance_id, status=states.BUILDING)
+    set_instance(db, first, status=states.ACTIVE)
+
+    # It left the BUILDING list between two pages: the next page still starts after it.
+    assert listed(client, member_headers, f"?status=BUILDING&marker={first}") == rest
+    for marker in (foreign, "0f0c8a34-5d1e-4c59-9a53-0d2f3e7d6a01"):
+        response = client.get(f"{URL}?marker={marker}", headers=member_headers)
+        assert response.status_code == 400
+        assert "'marker'" in response.json["errors"][0]["detail"]
+
+
+ADMIN_URL = "/v2/admin/servers"
+
+
+def admin_listed(client, headers, query="") -> list[str]:
+    response = client.get(ADMIN_URL + query, headers=headers)
+    assert response.status_code == 200, response.json
+    return [s["id"] for s in response.json["servers"]]
+
+
+def test_operators_list_every_projects_servers(client, admin_headers, member_headers,
+                                               make_reservation, db):
+    _a, mine = make_reservation(2)
+    _b, theirs = make_reservation(1, tenant="tenant-b")
+    set_instance(db, mine[0], status=states.ACTIVE, host="host-001")
+    set_instance(db, theirs[0], status=states.DELETED)
+
+    assert admin_listed(client, admin_headers) == sorted(mine)
+    assert admin_listed(client, admin_headers, "?status=DELETED") == theirs
+    assert admin_listed(client, admin_headers, "?project_id=tenant-a&host=host-001") == [
+        mine[0]]
+    assert admin_listed(client, admin_headers, "?tenant_id=tenant-b&status=DELETED") == theirs
+    assert admin_listed(client, admin_headers, "?project_id=tenant-c") == []
+    shown = client.get(ADMIN_URL, headers=admin_headers).json["servers"]
+    assert {(s["tenant_id"], s["host"]) for s in shown} == {("tenant-a", "host-001"),
+                                                            ("tenant-a", None)}
+    both = client.get(f"{ADMIN_URL}?project_id=tenant-a&tenant_id=tenant-b",
+                      headers=admin_headers)
+    assert both.status_code == 400 and "'tenant_id'" in both.json["errors"][0]["detail"]
+    assert client.get(ADMIN_URL, headers=member_headers).status_code == 403
+
+
+def test_the_operators_list_pages_across_projects(client, admin_headers, make_reservation):
+    _a, mine = make_reservation(2)
+    _b, theirs = make_reservation(2, tenant="tenant-b")
+
+    seen, url = [], f"{ADMIN_URL}?limit=1"
+    while url:
+        page = client.get(url, headers=admin_headers).json
+        seen += [s["id"] for s in page["servers"]]
+        url = page["links"][0]["href"] if page["links"] else None
+    assert seen == sorted(mine + theirs)
+
+
+def test_all_tenants_lists_every_project_for_admins_and_is_ignored_for_others(
+        client, admin_headers, member_headers, make_reservation):
+    _a, mine = make_reservation(1)
+    _b, theirs = make_reservation(1, tenant="tenant-b")
+
+    assert listed(client, admin_headers, "?all_tenants=1") == sorted(mine + theirs)
+    assert listed(client, admin_headers, "?all_tenants=0") == mine
+    assert listed(client, admin_headers) == mine
+    # As Nova: a member asking for every project gets the own project's servers.
+    assert listed(client, member_headers, "?all_tenants=1") == mine
+    assert client.get(URL + "?all_tenants=maybe", headers=admin_headers).status_code == 400
+
+
 def test_show_a_server(client, member_headers, make_reservation, db):
     rid, (server_id, _other) = make_reservation(2)
     fault = rows.fault("BUILD_FAILED", "no disk", "boot", "host-002")
@@ -171,3 +244,11 @@ def test_reader_may_read_but_not_delete(client, reader_headers, make_reservation
     assert client.get(f"{URL}/{server_id}", headers=reader_headers).status_code == 200
     assert client.delete(f"{URL}/{server_id}", headers=reader_headers).status_code == 403
     assert jobs == []
+
+
+def test_the_operators_list_is_in_the_openapi_document(client):
+    paths = client.get("/openapi.json").json["paths"]
+    admin = {p["name"] for p in paths["/v2/admin/servers"]["get"]["parameters"]}
+    tenant = {p["name"] for p in paths["/v2/{tenant_id}/servers"]["get"]["parameters"]}
+    assert {"project_id", "tenant_id", "host", "status", "limit", "marker"} <= admin
+    assert "all_tenants" in tenant

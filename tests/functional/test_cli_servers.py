@@ -89,3 +89,22 @@ def test_delete(run, reservation, jobs):
     building = run("servers", "delete", ids[1])
     assert building.exit_code == 1 and "409" in building.output
     assert run("servers", "show", ids[0], project="tenant-b").exit_code == 1
+
+
+def test_all_projects_lists_every_projects_servers_for_administrators(run, reservation):
+    _rid, ids = reservation
+    theirs = json.loads(run("reserve", "--count", "1", "--flavor", "m1.small", "--json",
+                            project="tenant-b").output)["id"]
+
+    every = json.loads(run("servers", "list", "--all-projects", "--json", project="admin",
+                           roles="admin").output)
+    assert {s["tenant_id"] for s in every} == {"tenant-a", "tenant-b"} and len(every) == 3
+    one = json.loads(run("servers", "list", "--in-project", "tenant-b", "--json",
+                         project="admin", roles="admin").output)
+    assert [s["reservation_id"] for s in one] == [theirs]
+    table = run("servers", "list", "--all-projects", "--host", "host-001", project="admin",
+                roles="admin")
+    assert table.exit_code == 0 and "project" in table.output
+    assert ids[0] in table.output and "tenant-a" in table.output
+    refused = run("servers", "list", "--all-projects")
+    assert refused.exit_code == 1 and "403" in refused.output

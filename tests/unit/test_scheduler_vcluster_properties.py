@@ -382,7 +382,8 @@ def contradiction(servers, volumes, groupings) -> InvalidInput | None:
 
 
 CLASH = re.compile(r"grouping (\S+) \(anti-affinity, (\w+)\): (\S+) and (\S+) must share a "
-                   r"(\w+) by affinity")
+                   r"(\w+) by affinity \((.+)\)")
+TIE = re.compile(r"grouping (\S+)|volume (\S+) attached to (\S+)")
 
 
 def assert_real(caught: InvalidInput, servers, volumes, groupings, snapshot, backends) -> None:
@@ -398,9 +399,19 @@ def assert_real(caught: InvalidInput, servers, volumes, groupings, snapshot, bac
     if found is None:
         assert "by affinity" not in caught.message, caught.message
         return
-    name, scope, a, b, _ = found.groups()
+    name, scope, a, b, _, forcing = found.groups()
     assert any(g.name == name and g.rule == "anti-affinity" and {a, b} <= set(g.members)
                for g in groupings)
+    # The other side of the contradiction: affinities (and attachments) that chain a to b.
+    affinities = {g.name: set(g.members) for g in groupings if g.rule == "affinity"}
+    named = []
+    for tie in forcing.split(", "):
+        grouping, volume, server = TIE.fullmatch(tie).groups()
+        named.append(affinities[grouping] if grouping else {volume, server})
+    chained = {a}
+    while any(tie & chained and not tie <= chained for tie in named):
+        chained |= next(tie for tie in named if tie & chained and not tie <= chained)
+    assert b in chained, caught.message
     unit = {a}
     ties = [set(g.members) for g in groupings if g.rule == "affinity"]
     ties += [{v, s} for v, s in expected_attachments(servers, volumes, groupings).items()]

@@ -1,0 +1,41 @@
+"""Servers (instances) one by one: the pages of a project's list, or of every
+project's for operators.
+
+The project's list (``GET /v2/{project}/servers``) and the operator's
+(``GET /v2/admin/servers``, or the project's with ``all_tenants=1`` as in Nova)
+are the same query, with or without the project: one function, so that both
+filter and page alike.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.persistence.models import Instance
+from fleetflow.services import pages
+
+
+def list_page(database, *, limit: int, marker: str | None = None,
+              tenant_id: str | None = None, reservation_id: str | None = None,
+              status: str | None = None, host: str | None = None) -> tuple[list[Instance], bool]:
+    """``(servers, more)``: one page sorted by id.
+
+    ``tenant_id`` None lists every project's. Filters combine (AND); deleted
+    servers are left out unless ``status`` is DELETED. The marker must be a
+    server of the listed projects (InvalidInput naming ``marker`` otherwise).
+    """
+    scope = sa.select(Instance)
+    if tenant_id is not None:
+        scope = scope.where(Instance.tenant_id == tenant_id)
+    stmt = scope
+    if reservation_id is not None:
+        stmt = stmt.where(Instance.reservation_id == reservation_id)
+    if status is not None:
+        stmt = stmt.where(Instance.status == status)
+    else:
+        stmt = stmt.where(Instance.status != states.DELETED)
+    if host is not None:
+        stmt = stmt.where(Instance.host == host)
+    with database.session() as session:
+        return pages.keyset_page(session, stmt, Instance.id, limit, marker, "server", scope)
