@@ -1,15 +1,20 @@
 """What every resource blueprint uses: the Blueprint class, pagination, links.
 
-Pagination (every list route, the same way): ``?limit=N&marker=K``. Items come
-sorted by a unique key (hosts: name; flavors, images: name; resources with
-generated ids: their id); ``marker`` is the key of the last item already seen
-and the page holds the next ``limit`` items (``[api] page_size`` by default, at
-most :data:`MAX_LIMIT`). The body lists a ``next`` link while more remain::
+Pagination (every list route, the same way): ``?limit=N&marker=K``. What
+tenants and operators make (reservations, servers, volumes, groups, clusters,
+evacuations, flows) comes newest first: ``created_at`` descending, the id
+breaking ties (:mod:`fleetflow.persistence.paging`); the fleet and its catalogs
+(hosts, flavors, images) come sorted by name. ``marker`` is the key (id or
+name) of the last item already seen and the page holds the next ``limit`` items
+(``[api] page_size`` by default, at most :data:`MAX_LIMIT`). The body lists a
+``next`` link while more remain::
 
     {"hosts": [...], "links": [{"rel": "next", "href": ".../hosts?limit=2&marker=h-002"}]}
 
-Keyset pagination needs no stable snapshot: a marker that has since been
-deleted still works (the page starts after where it was).
+Keyset pagination needs no stable snapshot: rows made after the first page
+never shift the pages that follow. A marker that names no item of the list is
+a 400 naming ``marker``; by name, a deleted one still works (the page starts
+after where it was).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sqlalchemy as sa
 
 from fleetflow.api.bodies import BodyParser
 from fleetflow.api.state import current_state
+from fleetflow.persistence import paging
 
 MAX_LIMIT = 1000
 
@@ -61,14 +67,28 @@ def paginate(session, stmt: sa.Select, key: sa.orm.InstrumentedAttribute, args: 
         stmt = stmt.where(key > marker)
     # One row more than asked tells whether a next page exists.
     rows = list(session.scalars(stmt.order_by(key).limit(limit + 1)))
-    links = []
-    if len(rows) > limit:
-        rows = rows[:limit]
-        query = flask.request.args.to_dict()
-        query.update(limit=str(limit), marker=str(getattr(rows[-1], key.key)))
-        href = flask.request.base_url + "?" + urllib.parse.urlencode(query)
-        links.append({"rel": "next", "href": href})
-    return rows, links
+    if len(rows) <= limit:
+        return rows, []
+    rows = rows[:limit]
+    return rows, next_links(limit, str(getattr(rows[-1], key.key)))
+
+
+def paginate_newest_first(session, stmt: sa.Select, model, args: dict, scope: tuple = ()):
+    """Run ``stmt`` for one page of ``model`` rows, newest first (marker: an id).
+
+    ``scope`` says whose rows these are (a tenant); a marker outside it is a
+    400. Returns ``(rows, links)`` as :func:`paginate` does.
+    """
+    limit = args.get("limit") or current_state().conf.api.page_size
+    rows, more = paging.newest_first(session, stmt, model, limit, args.get("marker"), scope)
+    return rows, (next_links(limit, rows[-1].id) if more else [])
+
+
+def next_links(limit: int, marker: str) -> list[dict]:
+    """The ``links`` of a page after which more items remain."""
+    query = flask.request.args.to_dict()
+    query.update(limit=str(limit), marker=marker)
+    return [{"rel": "next", "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)}]
 
 
 def get_by_id_or_name(session, model, ref: str):

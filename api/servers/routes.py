@@ -37,7 +37,8 @@ class Servers(MethodView):
     def get(self, args, tenant_id):
         """List the project's servers; filter by reservation_id, status, host (admins).
 
-        Sorted by id, paginated with limit/marker. Deleted servers are left out
+        Newest first (``created_at`` descending, the id breaking ties), paginated
+        with limit/marker (a server id). Deleted servers are left out
         unless ``status=DELETED`` asks for them.
         """
         stmt = sa.select(Instance).where(Instance.tenant_id == tenant_id)
@@ -53,7 +54,8 @@ class Servers(MethodView):
             policy.enforce("servers:filter_by_host")
             stmt = stmt.where(Instance.host == args["host"])
         with current_state().database.session() as session:
-            servers, links = common.paginate(session, stmt, Instance.id, args)
+            servers, links = common.paginate_newest_first(
+                session, stmt, Instance, args, scope=(Instance.tenant_id == tenant_id,))
             return {"servers": servers, "links": links}
 
 

@@ -6,9 +6,11 @@ Its ``submit`` only records the posted jobs (see test_api_reservations.py).
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Instance
 from fleetflow.services.operations import Operations, ReservationRequest
 
 URL = "/v2/tenant-a/servers"
@@ -82,13 +84,20 @@ def test_deleted_servers_are_listed_only_when_asked(client, member_headers, make
     assert listed(client, member_headers, "?status=DELETED") == [gone]
 
 
-def test_list_is_paginated(client, member_headers, make_reservation):
-    _rid, ids = make_reservation(3)
+def test_list_is_paginated_newest_first(client, member_headers, make_reservation, db):
+    _rid, older = make_reservation(2)
+    _rid, newer = make_reservation(2)
+    with db.session() as session:
+        made = dict(session.execute(sa.select(Instance.id, Instance.created_at)
+                                    .where(Instance.id.in_(older + newer))).all())
+    # Servers made in the same instant (one reservation's may be) go by id.
+    ids = sorted(made, key=lambda i: (made[i], i), reverse=True)
+    assert set(ids[:2]) == set(newer)
 
-    page = client.get(URL + "?limit=2", headers=member_headers).json
-    assert [s["id"] for s in page["servers"]] == sorted(ids)[:2]
+    page = client.get(URL + "?limit=3", headers=member_headers).json
+    assert [s["id"] for s in page["servers"]] == ids[:3]
     rest = client.get(page["links"][0]["href"], headers=member_headers).json
-    assert [s["id"] for s in rest["servers"]] == sorted(ids)[2:]
+    assert [s["id"] for s in rest["servers"]] == ids[3:]
 
 
 def test_host_filter_is_for_administrators(client, member_headers, admin_headers,
