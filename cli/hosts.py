@@ -2,7 +2,7 @@
 
 ::
 
-    fleetflow --project admin --roles admin hosts list --state down
+    fleetflow --project admin --roles admin hosts list --status down
     fleetflow --project admin --roles admin hosts set-state z1-r1-h01 maintenance \\
         --reason "disk swap"
     fleetflow --project admin --roles admin hosts simulate z1-r1-h01 --dead
@@ -33,15 +33,15 @@ def hosts() -> None:
 
 
 @hosts.command("list")
-@click.option("--state", type=click.Choice(HOST_STATES),
-              help="Only hosts in this (effective) state.")
+@remote.status_option("Only hosts in this (effective) state, any case.", HOST_STATES,
+                      state_alias=True)
 @click.option("--region", help="Only hosts of this region.")
 @click.option("--zone", help="Only hosts of this zone.")
 @click.option("--rack", help="Only hosts of this rack.")
 @remote.api_command
-def list_(state, region, zone, rack, as_json):
+def list_(status, region, zone, rack, as_json):
     """List hosts with their effective state and instance count."""
-    found = remote.client().list_hosts(state=state, region=region, zone=zone, rack=rack)
+    found = remote.client().list_hosts(state=status, region=region, zone=zone, rack=rack)
     if as_json:
         remote.print_json(found)
         return

@@ -104,8 +104,12 @@ def test_hosts_set_state_and_filter(run):
 
     assert result.exit_code == 0, result.output
     assert "maintenance" in result.output
-    shown = run_json(run, "hosts", "list", "--state", "maintenance")
+    shown = run_json(run, "hosts", "list", "--status", "MAINTENANCE")
     assert [(h["name"], h["reason"]) for h in shown] == [(SOURCE, "disk swap")]
+    # The flag of earlier versions still filters, with a word on stderr.
+    old_flag = run("hosts", "list", "--state", "maintenance", "--json")
+    assert [h["name"] for h in json.loads(old_flag.stdout)] == [SOURCE]
+    assert "--state is deprecated" in old_flag.stderr
     assert run("hosts", "set-state", SOURCE, "asleep").exit_code == 2
     missing = run("hosts", "set-state", "z9-r9-h99", "up")
     assert missing.exit_code == 1 and "404" in missing.output
@@ -197,14 +201,14 @@ def test_evacuate_watch_until_done(run, cloud, outcome):
     assert all(server in result.output for server in servers)
 
 
-def test_evacuate_watch_exits_2_when_it_pauses(run, cloud, outcome):
+def test_evacuate_watch_exits_5_when_it_pauses(run, cloud, outcome):
     cloud.boot(SOURCE)
     outcome["status"] = states.PAUSED
 
     result = run("evacuate", SOURCE, "--mode", "live", "--watch", "--interval", "0.05",
                  "--json")
 
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     final = json.loads(result.stdout)
     assert final["status"] == "PAUSED"
     assert final["instances"][0]["fault"]["code"] == "NO_VALID_HOST"
@@ -278,7 +282,8 @@ def test_evacuations_revert_and_watch(run, paused):
 
     assert reverted["status"] == "REVERTED"
     assert {i["id"]: i["status"] for i in reverted["instances"]}[failed] == "REVERTED"
-    assert watched.exit_code == 2 and "REVERTED" in watched.output
+    assert watched.exit_code == 4 and "REVERTED" in watched.output
+    assert watched.output.endswith("\n")
 
 
 def test_evacuations_need_an_administrator(run, paused):
