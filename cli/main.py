@@ -8,6 +8,7 @@ import click
 
 import fleetflow
 from fleetflow.cli import audit as audit_cmd
+from fleetflow.cli import catalog as catalog_cmd
 from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
@@ -58,6 +59,9 @@ cli.add_command(evacuations_cmd.evacuate)
 cli.add_command(evacuations_cmd.evacuations)
 cli.add_command(vclusters_cmd.vclusters)
 cli.add_command(volumes_cmd.volumes)
+cli.add_command(catalog_cmd.quotas)
+cli.add_command(catalog_cmd.flavors)
+cli.add_command(catalog_cmd.images)
 
 
 def main() -> None:

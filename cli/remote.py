@@ -330,10 +330,11 @@ def table(title: str | None, columns: list[str], rows: list[list]) -> None:
 
 def fields(title: str, pairs: list[tuple[str, object]]) -> None:
     """One object as a two-column table."""
-    table(title, ["field", "value"], [[k, _text(v)] for k, v in pairs])
+    table(title, ["field", "value"], [[k, text(v)] for k, v in pairs])
 
 
-def _text(value) -> str:
+def text(value) -> str:
+    """A cell's text: a dict as ``k=v, ...``, a list as ``a, b``."""
     if value is None:
         return ""
     if isinstance(value, dict):

@@ -99,6 +99,28 @@ def test_hosts_list_and_show(run, cloud):
     assert SOURCE in run("hosts", "show", SOURCE).output
 
 
+def test_hosts_list_and_show_used_and_total_capacity(run, cloud, assert_audit_clean):
+    cloud.boot(SOURCE)
+    cloud.boot(SOURCE)
+    _generation, inventory = cloud.placement.store.get_inventories(cloud.host_uuid(SOURCE))
+    vcpu = inventory["VCPU"]
+    total = int((vcpu["total"] - vcpu["reserved"]) * vcpu["allocation_ratio"])
+
+    shown = run_json(run, "hosts", "show", SOURCE)
+    idle = run_json(run, "hosts", "show", "z1-r2-h02")
+    table = run("hosts", "list")
+    text = run("hosts", "show", SOURCE)
+
+    # Two instances of 1 VCPU, 2048 MB and 20 GB each (the cloud's boot).
+    assert shown["capacity"]["VCPU"] == {"used": 2, "total": total, "free": total - 2}
+    assert shown["capacity"]["MEMORY_MB"]["used"] == 4096
+    assert shown["capacity"]["DISK_GB"]["used"] == 40
+    assert idle["capacity"]["VCPU"]["used"] == 0
+    assert "vcpu" in table.output and f"2/{total}" in table.output
+    assert f"VCPU 2/{total} ({total - 2} free)" in text.output
+    assert_audit_clean(cloud.database, cloud.placement, cloud.compute)
+
+
 def test_hosts_set_state_and_filter(run):
     result = run("hosts", "set-state", SOURCE, "maintenance", "--reason", "disk swap")
 
