@@ -64,8 +64,9 @@ Environment:
 \b
 --url, --project, --user, --roles and --token may also follow the subcommand.
 --json prints the object a command is about, without the API's envelope;
-list commands print a JSON list of such objects, newest first.
---status filters a list; its value may be given in any case."""
+list commands print a JSON list of such objects.
+Lists come newest first (hosts, flavors, images: by name); --status filters
+a list, its value in any case."""
 
 EXIT_STATUS_HELP = """\b
 Exit status:
