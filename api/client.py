@@ -376,7 +376,7 @@ class Client:
         return self.get(f"/v2/admin/quotas/{_segment(tenant_id)}")["quota"]
 
     def set_quota(self, tenant_id: str, **limits: int) -> dict:
-        """Set instances / vcpus / ram_mb of a project (administrators)."""
+        """Set instances / vcpus / ram_mb / volumes / gigabytes of a project (administrators)."""
         return self.put(f"/v2/admin/quotas/{_segment(tenant_id)}", {"quota": limits})["quota"]
 
     # -- flows ---------------------------------------------------------------

@@ -1,16 +1,20 @@
 """What every resource blueprint uses: the Blueprint class, pagination, links.
 
-Pagination (every list route, the same way): ``?limit=N&marker=K``. Items come
-sorted by a unique key (hosts: name; flavors, images: name; resources with
-generated ids: their id); ``marker`` is the key of the last item already seen
-and the page holds the next ``limit`` items (``[api] page_size`` by default, at
-most :data:`MAX_LIMIT`). The body lists a ``next`` link while more remain::
+Pagination (every list route, the same way): ``?limit=N&marker=K``. What
+tenants and operators make (reservations, servers, volumes, groups, clusters,
+evacuations, flows) comes newest first: ``created_at`` descending, the id
+breaking ties (:mod:`fleetflow.persistence.paging`); the fleet and its catalogs
+(hosts, flavors, images) come sorted by name. ``marker`` is the key (id or
+name) of the last item already seen and the page holds the next ``limit`` items
+(``[api] page_size`` by default, at most :data:`MAX_LIMIT`). The body lists a
+``next`` link while more remain::
 
     {"hosts": [...], "links": [{"rel": "next", "href": ".../hosts?limit=2&marker=h-002"}]}
 
-Keyset pagination needs no stable snapshot. A marker must name an item of the
-list (before its filters: one whose status changed since still works); any other
-is a 400 naming ``marker`` (:mod:`fleetflow.services.pages`).
+Keyset pagination needs no stable snapshot: rows made after the first page
+never shift the pages that follow. A marker must name an item of the list
+(before its filters: one whose status changed since still works); any other
+is a 400 naming ``marker`` (:mod:`fleetflow.persistence.paging`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sqlalchemy as sa
 
 from fleetflow.api.bodies import BodyParser
 from fleetflow.api.state import current_state
-from fleetflow.services import pages
+from fleetflow.persistence import paging
 
 MAX_LIMIT = 1000
 
@@ -60,16 +64,26 @@ def paginate(session, stmt: sa.Select, key: sa.orm.InstrumentedAttribute, args: 
     400 saying there is no such ``what``.
     """
     limit = args.get("limit") or current_state().conf.api.page_size
-    rows, more = pages.keyset_page(session, stmt, key, limit, args.get("marker"), what, scope)
-    return rows, next_links(rows[-1] if more else None, key.key, limit)
+    rows, more = paging.keyset_page(session, stmt, key, limit, args.get("marker"), what,
+                                    scope)
+    return rows, (next_links(limit, str(getattr(rows[-1], key.key))) if more else [])
 
 
-def next_links(last, key_name: str, limit: int) -> list[dict]:
-    """The ``next`` link after the row ``last`` (none when ``last`` is None)."""
-    if last is None:
-        return []
+def paginate_newest_first(session, stmt: sa.Select, model, args: dict, scope: tuple = ()):
+    """Run ``stmt`` for one page of ``model`` rows, newest first (marker: an id).
+
+    ``scope`` says whose rows these are (a tenant); a marker outside it is a
+    400. Returns ``(rows, links)`` as :func:`paginate` does.
+    """
+    limit = args.get("limit") or current_state().conf.api.page_size
+    rows, more = paging.newest_first(session, stmt, model, limit, args.get("marker"), scope)
+    return rows, (next_links(limit, rows[-1].id) if more else [])
+
+
+def next_links(limit: int, marker: str) -> list[dict]:
+    """The ``links`` of a page after which more items remain."""
     query = flask.request.args.to_dict()
-    query.update(limit=str(limit), marker=str(getattr(last, key_name)))
+    query.update(limit=str(limit), marker=marker)
     return [{"rel": "next", "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)}]
 
 

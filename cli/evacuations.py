@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 
 import click
-from rich.live import Live
 from rich.table import Table
 
 from fleetflow.cli import remote
@@ -26,8 +25,6 @@ STATUSES = ("PENDING", "RUNNING", "PAUSED", "DONE", "PARTIAL", "FAILED", "REVERT
             "REVERTED")
 # Statuses after which an evacuation waits for nobody but an operator.
 STOPPED = ("DONE", "PARTIAL", "FAILED", "REVERTED", "PAUSED")
-# Exit status of --watch when the evacuation did not end DONE.
-NOT_DONE_EXIT = 2
 # The counts of an evacuation's progress, in the order they are shown.
 PROGRESS_KEYS = ("done", "moving", "pending", "failed", "skipped", "reverted")
 
@@ -67,7 +64,7 @@ def _watch(client, evacuation_id: str, interval: float, live: bool) -> dict:
             time.sleep(interval)
             evacuation = client.get_evacuation(evacuation_id)
         return evacuation
-    with Live(moves_table(evacuation), console=remote.console(), auto_refresh=False) as view:
+    with remote.live(moves_table(evacuation)) as view:
         while evacuation["status"] not in STOPPED:
             time.sleep(interval)
             evacuation = client.get_evacuation(evacuation_id)
@@ -93,8 +90,7 @@ def _print_evacuation(evacuation: dict) -> None:
 
 
 def _stopped_exit(evacuation: dict) -> None:
-    if evacuation["status"] != "DONE":
-        raise SystemExit(NOT_DONE_EXIT)
+    remote.settled_exit(evacuation["status"], ("DONE",))
 
 
 @click.command("evacuate")
@@ -121,9 +117,9 @@ def evacuate(hosts, mode, on_error, max_parallel, fallback, target_hosts, reason
              watch_, interval, as_json):
     """Move every server off HOSTS as one durable evacuation.
 
-    With --watch the exit status is 0 when the evacuation ends DONE, 2 when it
-    ends otherwise (PARTIAL, FAILED, REVERTED) or pauses, and 130 on Ctrl-C
-    (the evacuation goes on). With --dry-run it is 0 when every server has a
+    With --watch the exit status is 0 when the evacuation ends DONE, 4 when it
+    ends otherwise (PARTIAL, FAILED, REVERTED), 5 when it pauses for an operator
+    and 130 on Ctrl-C (the evacuation goes on). With --dry-run it is 0 when every server has a
     destination now and 3 when one does not.
     """
     client = remote.client()
@@ -160,7 +156,7 @@ def evacuations() -> None:
 
 
 @evacuations.command("list")
-@click.option("--status", type=click.Choice(STATUSES), help="Only evacuations in this status.")
+@remote.status_option("Only evacuations in this status (any case).", STATUSES)
 @click.option("--host", help="Only evacuations of this host.")
 @remote.api_command
 def list_(status, host, as_json):
@@ -194,7 +190,10 @@ def show(evacuation_id, as_json):
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
 @remote.api_command
 def watch_command(evacuation_id, interval, as_json):
-    """Show every server's move until the evacuation settles or pauses (exit 2 unless DONE)."""
+    """Show every server's move until the evacuation settles or pauses.
+
+    Exit status 0 when it ends DONE, 4 when it ends otherwise, 5 when it pauses.
+    """
     final = watch(remote.client(), evacuation_id, interval, live=not as_json)
     if as_json:
         remote.print_json(final)

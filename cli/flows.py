@@ -2,15 +2,16 @@
 
 ::
 
-    fleetflow flows list --state PAUSED
+    fleetflow flows list --status paused
     fleetflow flows show 3f0c...          # every atom, and the failure
     fleetflow flows resume 3f0c...        # re-run from the checkpoint
     fleetflow flows revert 3f0c...        # undo what it did
 
-Through the REST API (``/v2/admin/flows``). These are operator verbs, so, as
-``fleetflow audit`` does, the API is called as an administrator: ``--project``
-defaults to ``admin`` and, unless ``--roles`` or ``--token`` is given, the role
-is ``admin``.
+Through the REST API. As ``fleetflow audit`` does, the API is called as an
+administrator (``/v2/admin/flows``): ``--project`` defaults to ``admin`` and,
+unless ``--roles`` or ``--token`` is given, the role is ``admin``. Roles given
+without ``admin`` are a member's: ``list`` and ``show`` then read the project's
+own flows (``/v2/{project}/flows``); resume and revert stay operator verbs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ STATES = ("PENDING", "RUNNING", "SUCCESS", "FAILURE", "REVERTED", "SUSPENDED", "
 def admin_client() -> Client:
     """The client of the command line, as an administrator unless told otherwise."""
     return remote.admin_client()
+
+
+def _as_member() -> bool:
+    given = remote.settings()
+    return given.roles_given and "admin" not in {r.strip() for r in given.roles.split(",")}
 
 
 def _failure_text(failure: dict | None) -> str | None:
@@ -52,17 +58,23 @@ def _print_flow(flow: dict) -> None:
 
 @click.group("flows")
 def flows() -> None:
-    """List, show, resume and revert flows (administrators)."""
+    """List and show flows (members: their project's), resume and revert them (admins)."""
 
 
 @flows.command("list")
-@click.option("--state", type=click.Choice(STATES, case_sensitive=False),
-              help="Only flows in this state (PAUSED: stopped on error for an operator).")
+@remote.status_option("Only flows in this state, any case (PAUSED: stopped on error for "
+                      "an operator).", STATES, state_alias=True)
 @click.option("--tenant", help="Only this owner tenant's flows.")
 @remote.api_command
-def list_cmd(state, tenant, as_json) -> None:
-    """List flows, sorted by id."""
-    found = admin_client().list_flows(state=state.upper() if state else None, tenant=tenant)
+def list_cmd(status, tenant, as_json) -> None:
+    """List flows, newest first."""
+    if _as_member():
+        if tenant:
+            raise click.UsageError("--tenant is for administrators: a member lists the "
+                                   "project's own flows")
+        found = remote.client().list_project_flows(state=status)
+    else:
+        found = admin_client().list_flows(state=status, tenant=tenant)
     if as_json:
         remote.print_json(found)
         return
@@ -78,7 +90,8 @@ def list_cmd(state, tenant, as_json) -> None:
 @remote.api_command
 def show_cmd(flow_id, as_json) -> None:
     """Show a flow: every atom's state, intention, attempts and failure."""
-    flow = admin_client().get_flow(flow_id)
+    flow = (remote.client().get_project_flow(flow_id) if _as_member()
+            else admin_client().get_flow(flow_id))
     if as_json:
         remote.print_json(flow)
     else:

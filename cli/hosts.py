@@ -2,7 +2,7 @@
 
 ::
 
-    fleetflow --project admin --roles admin hosts list --state down
+    fleetflow --project admin --roles admin hosts list --status down
     fleetflow --project admin --roles admin hosts set-state z1-r1-h01 maintenance \\
         --reason "disk swap"
     fleetflow --project admin --roles admin hosts simulate z1-r1-h01 --dead
@@ -18,10 +18,26 @@ from fleetflow.cli import remote
 HOST_STATES = ("up", "down", "maintenance", "disabled")
 
 
+# The resource classes a host list shows, as "used/total".
+CAPACITY_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "GPU")
+
+
+def _used_of_total(host: dict, resource_class: str) -> str:
+    found = (host.get("capacity") or {}).get(resource_class)
+    return f"{found['used']}/{found['total']}" if found else ""
+
+
+def _capacity_text(host: dict) -> str:
+    """``VCPU 4/32 (28 free), MEMORY_MB ...``: every class of the host's inventory."""
+    return ", ".join(f"{rc} {c['used']}/{c['total']} ({c['free']} free)"
+                     for rc, c in sorted((host.get("capacity") or {}).items()))
+
+
 def _print_host(host: dict) -> None:
     remote.fields(f"host {host['name']}", [
         ("uuid", host.get("uuid")), ("state", host["state"]), ("reason", host.get("reason")),
-        ("instances", host.get("instances")), ("evacuation_id", host.get("evacuation_id")),
+        ("instances", host.get("instances")), ("capacity (used/total)", _capacity_text(host)),
+        ("evacuation_id", host.get("evacuation_id")),
         ("heartbeat_at", host.get("heartbeat_at")), ("topology", host.get("topology")),
         ("traits", host.get("traits")), ("capabilities", host.get("capabilities")),
         ("compute_agent", host.get("compute_agent")), ("updated_at", host.get("updated_at"))])
@@ -33,21 +49,23 @@ def hosts() -> None:
 
 
 @hosts.command("list")
-@click.option("--state", type=click.Choice(HOST_STATES),
-              help="Only hosts in this (effective) state.")
+@remote.status_option("Only hosts in this (effective) state, any case.", HOST_STATES,
+                      state_alias=True)
 @click.option("--region", help="Only hosts of this region.")
 @click.option("--zone", help="Only hosts of this zone.")
 @click.option("--rack", help="Only hosts of this rack.")
 @remote.api_command
-def list_(state, region, zone, rack, as_json):
-    """List hosts with their effective state and instance count."""
-    found = remote.client().list_hosts(state=state, region=region, zone=zone, rack=rack)
+def list_(status, region, zone, rack, as_json):
+    """List hosts with their effective state, instances and used/total capacity."""
+    found = remote.client().list_hosts(state=status, region=region, zone=zone, rack=rack)
     if as_json:
         remote.print_json(found)
         return
-    remote.table("hosts", ["name", "state", "instances", "evacuation", "region", "zone",
-                           "rack", "reason"],
-                 [[h["name"], h["state"], h.get("instances"), h.get("evacuation_id"),
+    remote.table("hosts", ["name", "state", "instances",
+                           *(rc.lower() for rc in CAPACITY_CLASSES), "evacuation", "region",
+                           "zone", "rack", "reason"],
+                 [[h["name"], h["state"], h.get("instances"),
+                   *(_used_of_total(h, rc) for rc in CAPACITY_CLASSES), h.get("evacuation_id"),
                    h["topology"]["region"], h["topology"]["zone"], h["topology"]["rack"],
                    h.get("reason")] for h in found])
 

@@ -6,7 +6,9 @@ import warnings
 
 import click
 
+import fleetflow
 from fleetflow.cli import audit as audit_cmd
+from fleetflow.cli import catalog as catalog_cmd
 from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
 from fleetflow.cli import db as db_cmd
@@ -24,7 +26,9 @@ from fleetflow.cli import volumes as volumes_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]},
-             epilog=remote.ENVIRONMENT_HELP)
+             epilog=remote.ENVIRONMENT_HELP + "\n\n" + remote.EXIT_STATUS_HELP)
+@click.version_option(fleetflow.__version__, prog_name="fleetflow",
+                      message="%(prog)s %(version)s")
 @click.option("--config-file", "config_files", multiple=True, type=click.Path(dir_okay=False),
               help="oslo.config file; may be given more than once.")
 @remote.global_options
@@ -55,6 +59,9 @@ cli.add_command(evacuations_cmd.evacuate)
 cli.add_command(evacuations_cmd.evacuations)
 cli.add_command(vclusters_cmd.vclusters)
 cli.add_command(volumes_cmd.volumes)
+cli.add_command(catalog_cmd.quotas)
+cli.add_command(catalog_cmd.flavors)
+cli.add_command(catalog_cmd.images)
 
 
 def main() -> None:

@@ -30,16 +30,25 @@ import os
 import click
 import requests
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
 from fleetflow.api.client import Client, FleetflowApiError
 
 META_KEY = "fleetflow.remote"
 DEFAULT_ROLES = "member,reader"
-# Exit status of a --watch interrupted by Ctrl-C (the shell's 128 + SIGINT).
-INTERRUPTED_EXIT = 130
-# Exit status of a --dry-run whose answer is "does not fit" (click's usage errors are 2).
+# Exit statuses: one meaning each, so a script can tell a typo (2, click's usage
+# errors) from an operation that ended badly. EXIT_STATUS_HELP lists them.
+ERROR_EXIT = 1
+USAGE_EXIT = 2
+# A --dry-run whose answer is "does not fit".
 DOES_NOT_FIT_EXIT = 3
+# A --watch whose operation settled in a failed state (ERROR, PARTIAL, REVERTED ...).
+FAILED_EXIT = 4
+# A --watch whose operation stopped PAUSED: it waits for an operator.
+PAUSED_EXIT = 5
+# A --watch interrupted by Ctrl-C (the shell's 128 + SIGINT).
+INTERRUPTED_EXIT = 130
 
 ENVIRONMENT_HELP = """\b
 Environment:
@@ -56,8 +65,20 @@ Environment:
 --url, --project, --user, --roles and --token may also follow the subcommand.
 --json prints the object a command is about, without the API's envelope;
 list commands print a JSON list of such objects.
---dry-run exits 3 when the request does not fit; --watch exits 2 when the
-operation does not end as asked, 130 when interrupted (it goes on)."""
+Lists come newest first (hosts, flavors, images: by name); --status filters
+a list, its value in any case."""
+
+EXIT_STATUS_HELP = """\b
+Exit status:
+  0    done as asked
+  1    error: the API refused the request or could not be reached
+       (audit: mismatches found)
+  2    usage error: a bad option or argument (audit: it could not run)
+  3    --dry-run: the request does not fit now
+  4    --watch: the operation settled in a failed state (ERROR, PARTIAL,
+       FAILED, REVERTED ...)
+  5    --watch: the operation stopped PAUSED and waits for an operator
+  130  --watch interrupted by Ctrl-C (the operation goes on)"""
 
 
 def api_url(conf) -> str:
@@ -182,6 +203,41 @@ json_option = click.option("--json", "as_json", is_flag=True,
                                 "(a list of them for list commands).")
 
 
+def status_option(help_text: str, choices: tuple[str, ...] = (), lower: bool = False,
+                  state_alias: bool = False):
+    """``--status``, the one filter flag of every list: any case, sent as the API spells it
+    (upper case; ``lower`` for hosts). ``state_alias`` keeps the ``--state`` of earlier
+    versions, hidden."""
+    def normalise(_ctx, _param, value):
+        if value is None or choices:
+            return value
+        return value.lower() if lower else value.upper()
+
+    kind = click.Choice(choices, case_sensitive=False) if choices else None
+
+    def decorate(command):
+        if state_alias:
+            command = _merged_state(command)
+            command = click.option("--state", "deprecated_state", type=kind, hidden=True,
+                                   callback=normalise)(command)
+        return click.option("--status", type=kind, callback=normalise, help=help_text)(command)
+
+    return decorate
+
+
+def _merged_state(command):
+    @functools.wraps(command)
+    def wrapper(*args, deprecated_state=None, **kwargs):
+        if deprecated_state is not None:
+            click.echo("--state is deprecated: use --status", err=True)
+            if kwargs.get("status") not in (None, deprecated_state):
+                raise click.UsageError("give --status only (--state is its old name)")
+            kwargs["status"] = deprecated_state
+        return command(*args, **kwargs)
+
+    return wrapper
+
+
 def api_errors(command):
     """Turn API and connection failures into a one-line error and exit status 1."""
     @functools.wraps(command)
@@ -227,10 +283,31 @@ def accepted(kind: str, obj: dict, as_json: bool, watching: bool) -> None:
         click.echo(line, err=as_json)
 
 
+def settled_exit(status: str, wanted: tuple[str, ...]) -> None:
+    """The exit status of a --watch that saw its operation settle in ``status``."""
+    if status in wanted:
+        return
+    raise SystemExit(PAUSED_EXIT if status == "PAUSED" else FAILED_EXIT)
+
+
 def verdict_exit(verdict: dict) -> None:
     """A dry run's answer "does not fit" is a non-zero exit status."""
     if not verdict.get("fits"):
         raise SystemExit(DOES_NOT_FIT_EXIT)
+
+
+@contextlib.contextmanager
+def live(renderable):
+    """A view redrawn in place by ``update(..., refresh=True)``, ending with a line end.
+
+    NOTE: written to a file or a pipe, rich prints the last view without a line
+    end, so what comes next (the shell's prompt) would land on its last line.
+    """
+    screen = console()
+    with Live(renderable, console=screen, auto_refresh=False) as view:
+        yield view
+    if not screen.is_terminal:
+        screen.line()
 
 
 def console() -> Console:
@@ -254,10 +331,11 @@ def table(title: str | None, columns: list[str], rows: list[list]) -> None:
 
 def fields(title: str, pairs: list[tuple[str, object]]) -> None:
     """One object as a two-column table."""
-    table(title, ["field", "value"], [[k, _text(v)] for k, v in pairs])
+    table(title, ["field", "value"], [[k, text(v)] for k, v in pairs])
 
 
-def _text(value) -> str:
+def text(value) -> str:
+    """A cell's text: a dict as ``k=v, ...``, a list as ``a, b``."""
     if value is None:
         return ""
     if isinstance(value, dict):

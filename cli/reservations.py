@@ -20,8 +20,6 @@ from fleetflow.cli.groups import find_group
 # Statuses after which a reservation no longer changes by itself (the API's
 # SETTLED set; the CLI does not import server code).
 SETTLED = ("ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED")
-# Exit status of --watch when the reservation did not end ACTIVE or DELETED.
-FAILED_EXIT = 2
 
 
 def watch(client, reservation_id: str, interval: float, show_bar: bool = True) -> dict:
@@ -77,8 +75,7 @@ def _print_reservation(reservation: dict) -> None:
 
 
 def _settled_exit(reservation: dict) -> None:
-    if reservation["status"] not in ("ACTIVE", "DELETED"):
-        raise SystemExit(FAILED_EXIT)
+    remote.settled_exit(reservation["status"], ("ACTIVE", "DELETED"))
 
 
 @click.command("reserve")
@@ -111,9 +108,9 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
     """Reserve N instances in one request: one flow places and boots them all.
 
     The reservation id is printed as soon as the API takes the request. With
-    --watch the exit status is 0 when the reservation ends ACTIVE, 2 when it
-    ends otherwise (PARTIAL, ERROR, REVERTED ...) and 130 on Ctrl-C (the
-    reservation goes on). With --dry-run it is 0 when the request fits now and
+    --watch the exit status is 0 when the reservation ends ACTIVE, 4 when it
+    ends otherwise (PARTIAL, ERROR, REVERTED), 5 when it stops PAUSED and 130
+    on Ctrl-C (the reservation goes on). With --dry-run it is 0 when the request fits now and
     3 when it does not.
     """
     client = remote.client()
@@ -160,10 +157,10 @@ def reservations() -> None:
 
 
 @reservations.command("list")
-@click.option("--status", help="Only reservations in this status.")
+@remote.status_option("Only reservations in this status (any case).")
 @remote.api_command
 def list_(status, as_json):
-    """List the project's reservations with their progress."""
+    """List the project's reservations with their progress, newest first."""
     found = remote.client().list_reservations(status=status)
     if as_json:
         remote.print_json(found)
@@ -192,7 +189,11 @@ def show(reservation_id, as_json):
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True)
 @remote.api_command
 def watch_command(reservation_id, interval, as_json):
-    """Show a reservation's progress until it settles (exit 2 unless ACTIVE or DELETED)."""
+    """Show a reservation's progress until it settles.
+
+    Exit status 0 when it ends ACTIVE or DELETED, 4 when it ends otherwise, 5
+    when it stops PAUSED.
+    """
     final = watch(remote.client(), reservation_id, interval, show_bar=not as_json)
     if as_json:
         remote.print_json(final)

@@ -20,7 +20,7 @@ def servers() -> None:
 
 @servers.command("list")
 @click.option("--reservation", "reservation_id", help="Only the servers of this reservation.")
-@click.option("--status", help="Only servers in this status (DELETED ones only this way).")
+@remote.status_option("Only servers in this status, any case (DELETED ones only this way).")
 @click.option("--host", help="Only servers on this host (administrators).")
 @click.option("--all-projects", is_flag=True,
               help="The servers of every project (administrators).")

@@ -23,7 +23,6 @@ import click
 from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 from rich.console import Group
-from rich.live import Live
 from rich.table import Table
 
 from fleetflow.api.client import FleetflowApiError, where
@@ -34,8 +33,6 @@ STATUSES = ("PENDING", "SCHEDULING", "BUILDING", "ACTIVE", "UPDATING", "ERROR", 
             "REVERTED", "DELETING", "DELETED", "PAUSED")
 # Statuses after which a cluster no longer changes by itself.
 SETTLED = ("ACTIVE", "ERROR", "REVERTED", "DELETED", "PAUSED")
-# Exit status of --watch when the cluster did not end as the command wanted.
-FAILED_EXIT = 2
 
 file_option = click.option("-f", "--file", "path", required=True,
                            type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path),
@@ -217,7 +214,7 @@ def _watch(client, vcluster_id: str, interval: float, live: bool,
             time.sleep(interval)
             vcluster = _poll(client, vcluster_id, gone_is_deleted)
         return vcluster
-    with Live(cluster_view(vcluster), console=remote.console(), auto_refresh=False) as view:
+    with remote.live(cluster_view(vcluster)) as view:
         while vcluster["status"] not in SETTLED:
             time.sleep(interval)
             vcluster = _poll(client, vcluster_id, gone_is_deleted)
@@ -227,13 +224,12 @@ def _watch(client, vcluster_id: str, interval: float, live: bool,
 
 def _watch_and_exit(client, vcluster_id: str, interval: float, as_json: bool,
                     wanted: tuple[str, ...]) -> None:
-    """Watch, print the end, and exit FAILED_EXIT unless it ended in ``wanted``."""
+    """Watch, print the end, and exit non-zero unless it ended in ``wanted``."""
     final = watch(client, vcluster_id, interval, live=not as_json,
                   gone_is_deleted="DELETED" in wanted)
     if as_json:
         remote.print_json(final)
-    if final["status"] not in wanted:
-        raise SystemExit(FAILED_EXIT)
+    remote.settled_exit(final["status"], wanted)
 
 
 def _accepted(client, vcluster: dict, watch_: bool, interval: float, as_json: bool,
@@ -267,9 +263,9 @@ def vclusters() -> None:
 def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
     """Create a cluster from a file: one flow places and builds every member.
 
-    With --watch the exit status is 0 when the cluster ends ACTIVE, 2 when it
-    ends otherwise (ERROR, REVERTED, PAUSED) and 130 on Ctrl-C (the flow goes
-    on). With --dry-run it is 0 when the cluster fits now and 3 when it does not.
+    With --watch the exit status is 0 when the cluster ends ACTIVE, 4 when it
+    ends otherwise (ERROR, REVERTED), 5 when it stops PAUSED and 130 on Ctrl-C
+    (the flow goes on). With --dry-run it is 0 when the cluster fits now and 3 when it does not.
     """
     client = remote.client()
     cluster = read_cluster(path, name)
@@ -287,10 +283,10 @@ def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
 
 
 @vclusters.command("list")
-@click.option("--status", type=click.Choice(STATUSES), help="Only clusters in this status.")
+@remote.status_option("Only clusters in this status (any case).", STATUSES)
 @remote.api_command
 def list_(status, as_json):
-    """List the project's clusters with their progress."""
+    """List the project's clusters with their progress, newest first."""
     found = remote.client().list_vclusters(status=status)
     if as_json:
         remote.print_json(found)
@@ -325,7 +321,8 @@ def add(vcluster_id, path, watch_, interval, as_json):
     """Add members and groupings from a file ({"instances": [...], "groupings": [...]}).
 
     A grouping named as an existing one adds its members to it. With --watch
-    the exit status is 0 when the cluster is ACTIVE again and 2 otherwise.
+    the exit status is 0 when the cluster is ACTIVE again, 4 when it ends
+    otherwise, 5 when it stops PAUSED.
     """
     instances, groupings = read_members(path)
     client = remote.client()
@@ -367,8 +364,8 @@ def rename(vcluster_id, name, as_json):
 def delete(vcluster_id, watch_, interval, as_json):
     """Delete a cluster: a teardown flow deletes every member.
 
-    With --watch the exit status is 0 when the cluster ends DELETED and 2 when
-    the teardown stops short (PAUSED, ERROR).
+    With --watch the exit status is 0 when the cluster ends DELETED, 4 when the
+    teardown ends in ERROR and 5 when it stops PAUSED.
     """
     client = remote.client()
     _accepted(client, client.delete_vcluster(vcluster_id), watch_, interval, as_json,
@@ -380,5 +377,9 @@ def delete(vcluster_id, watch_, interval, as_json):
 @interval_option
 @remote.api_command
 def watch_command(vcluster_id, interval, as_json):
-    """Show every member until the cluster settles (exit 2 unless ACTIVE or DELETED)."""
+    """Show every member until the cluster settles.
+
+    Exit status 0 when it ends ACTIVE or DELETED, 4 when it ends otherwise, 5
+    when it stops PAUSED.
+    """
     _watch_and_exit(remote.client(), vcluster_id, interval, as_json, ("ACTIVE", "DELETED"))

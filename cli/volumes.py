@@ -28,8 +28,8 @@ def volumes() -> None:
 
 @volumes.command("list")
 @click.option("--vcluster-id", help="Only the volumes of this virtual cluster.")
-@click.option("--status", help="Only volumes in this status (DELETED ones are left out "
-                               "unless asked for).")
+@remote.status_option("Only volumes in this status, any case (DELETED ones are left out "
+                      "unless asked for).")
 @remote.api_command
 def list_(vcluster_id, status, as_json):
     """List the project's volumes, where each is attached and (admins) its backend."""

@@ -102,10 +102,13 @@ def _summary(flow_detail) -> dict:
 
 
 def _flow_details_after(backend, marker: str | None):
-    """Every flow detail (lazy: no atoms) with a uuid above ``marker``, by uuid.
+    """Every flow detail (lazy: no atoms) after ``marker``, newest first.
 
-    fleetflow's logbook backend is read in uuid order, a batch at a time; any
-    other TaskFlow backend (the in-memory one of tests) is read whole.
+    Newest first like every list of the API: by creation time, then by uuid
+    among flows made in the same instant. fleetflow's logbook backend is read a
+    batch at a time; any other TaskFlow backend (the in-memory one of tests),
+    whose flow details keep no creation time, is read whole and ordered by when
+    fleetflow submitted each flow.
     """
     from fleetflow.persistence.logbook.backend import LogbookBackend
 
@@ -115,8 +118,14 @@ def _flow_details_after(backend, marker: str | None):
     with contextlib.closing(backend.get_connection()) as conn:
         details = [fd for book in conn.get_logbooks(lazy=True)
                    for fd in conn.get_flows_for_book(book.uuid, lazy=True)]
-    details.sort(key=lambda fd: fd.uuid)
-    yield from (fd for fd in details if marker is None or fd.uuid > marker)
+    details.sort(key=lambda fd: (_options(fd).get("submitted_at") or "", fd.uuid),
+                 reverse=True)
+    if marker is not None:
+        position = next((i for i, fd in enumerate(details) if fd.uuid == marker), None)
+        if position is None:
+            raise InvalidInput(f"marker: no flow {marker}", field="marker")
+        details = details[position + 1:]
+    yield from details
 
 
 def _logbook_flow_details_after(backend, marker: str | None):
@@ -126,25 +135,35 @@ def _logbook_flow_details_after(backend, marker: str | None):
     from fleetflow.persistence.logbook.models import FLOWDETAILS
 
     columns = FLOWDETAILS.c
+    after = None
+    if marker is not None:
+        with backend.engine.connect() as conn:
+            created_at = conn.scalar(sa.select(columns.created_at)
+                                     .where(columns.uuid == marker))
+        if created_at is None:
+            raise InvalidInput(f"marker: no flow {marker}", field="marker")
+        after = (created_at, marker)
     while True:
-        stmt = (sa.select(columns.uuid, columns.name, columns.state, columns.meta)
-                .order_by(columns.uuid).limit(_LIST_BATCH))
-        if marker is not None:
-            stmt = stmt.where(columns.uuid > marker)
+        stmt = (sa.select(columns.uuid, columns.name, columns.state, columns.meta,
+                          columns.created_at)
+                .order_by(columns.created_at.desc(), columns.uuid.desc()).limit(_LIST_BATCH))
+        if after is not None:
+            stmt = stmt.where(sa.or_(columns.created_at < after[0], sa.and_(
+                columns.created_at == after[0], columns.uuid < after[1])))
         with backend.engine.connect() as conn:
             rows = conn.execute(stmt).all()
-        for uuid, name, state, meta in rows:
+        for uuid, name, state, meta, _created_at in rows:
             yield tf_models.FlowDetail.from_dict({
                 "uuid": uuid, "name": name, "state": state,
                 "meta": jsonutils.loads(meta) if meta else {}})
         if len(rows) < _LIST_BATCH:
             return
-        marker = rows[-1][0]
+        after = (rows[-1][4], rows[-1][0])
 
 
 def list_flows(backend, state: str | None = None, tenant: str | None = None,
                limit: int = 100, marker: str | None = None) -> tuple[list[dict], bool]:
-    """One page of flows, sorted by id: ``(summaries, more)``.
+    """One page of flows, newest first: ``(summaries, more)``.
 
     ``state`` filters on the (derived) state: PAUSED flows are not listed as
     SUSPENDED. ``tenant`` keeps the flows whose owner tenant it is. ``marker``

@@ -12,23 +12,21 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from fleetflow.common import states
+from fleetflow.persistence import paging
 from fleetflow.persistence.models import Instance
-from fleetflow.services import pages
 
 
 def list_page(database, *, limit: int, marker: str | None = None,
               tenant_id: str | None = None, reservation_id: str | None = None,
               status: str | None = None, host: str | None = None) -> tuple[list[Instance], bool]:
-    """``(servers, more)``: one page sorted by id.
+    """``(servers, more)``: one page, newest first.
 
     ``tenant_id`` None lists every project's. Filters combine (AND); deleted
     servers are left out unless ``status`` is DELETED. The marker must be a
     server of the listed projects (InvalidInput naming ``marker`` otherwise).
     """
-    scope = sa.select(Instance)
-    if tenant_id is not None:
-        scope = scope.where(Instance.tenant_id == tenant_id)
-    stmt = scope
+    scope = () if tenant_id is None else (Instance.tenant_id == tenant_id,)
+    stmt = sa.select(Instance).where(*scope)
     if reservation_id is not None:
         stmt = stmt.where(Instance.reservation_id == reservation_id)
     if status is not None:
@@ -38,4 +36,4 @@ def list_page(database, *, limit: int, marker: str | None = None,
     if host is not None:
         stmt = stmt.where(Instance.host == host)
     with database.session() as session:
-        return pages.keyset_page(session, stmt, Instance.id, limit, marker, "server", scope)
+        return paging.newest_first(session, stmt, Instance, limit, marker, scope)

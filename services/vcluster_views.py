@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.flows.tasks.vcluster_schedule import backend_places, host_places
+from fleetflow.persistence import paging
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import (
     Instance,
@@ -89,17 +90,18 @@ def show(session, vcluster: VCluster) -> dict:
 
 def summaries(session, tenant_id: str | None, status: str | None, limit: int,
               marker: str | None) -> list[dict]:
-    """A page of clusters, oldest first, with their progress (no members)."""
-    query = sa.select(VCluster).order_by(VCluster.created_at, VCluster.id)
+    """A page of clusters, newest first, with their progress (no members).
+
+    NotFound when ``marker`` names no cluster of the tenant.
+    """
+    query = sa.select(VCluster)
     if tenant_id is not None:
         query = query.where(VCluster.tenant_id == tenant_id)
     if status:
         query = query.where(VCluster.status == status)
     if marker:
-        anchor = rows.get(session, marker, tenant_id)
-        query = query.where(sa.or_(VCluster.created_at > anchor.created_at, sa.and_(
-            VCluster.created_at == anchor.created_at, VCluster.id > anchor.id)))
-    clusters = list(session.scalars(query.limit(limit)))
+        rows.get(session, marker, tenant_id)
+    clusters, _more = paging.newest_first(session, query, VCluster, limit, marker)
     counts: dict[str, list[dict]] = {c.id: [] for c in clusters}
     if clusters:
         for vcluster_id, kind, status_ in _member_statuses(session, list(counts)):

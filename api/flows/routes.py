@@ -57,7 +57,11 @@ class AdminFlows(MethodView):
     @blp.arguments(schemas.AdminFlowQueryArgsSchema, location="query")
     @blp.response(200, schemas.FlowListSchema)
     def get(self, args):
-        """List every flow (filter by state, PAUSED included, and owner tenant)."""
+        """List every flow (filter by state, PAUSED included, and owner tenant).
+
+        Newest first (created descending, the id breaking ties), paginated with
+        limit/marker (a flow id).
+        """
         return _page(args, args.get("tenant"))
 
 
@@ -104,7 +108,7 @@ class TenantFlows(MethodView):
     @blp.arguments(schemas.FlowQueryArgsSchema, location="query")
     @blp.response(200, schemas.FlowListSchema)
     def get(self, args, tenant_id):
-        """List the project's own flows."""
+        """List the project's own flows, newest first, paginated with limit/marker."""
         return _page(args, tenant_id, own=tenant_id)
 
 

@@ -55,13 +55,17 @@ class Groups(MethodView):
     @blp.arguments(schemas.GroupQueryArgsSchema, location="query")
     @blp.response(200, schemas.GroupListSchema)
     def get(self, args, tenant_id):
-        """List the project's server groups, sorted by id, paginated with limit/marker."""
-        scope = stmt = sa.select(ServerGroup).where(ServerGroup.tenant_id == tenant_id)
+        """List the project's server groups, newest first, paginated with limit/marker.
+
+        Newest first: ``created_at`` descending, the id breaking ties; the marker
+        is a group id.
+        """
+        stmt = sa.select(ServerGroup).where(ServerGroup.tenant_id == tenant_id)
         if args.get("name") is not None:
             stmt = stmt.where(ServerGroup.name == args["name"])
         with current_state().database.session() as session:
-            groups, links = common.paginate(session, stmt, ServerGroup.id, args, "group",
-                                            scope)
+            groups, links = common.paginate_newest_first(
+                session, stmt, ServerGroup, args, scope=(ServerGroup.tenant_id == tenant_id,))
             return {"groups": [_loaded(g) for g in groups], "links": links}
 
     @policy.authorize("groups:create")

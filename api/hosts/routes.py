@@ -39,7 +39,8 @@ class Hosts(MethodView):
     @blp.arguments(schemas.HostQueryArgsSchema, location="query")
     @blp.response(200, schemas.HostListSchema)
     def get(self, args):
-        """List hosts with topology, inventory, capabilities, traits, state and instances.
+        """List hosts with topology, inventory, capacity, capabilities, traits, state and
+        instances.
 
         Filters combine (AND); ``state`` is the effective state. Sorted by
         name, paginated with limit/marker.

@@ -35,6 +35,9 @@ class HostSchema(ma.Schema):
     inventory = ma.fields.Dict(
         metadata={"description": "Per resource class: total, allocation_ratio, reserved."})
     capabilities = ma.fields.Dict(metadata={"description": "Free key/values (gpu, region)."})
+    capacity = ma.fields.Dict(metadata={
+        "description": "Per resource class of its placement inventory: used (allocated "
+                       "now), total ((total - reserved) * allocation_ratio) and free."})
     traits = ma.fields.List(ma.fields.String())
     compute_agent = ma.fields.String(allow_none=True,
                                      metadata={"description": "RPC server serving the host."})

@@ -138,14 +138,15 @@ class Reservations(MethodView):
     def get(self, args, tenant_id):
         """List the project's reservations with their progress.
 
-        Sorted by id, paginated with limit/marker; ``status`` filters.
+        Newest first (``created_at`` descending, the id breaking ties), paginated
+        with limit/marker (a reservation id); ``status`` filters.
         """
-        scope = stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
+        stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
         if args.get("status"):
             stmt = stmt.where(Reservation.status == args["status"])
         with current_state().database.session() as session:
-            page, links = common.paginate(session, stmt, Reservation.id, args,
-                                          "reservation", scope)
+            page, links = common.paginate_newest_first(
+                session, stmt, Reservation, args, scope=(Reservation.tenant_id == tenant_id,))
             progress = rows.progress_by_reservation(session, [r.id for r in page])
             return {"reservations": [_view(r, progress[r.id]) for r in page],
                     "links": links}

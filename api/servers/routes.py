@@ -40,7 +40,7 @@ def _page(args: dict, tenant_id: str | None) -> dict:
         reservation_id=args.get("reservation_id"), status=args.get("status"),
         host=args.get("host"))
     return {"servers": found,
-            "links": common.next_links(found[-1] if more else None, "id", limit)}
+            "links": common.next_links(limit, found[-1].id) if more else []}
 
 
 @blp.route("/<tenant_id>/servers")
@@ -51,8 +51,9 @@ class Servers(MethodView):
     def get(self, args, tenant_id):
         """List the project's servers; filter by reservation_id, status, host (admins).
 
-        Sorted by id, paginated with limit/marker. Deleted servers are left out
-        unless ``status=DELETED`` asks for them. ``all_tenants=1`` lists every
+        Newest first (``created_at`` descending, the id breaking ties), paginated
+        with limit/marker (a server id). Deleted servers are left out unless
+        ``status=DELETED`` asks for them. ``all_tenants=1`` lists every
         project's servers for administrators and is ignored for others (as Nova).
         """
         if args.get("host") is not None:
@@ -73,7 +74,7 @@ class AdminServers(MethodView):
         """List the servers of every project; filter by project_id (or tenant_id),
         reservation_id, status and host.
 
-        Sorted by id, paginated with limit/marker. Deleted servers are left out
+        Newest first, paginated with limit/marker. Deleted servers are left out
         unless ``status=DELETED`` asks for them.
         """
         return _page(args, args.get("project_id") or args.get("tenant_id"))

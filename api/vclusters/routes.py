@@ -125,8 +125,8 @@ class VClusters(MethodView):
     def get(self, args, tenant_id):
         """List the project's clusters with their progress (no members).
 
-        Oldest first, paginated with limit/marker (a cluster id); ``status``
-        filters.
+        Newest first (``created_at`` descending, the id breaking ties),
+        paginated with limit/marker (a cluster id); ``status`` filters.
         """
         limit = args.get("limit") or current_state().conf.api.page_size
         try:

@@ -42,10 +42,11 @@ class Volumes(MethodView):
     def get(self, args, tenant_id):
         """List the project's volumes; filter by vcluster_id and status.
 
-        Sorted by id, paginated with limit/marker. Deleted volumes are left out
+        Newest first (``created_at`` descending, the id breaking ties), paginated
+        with limit/marker (a volume id). Deleted volumes are left out
         unless ``status=DELETED`` asks for them.
         """
-        scope = stmt = sa.select(Volume).where(Volume.tenant_id == tenant_id)
+        stmt = sa.select(Volume).where(Volume.tenant_id == tenant_id)
         if args.get("vcluster_id") is not None:
             stmt = stmt.where(Volume.vcluster_id == args["vcluster_id"])
         if args.get("status") is not None:
@@ -53,8 +54,8 @@ class Volumes(MethodView):
         else:
             stmt = stmt.where(Volume.status != states.VOLUME_DELETED)
         with current_state().database.session() as session:
-            volumes, links = common.paginate(session, stmt, Volume.id, args, "volume",
-                                             scope)
+            volumes, links = common.paginate_newest_first(
+                session, stmt, Volume, args, scope=(Volume.tenant_id == tenant_id,))
             return {"volumes": volumes, "links": links}
 
 

@@ -91,8 +91,8 @@ def test_tenants_see_only_their_own_flows(flow_engine, client, make_headers):
     assert client.get("/v2/tenant-b/flows", headers=reader).status_code == 403
 
 
-def test_lists_are_paged_by_id(flow_engine, client, admin_headers):
-    ids = sorted(flow_engine.submit("tenant-a", 1) for _ in range(3))
+def test_lists_are_paged_newest_first(flow_engine, client, admin_headers):
+    ids = [flow_engine.submit("tenant-a", 1) for _ in range(3)][::-1]
     first = client.get("/v2/admin/flows?limit=2", headers=admin_headers).json
     assert [f["id"] for f in first["flows"]] == ids[:2]
     [link] = first["links"]
@@ -100,3 +100,5 @@ def test_lists_are_paged_by_id(flow_engine, client, admin_headers):
     rest = client.get(f"/v2/admin/flows?limit=2&marker={ids[1]}", headers=admin_headers).json
     assert [f["id"] for f in rest["flows"]] == ids[2:] and rest["links"] == []
     assert client.get("/v2/admin/flows?state=NOPE", headers=admin_headers).status_code == 400
+    unknown = client.get("/v2/admin/flows?marker=no-such-flow", headers=admin_headers)
+    assert unknown.status_code == 400 and "marker" in unknown.json["errors"][0]["detail"]

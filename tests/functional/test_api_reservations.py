@@ -371,8 +371,9 @@ def test_show_has_the_full_shape(reserve, client, member_headers, db):
                                "step": "boot", "host": "host-003"}
 
 
-def test_list_is_paginated_and_filtered_by_status(reserve, client, member_headers, db):
-    ids = sorted(reserve(count=1).json["reservation"]["id"] for _ in range(3))
+def test_list_is_paginated_newest_first_and_filtered_by_status(reserve, client,
+                                                               member_headers, db):
+    ids = [reserve(count=1).json["reservation"]["id"] for _ in range(3)][::-1]
     set_status(db, ids[0], states.ACTIVE)
 
     page = client.get(f"{URL}?limit=2", headers=member_headers).json
@@ -387,6 +388,8 @@ def test_list_is_paginated_and_filtered_by_status(reserve, client, member_header
     assert [r["id"] for r in active["reservations"]] == [ids[0]]
     assert active["reservations"][0]["progress"]["active"] == 1
     assert client.get(f"{URL}?status=HAPPY", headers=member_headers).status_code == 400
+    unknown = client.get(f"{URL}?marker=r-000000000000", headers=member_headers)
+    assert unknown.status_code == 400 and "marker" in unknown.json["errors"][0]["detail"]
 
 
 def test_reader_may_list_and_show(reserve, client, reader_headers):

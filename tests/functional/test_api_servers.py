@@ -6,9 +6,11 @@ Its ``submit`` only records the posted jobs (see test_api_reservations.py).
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Instance
 from fleetflow.services.operations import Operations, ReservationRequest
 
 URL = "/v2/tenant-a/servers"
@@ -82,13 +84,20 @@ def test_deleted_servers_are_listed_only_when_asked(client, member_headers, make
     assert listed(client, member_headers, "?status=DELETED") == [gone]
 
 
-def test_list_is_paginated(client, member_headers, make_reservation):
-    _rid, ids = make_reservation(3)
+def test_list_is_paginated_newest_first(client, member_headers, make_reservation, db):
+    _rid, older = make_reservation(2)
+    _rid, newer = make_reservation(2)
+    with db.session() as session:
+        made = dict(session.execute(sa.select(Instance.id, Instance.created_at)
+                                    .where(Instance.id.in_(older + newer))).all())
+    # Servers made in the same instant (one reservation's may be) go by id.
+    ids = sorted(made, key=lambda i: (made[i], i), reverse=True)
+    assert set(ids[:2]) == set(newer)
 
-    page = client.get(URL + "?limit=2", headers=member_headers).json
-    assert [s["id"] for s in page["servers"]] == sorted(ids)[:2]
+    page = client.get(URL + "?limit=3", headers=member_headers).json
+    assert [s["id"] for s in page["servers"]] == ids[:3]
     rest = client.get(page["links"][0]["href"], headers=member_headers).json
-    assert [s["id"] for s in rest["servers"]] == sorted(ids)[2:]
+    assert [s["id"] for s in rest["servers"]] == ids[3:]
 
 
 def test_host_filter_is_for_administrators(client, member_headers, admin_headers,
@@ -106,7 +115,8 @@ def test_a_marker_must_be_a_server_of_the_list_but_may_have_changed(
         client, member_headers, make_reservation, db):
     _rid, ids = make_reservation(3)
     _theirs, (foreign, *_) = make_reservation(1, tenant="tenant-b")
-    first, *rest = sorted(ids)
+    first, *rest = listed(client, member_headers)  # newest first
+    assert sorted([first, *rest]) == sorted(ids)
     for instance_id in ids:
         set_instance(db, instance_id, status=states.BUILDING)
     set_instance(db, first, status=states.ACTIVE)
@@ -135,7 +145,7 @@ def test_operators_list_every_projects_servers(client, admin_headers, member_hea
     set_instance(db, mine[0], status=states.ACTIVE, host="host-001")
     set_instance(db, theirs[0], status=states.DELETED)
 
-    assert admin_listed(client, admin_headers) == sorted(mine)
+    assert sorted(admin_listed(client, admin_headers)) == sorted(mine)
     assert admin_listed(client, admin_headers, "?status=DELETED") == theirs
     assert admin_listed(client, admin_headers, "?project_id=tenant-a&host=host-001") == [
         mine[0]]
@@ -159,7 +169,9 @@ def test_the_operators_list_pages_across_projects(client, admin_headers, make_re
         page = client.get(url, headers=admin_headers).json
         seen += [s["id"] for s in page["servers"]]
         url = page["links"][0]["href"] if page["links"] else None
-    assert seen == sorted(mine + theirs)
+    # Newest first across projects: the pages give the one-page list, once each.
+    assert seen == admin_listed(client, admin_headers)
+    assert sorted(seen) == sorted(mine + theirs)
 
 
 def test_all_tenants_lists_every_project_for_admins_and_is_ignored_for_others(
@@ -167,7 +179,7 @@ def test_all_tenants_lists_every_project_for_admins_and_is_ignored_for_others(
     _a, mine = make_reservation(1)
     _b, theirs = make_reservation(1, tenant="tenant-b")
 
-    assert listed(client, admin_headers, "?all_tenants=1") == sorted(mine + theirs)
+    assert sorted(listed(client, admin_headers, "?all_tenants=1")) == sorted(mine + theirs)
     assert listed(client, admin_headers, "?all_tenants=0") == mine
     assert listed(client, admin_headers) == mine
     # As Nova: a member asking for every project gets the own project's servers.

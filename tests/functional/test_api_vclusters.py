@@ -352,22 +352,23 @@ def test_too_long_idempotency_key_is_400(post, member_headers, db):
 # -- list and show ------------------------------------------------------------------
 
 
-def test_list_is_paginated_and_filtered_by_status(build, post, client, member_headers):
+def test_list_is_paginated_newest_first_and_filtered_by_status(build, post, client,
+                                                               member_headers):
     built = build(SEED_ONE)
     pending = [post({**SEED_ONE, "name": f"p{i}"}).json["vcluster"]["id"] for i in range(2)]
 
     page = client.get(f"{URL}?limit=2", headers=member_headers).json
-    assert [v["id"] for v in page["vclusters"]] == [built["id"], pending[0]]
-    first = page["vclusters"][0]
-    assert first["progress"] == {"total": 2, "active": 2, "building": 0, "error": 0}
-    assert first["links"] == [{"rel": "self", "href": f"http://localhost{URL}/{built['id']}"}]
-    assert "instances" not in first
+    assert [v["id"] for v in page["vclusters"]] == [pending[1], pending[0]]
+    assert "instances" not in page["vclusters"][0]
     (link,) = page["links"]
     rest = client.get(link["href"], headers=member_headers).json
-    assert [v["id"] for v in rest["vclusters"]] == [pending[1]] and rest["links"] == []
+    assert [v["id"] for v in rest["vclusters"]] == [built["id"]] and rest["links"] == []
+    oldest = rest["vclusters"][0]
+    assert oldest["progress"] == {"total": 2, "active": 2, "building": 0, "error": 0}
+    assert oldest["links"] == [{"rel": "self", "href": f"http://localhost{URL}/{built['id']}"}]
 
     listed = client.get(f"{URL}?status=PENDING", headers=member_headers).json["vclusters"]
-    assert [v["id"] for v in listed] == pending
+    assert [v["id"] for v in listed] == pending[::-1]
 
 
 @pytest.mark.parametrize("query, field", [

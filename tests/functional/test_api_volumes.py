@@ -59,10 +59,11 @@ def test_list_shows_the_projects_live_volumes_without_backend(volumes, client,
                                                               member_headers):
     response = client.get(URL, headers=member_headers)
 
-    assert ids(response) == [uuid(1), uuid(2), uuid(3)]
-    first = response.json["volumes"][0]
-    assert set(first) == FIELDS
-    assert first == {"id": uuid(1), "name": "vol-01", "size": 10, "volume_type": "ssd",
+    # Made in the same instant: newest first is then the id, descending.
+    assert ids(response) == [uuid(3), uuid(2), uuid(1)]
+    oldest = response.json["volumes"][-1]
+    assert set(oldest) == FIELDS
+    assert oldest == {"id": uuid(1), "name": "vol-01", "size": 10, "volume_type": "ssd",
                      "status": "IN-USE", "attached_to": uuid(99), "vcluster_id": "vc-1",
                      "backend": None, "created_at": "2025-01-01T12:00:00+00:00",
                      "updated_at": "2025-01-01T12:00:00+00:00"}
@@ -73,12 +74,12 @@ def test_an_administrator_sees_the_backend(volumes, client, admin_headers):
     listed = client.get(URL, headers=admin_headers).json["volumes"]
     shown = client.get(f"{URL}/{uuid(2)}", headers=admin_headers).json["volume"]
 
-    assert [v["backend"] for v in listed] == ["z1-r1-shared", "z1-r2-shared", None]
+    assert [v["backend"] for v in listed] == [None, "z1-r2-shared", "z1-r1-shared"]
     assert shown["backend"] == "z1-r2-shared"
 
 
 @pytest.mark.parametrize("query, expected", [
-    ("vcluster_id=vc-1", [1, 2]),
+    ("vcluster_id=vc-1", [2, 1]),
     ("vcluster_id=vc-2", []),
     ("status=DELETED", [4]),
     ("status=CREATING", [3]),
@@ -92,10 +93,10 @@ def test_list_filters(volumes, client, reader_headers, query, expected):
 def test_list_pages_with_limit_and_marker(volumes, client, member_headers):
     page = client.get(f"{URL}?limit=2", headers=member_headers)
 
-    assert ids(page) == [uuid(1), uuid(2)]
+    assert ids(page) == [uuid(3), uuid(2)]
     (link,) = page.json["links"]
     assert link["rel"] == "next"
-    assert ids(client.get(link["href"], headers=member_headers)) == [uuid(3)]
+    assert ids(client.get(link["href"], headers=member_headers)) == [uuid(1)]
 
 
 @pytest.mark.parametrize("query, field", [("status=GONE", "status"), ("limit=0", "limit")])
@@ -135,7 +136,7 @@ def test_list_in_xml(volumes, client, member_headers):
     root = SafeET.fromstring(response.data)
     assert root.tag == "volumes"
     (item,) = root.findall("volume")
-    assert item.get("id") == uuid(1) and item.get("size") == "10"
+    assert item.get("id") == uuid(3) and item.get("size") == "1"
     assert item.get("backend") is None
     assert root.find("links/link").get("rel") == "next"
 

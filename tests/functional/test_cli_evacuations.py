@@ -99,13 +99,39 @@ def test_hosts_list_and_show(run, cloud):
     assert SOURCE in run("hosts", "show", SOURCE).output
 
 
+def test_hosts_list_and_show_used_and_total_capacity(run, cloud, assert_audit_clean):
+    cloud.boot(SOURCE)
+    cloud.boot(SOURCE)
+    _generation, inventory = cloud.placement.store.get_inventories(cloud.host_uuid(SOURCE))
+    vcpu = inventory["VCPU"]
+    total = int((vcpu["total"] - vcpu["reserved"]) * vcpu["allocation_ratio"])
+
+    shown = run_json(run, "hosts", "show", SOURCE)
+    idle = run_json(run, "hosts", "show", "z1-r2-h02")
+    table = run("hosts", "list")
+    text = run("hosts", "show", SOURCE)
+
+    # Two instances of 1 VCPU, 2048 MB and 20 GB each (the cloud's boot).
+    assert shown["capacity"]["VCPU"] == {"used": 2, "total": total, "free": total - 2}
+    assert shown["capacity"]["MEMORY_MB"]["used"] == 4096
+    assert shown["capacity"]["DISK_GB"]["used"] == 40
+    assert idle["capacity"]["VCPU"]["used"] == 0
+    assert "vcpu" in table.output and f"2/{total}" in table.output
+    assert f"VCPU 2/{total} ({total - 2} free)" in text.output
+    assert_audit_clean(cloud.database, cloud.placement, cloud.compute)
+
+
 def test_hosts_set_state_and_filter(run):
     result = run("hosts", "set-state", SOURCE, "maintenance", "--reason", "disk swap")
 
     assert result.exit_code == 0, result.output
     assert "maintenance" in result.output
-    shown = run_json(run, "hosts", "list", "--state", "maintenance")
+    shown = run_json(run, "hosts", "list", "--status", "MAINTENANCE")
     assert [(h["name"], h["reason"]) for h in shown] == [(SOURCE, "disk swap")]
+    # The flag of earlier versions still filters, with a word on stderr.
+    old_flag = run("hosts", "list", "--state", "maintenance", "--json")
+    assert [h["name"] for h in json.loads(old_flag.stdout)] == [SOURCE]
+    assert "--state is deprecated" in old_flag.stderr
     assert run("hosts", "set-state", SOURCE, "asleep").exit_code == 2
     missing = run("hosts", "set-state", "z9-r9-h99", "up")
     assert missing.exit_code == 1 and "404" in missing.output
@@ -197,14 +223,14 @@ def test_evacuate_watch_until_done(run, cloud, outcome):
     assert all(server in result.output for server in servers)
 
 
-def test_evacuate_watch_exits_2_when_it_pauses(run, cloud, outcome):
+def test_evacuate_watch_exits_5_when_it_pauses(run, cloud, outcome):
     cloud.boot(SOURCE)
     outcome["status"] = states.PAUSED
 
     result = run("evacuate", SOURCE, "--mode", "live", "--watch", "--interval", "0.05",
                  "--json")
 
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     final = json.loads(result.stdout)
     assert final["status"] == "PAUSED"
     assert final["instances"][0]["fault"]["code"] == "NO_VALID_HOST"
@@ -278,7 +304,8 @@ def test_evacuations_revert_and_watch(run, paused):
 
     assert reverted["status"] == "REVERTED"
     assert {i["id"]: i["status"] for i in reverted["instances"]}[failed] == "REVERTED"
-    assert watched.exit_code == 2 and "REVERTED" in watched.output
+    assert watched.exit_code == 4 and "REVERTED" in watched.output
+    assert watched.output.endswith("\n")
     assert reverted["progress"]["reverted"] == 1 and reverted["progress"]["pending"] == 0
     assert "pending 0" in watched.output and "reverted 1" in watched.output
 

@@ -32,7 +32,7 @@ def paused(flow_engine):
 
 def test_list_by_state_and_show(paused, flow_engine, run):
     other = flow_engine.submit("tenant-b", 1)
-    result = run("flows", "list", "--state", "paused", "--json")
+    result = run("flows", "list", "--status", "paused", "--json")
     assert result.exit_code == 0, result.output
     assert [f["id"] for f in json.loads(result.output)] == [paused]
     listed = run("flows", "list")
@@ -62,8 +62,33 @@ def test_revert(paused, flow_engine, run):
     assert flow_engine.run_until(paused, "REVERTED") == "REVERTED"
 
 
-def test_a_member_is_refused(paused, run):
-    result = run("flows", "list", options=("--project", "tenant-a", "--roles", "member"))
-    assert result.exit_code == 1 and "403" in result.output
+def test_state_is_a_deprecated_alias_of_status(paused, run):
+    result = run("flows", "list", "--state", "PAUSED", "--json")
+
+    assert result.exit_code == 0, result.output
+    assert [f["id"] for f in json.loads(result.stdout)] == [paused]
+    assert "--state is deprecated: use --status" in result.stderr
+    assert "--state" not in run("flows", "list", "--help").output
+
+
+def test_a_member_reads_its_own_flows_and_cannot_steer_them(paused, flow_engine, run):
+    other = flow_engine.submit("tenant-b", 1)
+    member = ("--project", "tenant-a", "--roles", "member")
+
+    listed = run("flows", "list", "--json", options=member)
+    shown = run("flows", "show", paused, "--json", options=member)
+    foreign = run("flows", "show", other, options=member)
+    resumed = run("flows", "resume", paused, options=member)
+
+    assert listed.exit_code == 0, listed.output
+    listed_ids = [f["id"] for f in json.loads(listed.output)]
+    assert paused in listed_ids and other not in listed_ids
+    assert json.loads(shown.output)["state"] == "PAUSED"
+    assert foreign.exit_code == 1 and "404" in foreign.output
+    assert resumed.exit_code == 1 and "403" in resumed.output
     missing = run("flows", "show", "no-such-flow")
     assert missing.exit_code == 1 and "404" in missing.output
+
+
+def test_flows_help_does_not_say_administrators_only(run):
+    assert "(administrators)" not in run("flows", "--help").output

@@ -97,7 +97,26 @@ def test_help_lists_the_environment_and_the_output_rules():
     for variable in ("FLEETFLOW_URL", "FLEETFLOW_API_HOST", "FLEETFLOW_API_PORT",
                      "FLEETFLOW_PROJECT", "FLEETFLOW_ROLES", "FLEETFLOW_TOKEN"):
         assert variable in text
-    assert "--json prints the object" in text and "exits 3" in text
+    assert "--json prints the object" in text
+
+
+def test_help_gives_every_exit_status_one_meaning():
+    text = invoke("--help").output
+    codes = text[text.index("Exit status:"):]
+
+    for line in ("0    done as asked", "2    usage error", "3    --dry-run",
+                 "4    --watch: the operation settled in a failed state",
+                 "5    --watch: the operation stopped PAUSED", "130  --watch interrupted"):
+        assert line in codes, line
+
+
+def test_version_is_the_packages():
+    import fleetflow
+
+    result = invoke("--version")
+
+    assert result.exit_code == 0
+    assert result.output == f"fleetflow {fleetflow.__version__}\n"
 
 
 def test_api_url_of_the_configuration():

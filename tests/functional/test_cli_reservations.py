@@ -126,13 +126,14 @@ def test_reserve_watch_until_active(run, outcome):
     assert first.startswith("reservation r-") and "PENDING" in first
 
 
-def test_reserve_watch_exits_2_when_it_fails(run, outcome):
+def test_reserve_watch_exits_4_when_it_fails(run, outcome):
     outcome["status"] = states.REVERTED
 
     result = run("reserve", "--count", "2", "--flavor", "m1.small", "--watch", "--json",
                  "--interval", "0.05")
 
-    assert result.exit_code == 2
+    # Not 2: that is a usage error's.
+    assert result.exit_code == 4
     final = json.loads(result.stdout)
     assert final["status"] == "REVERTED"
     assert final["fault"]["code"] == "BUILD_FAILED"
@@ -189,6 +190,17 @@ def test_list_show_and_delete(run, outcome, jobs):
     deleted = run("reservations", "delete", rid)
     assert deleted.exit_code == 0 and "DELETING" in deleted.output
     assert jobs[-1][0] == "teardown"
+
+
+def test_list_is_newest_first_and_its_status_filter_takes_any_case(run, outcome):
+    made = [json.loads(run("reserve", "--count", "1", "--flavor", "m1.small",
+                           "--json").output)["id"] for _ in range(3)]
+
+    listed = run("reservations", "list", "--json")
+    pending = run("reservations", "list", "--status", "pending", "--json")
+
+    assert [r["id"] for r in json.loads(listed.output)] == made[::-1]
+    assert [r["id"] for r in json.loads(pending.output)] == made[::-1]
 
 
 def test_another_projects_reservation_is_not_found(run):

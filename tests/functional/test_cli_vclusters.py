@@ -226,20 +226,22 @@ def test_an_idempotency_key_makes_one_cluster(run, write, runs):
     assert first["id"] == again["id"] and runs == ["vcluster-build"]
 
 
-def test_watch_exits_2_when_the_build_reverts(run, write, cloud):
+def test_watch_exits_4_when_the_build_reverts(run, write, cloud):
     for host in HOSTS:
         cloud.driver.set_faults(host, fail_next=5)
 
     result = run("vclusters", "create", "-f", write("db.json", SEED_TWO), "--watch",
                  "--interval", "0.05", "--json")
 
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 4, result.output
     final = json.loads(result.stdout)
     assert final["status"] == "REVERTED" and final["fault"] is not None
     # The id came first, on stderr, so stdout stays one JSON document.
     assert result.stderr.startswith(f"vcluster {final['id']} ")
     watched = run("vclusters", "watch", final["id"], "--interval", "0.05")
-    assert watched.exit_code == 2 and "REVERTED" in watched.output
+    assert watched.exit_code == 4 and "REVERTED" in watched.output
+    # The table's last line ends: the shell's prompt comes on a line of its own.
+    assert watched.output.endswith("\n")
 
 
 # -- reading ----------------------------------------------------------------------------
@@ -254,8 +256,9 @@ def test_list_and_show(run, active, write):
     vcluster = run_json(run, "vclusters", "show", active)
 
     assert table.exit_code == 0 and active in table.output and pending in table.output
-    assert [v["id"] for v in run_json(run, "vclusters", "list", "--status", "ACTIVE")] == [
-        active, pending]
+    # Newest first, whatever the case of the status asked for.
+    assert [v["id"] for v in run_json(run, "vclusters", "list", "--status", "active")] == [
+        pending, active]
     assert run_json(run, "vclusters", "list", "--status", "ERROR") == []
     assert shown.exit_code == 0, shown.output
     members = by_name(vcluster)

@@ -37,6 +37,8 @@ EXCLUDED = {
     # Needs PostgreSQL, Redis and RabbitMQ and starts conductors, agents and a server.
     "fleetflow --config-file dist.conf db upgrade": "distributed mode: external services "
                                                     "and long-running servers",
+    # Talks to that distributed deployment, from a second shell.
+    "dist.conf audit --mode direct": "distributed mode: needs the servers started above",
 }
 
 # What a block must print besides exiting 0, found by a line the block holds.
@@ -120,6 +122,22 @@ def test_the_exclusions_match_blocks_of_the_readme():
     for marker in [*EXCLUDED, *EXPECTED]:
         assert sum(marker in block for block in BLOCKS) == 1, marker
     assert len(RUN) == len(BLOCKS) - len(EXCLUDED)
+
+
+def test_a_server_in_the_foreground_ends_its_block():
+    # A reader pasting a block would never reach a command after it.
+    for block in BLOCKS:
+        commands = [line.split("#")[0].strip() for line in block.splitlines()]
+        commands = [c for c in commands if c]
+        for index, command in enumerate(commands):
+            if re.search(r"\bfleetflow\b.* (serve|conductor|compute-agent)\b", command) \
+                    and not command.endswith("&"):
+                assert index == len(commands) - 1, f"{command!r} is not last in:\n{block}"
+
+
+def test_the_distributed_database_is_made_before_its_tables():
+    (block,) = [b for b in BLOCKS if "dist.conf db upgrade" in b]
+    assert block.index("createdb") < block.index("db upgrade")
 
 
 # NOTE: in README order: a block may use what an earlier one made (the group "db").

@@ -100,13 +100,15 @@ def _submit(board, backend, count=3, **options):
     return submit_mod.submit(board, backend, "ops-switches", {"count": count}, **options)
 
 
-def test_list_filters_by_state_and_tenant_and_pages_by_id(board, memory_backend, run_until):
+def test_list_filters_by_state_and_tenant_and_pages_newest_first(board, memory_backend,
+                                                                 run_until):
     done = _submit(board, memory_backend, 1, owner_tenant="t1")
     run_until(done, tf_states.SUCCESS)
-    waiting = sorted(_submit(board, memory_backend, 1, owner_tenant=t) for t in ("t1", "t2"))
+    waiting = [_submit(board, memory_backend, 1, owner_tenant=t) for t in ("t1", "t2")]
+    newest_first = [*reversed(waiting), done]
 
     every, more = actions.list_flows(memory_backend)
-    assert [f["id"] for f in every] == sorted([done, *waiting]) and more is False
+    assert [f["id"] for f in every] == newest_first and more is False
     assert {f["id"]: f["state"] for f in every} == {
         done: "SUCCESS", waiting[0]: "PENDING", waiting[1]: "PENDING"}
     assert [f["id"] for f in actions.list_flows(memory_backend, state="SUCCESS")[0]] == [done]
@@ -117,9 +119,11 @@ def test_list_filters_by_state_and_tenant_and_pages_by_id(board, memory_backend,
     first, more = actions.list_flows(memory_backend, limit=2)
     assert more is True and len(first) == 2
     rest, more = actions.list_flows(memory_backend, limit=2, marker=first[-1]["id"])
-    assert more is False and [f["id"] for f in first + rest] == sorted([done, *waiting])
+    assert more is False and [f["id"] for f in first + rest] == newest_first
     with pytest.raises(InvalidInput):
         actions.list_flows(memory_backend, state="BROKEN")
+    with pytest.raises(InvalidInput):
+        actions.list_flows(memory_backend, marker="no-such-flow")
 
 
 def test_a_paused_flow_is_listed_paused_and_shows_its_failure(board, memory_backend,
@@ -281,7 +285,7 @@ def test_list_on_the_logbook_backend_reads_in_batches(engine_conf, database, mon
     backend = logbook_backend(engine_conf)
     board = make_jobboard(engine_conf, backend)
     try:
-        ids = sorted(_submit(board, backend, 1, owner_tenant=f"t{i % 2}") for i in range(5))
+        ids = [_submit(board, backend, 1, owner_tenant=f"t{i % 2}") for i in range(5)][::-1]
         monkeypatch.setattr(actions, "_LIST_BATCH", 2)  # several batches for 5 flows
         page, more = actions.list_flows(backend, limit=3)
         assert [f["id"] for f in page] == ids[:3] and more is True
@@ -290,6 +294,8 @@ def test_list_on_the_logbook_backend_reads_in_batches(engine_conf, database, mon
         odd = actions.list_flows(backend, tenant="t1", state="PENDING")[0]
         assert len(odd) == 2 and {f["owner_tenant"] for f in odd} == {"t1"}
         assert actions.show_flow(backend, ids[0])["atoms"] == []
+        with pytest.raises(InvalidInput):
+            actions.list_flows(backend, marker="no-such-flow")
     finally:
         board.close()
 
