@@ -52,9 +52,11 @@ def _now() -> float:
 
 
 class _Held:
-    __slots__ = ("job", "engine", "lost", "extended_at", "replaced")
+    __slots__ = ("key", "job", "engine", "lost", "extended_at", "replaced")
 
     def __init__(self, job):
+        # The uuid the conductor knows the job by, whatever job replaces it.
+        self.key = job.uuid
         self.job = job
         self.engine = None
         self.lost = False
@@ -134,8 +136,13 @@ class ClaimKeepAlive:
             return held.job if held is not None else job
 
     def release(self, job) -> bool:
-        """Stop extending ``job``; returns True when its claim was lost meanwhile."""
-        with self._lock:
+        """Stop extending ``job``; returns True when its claim was lost meanwhile.
+
+        Waits for an extension in flight: the conductor consumes the job once
+        this returns, and an extension that then found the job gone would post
+        a replacement job for a flow that has ended.
+        """
+        with self._extending, self._lock:
             held = self._held.pop(job.uuid, None)
         return bool(held and held.lost)
 
@@ -161,6 +168,9 @@ class ClaimKeepAlive:
             self._extend_locked(held)
 
     def _extend_locked(self, held: _Held) -> None:
+        with self._lock:
+            if self._held.get(held.key) is not held:
+                return  # released since the round listed it: the conductor is done
         sent_at = _now()
         job = held.job
         try:

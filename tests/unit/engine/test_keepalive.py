@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from fleetflow.engine import conductor_keepalive as keepalive
@@ -190,3 +192,55 @@ def test_a_replacement_someone_else_claimed_is_a_lost_claim(clock):
     alive.extend_now()
     assert engine.suspended == 1 and alive.lost(job)
     assert alive.current(job) is job
+
+
+def test_a_job_released_and_consumed_during_an_extension_is_not_posted_again(clock):
+    """The conductor releases a job, then consumes it: an extension in flight
+    meanwhile must not find the job gone and post a replacement of an ended flow."""
+    class SlowBoard(ForgetfulBoard):
+        def __init__(self):
+            super().__init__()
+            self.inside, self.go = threading.Event(), threading.Event()
+
+        def extend_claim(self, job, who, expiry):
+            self.inside.set()
+            assert self.go.wait(10)
+            return job.uuid in self.jobs
+
+    board = SlowBoard()
+    job = _held_on(board)
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    board.go.set()
+    alive.hold(job)
+    board.go.clear()
+    board.inside.clear()
+    extending = threading.Thread(target=alive.extend_now)
+    extending.start()
+    assert board.inside.wait(10)
+
+    def finish():  # what the conductor does once its run is over
+        alive.release(job)
+        board.jobs.pop(job.uuid)
+        board.owners.pop(job.uuid)
+
+    finishing = threading.Thread(target=finish)
+    finishing.start()
+    finishing.join(1.0)  # released at once without the wait: consumed mid-extension
+    board.go.set()
+    extending.join(10)
+    finishing.join(10)
+    assert not extending.is_alive() and not finishing.is_alive()
+    assert board.posted == 0 and board.jobs == {}
+
+
+def test_a_round_that_listed_a_job_since_released_leaves_it_alone(clock):
+    board = ForgetfulBoard()
+    job = _held_on(board)
+    alive = keepalive.ClaimKeepAlive(board, "me", interval=1.0, expiry=10.0)
+    alive.hold(job)
+    listed = alive._held[job.uuid]
+    alive.release(job)
+    board.jobs.clear()
+    board.owners.clear()  # consumed
+    alive._extend(listed)
+    assert board.posted == 0 and board.jobs == {}
