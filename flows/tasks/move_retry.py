@@ -23,7 +23,7 @@ from taskflow import retry
 
 from fleetflow.common import states
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import move_rows, move_schedule
+from fleetflow.flows.tasks import move_gone, move_rows, move_schedule
 from fleetflow.flows.tasks.base import FleetRetry
 from fleetflow.flows.tasks.move import MoveNotPossible
 from fleetflow.flows.tasks.move_fastpath import CLAIMED
@@ -52,6 +52,11 @@ class MoveHostRetry(FleetRetry):
         rt = runtime.get()
         uuid = instance_uuids[self.index]
         tried = [h for h in history.provided_iter() if h is not NO_HOST]
+        # Before anything else: a deleted server is skipped, whether the
+        # evacuation goes on or stops (it would never move anyway).
+        if move_gone.skip_if_gone(rt.placement, rt.database, evacuation_id, uuid, fence):
+            LOG.info("evacuation %s: %s was deleted; its move is skipped", evacuation_id, uuid)
+            return NO_HOST
         stopping = move_rows.stopping(rt.database, evacuation_id)
         if stopping:
             self._leave(evacuation_id, uuid, stopping, fence)
