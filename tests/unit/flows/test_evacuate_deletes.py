@@ -143,3 +143,45 @@ def test_what_an_older_delete_left_in_an_evacuation_goes_with_any_operator_actio
         assert session.scalars(sa.select(GroupMember).where(
             GroupMember.instance_id == deleted)).all() == []
     assert_clean(evac_cloud)
+
+
+def test_a_teardown_that_meets_a_moving_server_stops_before_touching_it(evac_cloud):
+    """A teardown flow follows the rule too (one posted before the rule, or
+    resumed): it stops while the move holds the server, and finishes after."""
+    import threading
+    import time
+
+    from fleetflow.compute.drivers.fake_moves import MoveRules
+
+    evac_cloud.driver.move_rules = MoveRules(live_seconds=1.0)
+    uuid = boot(evac_cloud)
+    view = ops(evac_cloud).evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE))
+    evacuation_job = evac_cloud.posted.pop()
+    teardown = {"flow": "teardown", "kwargs": {"instance_ids": [uuid], "reservation_id": None},
+                "store": {"tenant_id": "t1"}}
+    outcome = []
+    runner = threading.Thread(target=lambda: outcome.append(evac_cloud.run(evacuation_job)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while moves(evac_cloud, view["id"])[uuid]["step"] != "move":
+            assert time.monotonic() < deadline and runner.is_alive()
+            time.sleep(0.01)
+        stopped = evac_cloud.run(teardown)
+    finally:
+        runner.join(120)
+    assert stopped != tf_states.SUCCESS
+    assert outcome == [tf_states.SUCCESS]
+    done = ops(evac_cloud).show(view["id"])
+    assert done["status"] == states.DONE
+    host = where(evac_cloud, uuid)
+    assert host != SOURCE
+    assert evac_cloud.runtime.compute.get_instance(host, uuid)["state"] == states.ACTIVE
+    with evac_cloud.database.session() as session:
+        assert session.get(Instance, uuid).status == states.ACTIVE
+    # The move has ended: the same teardown now goes through.
+    assert evac_cloud.run(teardown) == tf_states.SUCCESS
+    with evac_cloud.database.session() as session:
+        assert session.get(Instance, uuid).status == states.DELETED
+    assert allocations(evac_cloud, uuid) == {}
+    assert_clean(evac_cloud)
