@@ -63,7 +63,8 @@ def make_services(conf, database, runtime, persistence, board) -> dict:
         "jobboard": board,
         "logbook_backend": persistence,
         "evacuations": EvacuationOps(conf, database, submit, compute=runtime.compute,
-                                     on_host_state=hosts.sync_placement),
+                                     on_host_state=hosts.sync_placement,
+                                     placement=runtime.placement),
         "hosts": hosts,
         "vclusters": VClusterOps(conf, database, submit),
     }

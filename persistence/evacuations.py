@@ -29,6 +29,12 @@ class EvacuationInProgress(Conflict):
     code = "EVACUATION_IN_PROGRESS"
 
 
+class ServerBeingMoved(Conflict):
+    """A server to delete is held by an unfinished move of an evacuation."""
+
+    code = "SERVER_BEING_MOVED"
+
+
 def new_evacuation_id() -> str:
     return EVACUATION_PREFIX + uuidlib.uuid4().hex[:12]
 
@@ -214,3 +220,70 @@ def heartbeat(session: orm.Session, hosts: list[str], chunk: int = 500) -> None:
     for start in range(0, len(hosts), chunk):
         session.execute(sa.update(Host).where(Host.name.in_(hosts[start:start + chunk]))
                         .values(heartbeat_at=now))
+
+
+# What a move's claim writes on its server: while it holds, no delete may take the server.
+MOVE_TASK_STATES = (states.TASK_MIGRATING, states.TASK_REBUILDING)
+# Servers a delete request takes: the ones an evacuation may move.
+REQUEST_DELETABLE = (states.ACTIVE, states.ERROR)
+
+
+def hold_for_delete(session: orm.Session, instance_ids: list[str],
+                    statuses: tuple | None = REQUEST_DELETABLE) -> int:
+    """Mark ``instance_ids`` DELETING for a delete; ServerBeingMoved while a move holds one.
+
+    The one rule of every path that deletes servers (a server, a reservation,
+    a vcluster or some of its members, and the teardown flows themselves):
+    a server with a PENDING or MOVING move of an evacuation still under way
+    (PAUSED included) is refused, naming the server and the evacuation. The
+    caller's transaction rolls back with the Conflict, so nothing is written.
+
+    Only servers in ``statuses`` are taken (None: every one not DELETED yet,
+    as a teardown takes them); one already DELETING is the delete's own, and
+    a move that lists it never starts (its claim refuses a deleting server).
+    The mark is a conditional UPDATE, not a read then a write: a move's claim
+    sets task_state with the mirror condition, so of a claim and a delete
+    racing for one server exactly one wins. Returns how many were taken.
+    """
+    if not instance_ids:
+        return 0
+    ids = list(instance_ids)
+    if statuses is None:
+        candidates = sa.and_(Instance.id.in_(ids), Instance.status != states.DELETED)
+    else:
+        candidates = sa.and_(Instance.id.in_(ids), Instance.status.in_(tuple(statuses)))
+    held = session.execute(
+        sa.select(Move.instance_id, Move.evacuation_id)
+        .join(Evacuation, Evacuation.id == Move.evacuation_id)
+        .join(Instance, Instance.id == Move.instance_id)
+        .where(candidates, Instance.status != states.DELETING,
+               Move.status.in_((states.PENDING, states.MOVING)),
+               Evacuation.status.in_(tuple(states.EVACUATION_ACTIVE)))
+        .order_by(Move.instance_id)).first()
+    if held is not None:
+        raise _being_moved(held.instance_id, held.evacuation_id)
+    wanted = session.scalar(sa.select(sa.func.count()).select_from(Instance).where(candidates))
+    taken = session.execute(sa.update(Instance).where(candidates, sa.or_(
+        Instance.task_state.is_(None), Instance.task_state.not_in(MOVE_TASK_STATES)))
+        .values(status=states.DELETING, task_state=states.TASK_DELETING, updated_at=utcnow())
+        ).rowcount
+    if taken != wanted:
+        # A claim won the race between the count and the UPDATE (or before both).
+        claimed = session.execute(
+            sa.select(Instance.id).where(candidates, Instance.task_state.in_(MOVE_TASK_STATES))
+            .order_by(Instance.id)).scalar()
+        if claimed is None:  # another delete took one meanwhile
+            raise Conflict("a server to delete changed meanwhile; ask again",
+                           instance_ids=ids)
+        by = session.execute(
+            sa.select(Move.evacuation_id).where(Move.instance_id == claimed)
+            .order_by(Move.updated_at.desc())).scalar()
+        raise _being_moved(claimed, by)
+    return taken
+
+
+def _being_moved(instance_id: str, evacuation_id: str | None) -> ServerBeingMoved:
+    by = f" by evacuation {evacuation_id}" if evacuation_id else ""
+    return ServerBeingMoved(f"server {instance_id} is being moved{by}; delete it once the "
+                            "move has ended", instance_id=instance_id,
+                            evacuation_id=evacuation_id)

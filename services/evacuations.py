@@ -24,7 +24,7 @@ from fleetflow.flows import keys
 from fleetflow.flows.tasks.evacuation import HostAlive
 from fleetflow.persistence import evacuations as rows
 from fleetflow.persistence import intents
-from fleetflow.persistence.models import Evacuation, Host, Instance
+from fleetflow.persistence.models import Evacuation, Host, Instance, Move
 
 LOG = logging.getLogger(__name__)
 
@@ -57,11 +57,15 @@ class EvacuationOps:
     """
 
     def __init__(self, conf, database, submit: Submitter, compute=None,
-                 on_host_state: Callable[[str, str], object] | None = None):
+                 on_host_state: Callable[[str, str], object] | None = None,
+                 placement=None):
         self.conf = conf
         self.database = database
         self.submit = intents.joining(submit)
         self.compute = compute
+        # Gives back what moves of deleted servers still hold (skip, revert);
+        # by default the process's runtime's.
+        self.placement = placement
         # Called with (host name, state) after the evacuation fenced a host,
         # to keep its placement provider in step (services.hosts).
         self.on_host_state = on_host_state
@@ -290,6 +294,7 @@ class EvacuationOps:
         if not instance_ids:
             raise InvalidInput("skip.instances: name at least one server",
                                field="skip.instances")
+        self._release_gone(evacuation_id, instance_ids)
         with self.database.session() as session:
             evacuation = self._paused(session, evacuation_id, "skipped through")
             moves = {m.instance_id: m for m in rows.moves(session, evacuation_id)}
@@ -307,6 +312,38 @@ class EvacuationOps:
             self._go_on(session, evacuation)
         return self.show(evacuation_id)
 
+    def _release_gone(self, evacuation_id: str, instance_ids: list[str] | None = None) -> None:
+        """What unfinished moves of deleted servers (among ``instance_ids``) still hold
+        goes back: a skip or a revert ends them without another run, so nothing
+        else would (docs/evacuation.md, "Deletes and moves").
+
+        Only for a PAUSED evacuation, before the action's own transaction: the
+        releases commit in transactions of their own (and SQLite has one
+        writer). Idempotent, so an action refused afterwards loses nothing.
+        """
+        from fleetflow.flows.tasks import move_gone
+
+        with self.database.read_session() as session:
+            if rows.get(session, evacuation_id).status != states.PAUSED:
+                return
+            query = sa.select(Move.instance_id).outerjoin(
+                Instance, Instance.id == Move.instance_id).where(
+                Move.evacuation_id == evacuation_id,
+                Move.status.in_(tuple(states.MOVE_UNFINISHED)),
+                sa.or_(Instance.id.is_(None), Instance.status.in_(move_gone.GONE)))
+            if instance_ids is not None:
+                query = query.where(Move.instance_id.in_(list(instance_ids)))
+            gone = list(session.scalars(query))
+        if not gone:
+            return
+        placement = self.placement
+        if placement is None:
+            from fleetflow.flows import runtime
+
+            placement = runtime.get().placement
+        for uuid in gone:
+            move_gone.release_leftovers(placement, self.database, evacuation_id, uuid)
+
     def revert(self, evacuation_id: str) -> dict:
         """End a PAUSED evacuation: its unfinished servers REVERTED, status REVERTED.
 
@@ -315,6 +352,7 @@ class EvacuationOps:
         retry, so this is the record of the operator's decision; finished
         moves stay where they are.
         """
+        self._release_gone(evacuation_id)
         with self.database.session() as session:
             evacuation = rows.get(session, evacuation_id, lock=True)
             if evacuation.status == states.REVERTED:

@@ -18,17 +18,11 @@ from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.flows import keys
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import (
-    Evacuation,
-    Flavor,
-    Image,
-    Instance,
-    Move,
-    Reservation,
-)
+from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 
 PROVISION = "provision"
 TEARDOWN = "teardown"
@@ -175,8 +169,10 @@ class Operations:
             if reservation.status not in states.SETTLED:
                 raise Conflict(f"reservation {reservation_id} is {reservation.status}; "
                                "delete it once it has settled")
-            reservation.status = states.DELETING
             instance_ids = rows.instance_ids(session, reservation_id)
+            # Its servers first: one an evacuation moves refuses the whole delete.
+            evac_rows.hold_for_delete(session, instance_ids)
+            reservation.status = states.DELETING
             # NOTE: pause, not revert: a deletion is finished by resuming it once
             # its cause is dealt with; a reverted teardown could never be resumed.
             self.submit(TEARDOWN, {"instance_ids": instance_ids,
@@ -200,22 +196,9 @@ class Operations:
             if instance.status not in (states.ACTIVE, states.ERROR):
                 raise Conflict(f"server {instance_id} is {instance.status}; "
                                "delete it once it has settled")
-            moving = session.execute(sa.select(Move.evacuation_id).join(
-                Evacuation, Evacuation.id == Move.evacuation_id).where(
-                Move.instance_id == instance_id,
-                Move.status.in_((states.PENDING, states.MOVING)),
-                Evacuation.status.in_(tuple(states.EVACUATION_ACTIVE)))).first()
-            # NOTE: a conditional UPDATE, not a read then a write: a move's
-            # claim sets task_state the same way, so of the two one wins.
-            taken = session.execute(sa.update(Instance).where(
-                Instance.id == instance_id, Instance.status.in_((states.ACTIVE, states.ERROR)),
-                sa.or_(Instance.task_state.is_(None), Instance.task_state.not_in(
-                    (states.TASK_MIGRATING, states.TASK_REBUILDING))))
-                .values(status=states.DELETING, task_state=states.TASK_DELETING)).rowcount
-            if moving is not None or not taken:
-                raise Conflict(f"server {instance_id} is being moved"
-                               f"{' by evacuation ' + moving[0] if moving else ''}; delete it "
-                               "once the move has ended", instance_id=instance_id)
+            if not evac_rows.hold_for_delete(session, [instance_id]):
+                raise Conflict(f"server {instance_id} changed meanwhile; ask again",
+                               instance_id=instance_id)
             instance.status, instance.task_state = states.DELETING, states.TASK_DELETING
             self.submit(TEARDOWN, {"instance_ids": [instance_id],
                                    "reservation_id": instance.reservation_id},

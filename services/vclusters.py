@@ -30,10 +30,11 @@ from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.flows.tasks import vcluster_schedule as vsched
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
-from fleetflow.persistence.models import Instance, StorageBackend, VCluster
+from fleetflow.persistence.models import StorageBackend, VCluster
 from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
 from fleetflow.services.operations import resolve_flavor, resolve_image
@@ -239,7 +240,7 @@ class VClusterOps:
             self._settled(vcluster)
             rows.take(session, vcluster, states.UPDATING, (states.ACTIVE,))
             if member.kind == SERVER:
-                _hold_servers(session, vcluster.id, [member.resource_id])
+                evac_rows.hold_for_delete(session, [member.resource_id])
             member.removing = True
             flow_id = ids.new_uuid()
             rows.record_run(vcluster, flow_id, states.RUN_REMOVE, removed=[name])
@@ -279,7 +280,7 @@ class VClusterOps:
                        if m.kind == SERVER]
             volumes = [{"index": m.index, "id": m.resource_id} for m in members
                        if m.kind == VOLUME]
-            _hold_servers(session, vcluster.id, [s["id"] for s in servers])
+            evac_rows.hold_for_delete(session, [s["id"] for s in servers])
             self._post(session, TEARDOWN, vcluster, states.RUN_DELETE, flow_id, servers,
                        volumes)
         return vcluster
@@ -294,25 +295,6 @@ class VClusterOps:
              marker: str | None = None) -> list[dict]:
         with self.database.session() as session:
             return views.summaries(session, tenant_id, status, limit, marker)
-
-
-def _hold_servers(session, vcluster_id: str, server_ids: list[str]) -> None:
-    """Mark the servers DELETING, or Conflict when a move holds one of them.
-
-    A conditional UPDATE, as a server's own delete does: an evacuation's
-    claim sets task_state the same way, so of the two one wins. The
-    caller's transaction rolls back with the Conflict.
-    """
-    moving = (states.TASK_MIGRATING, states.TASK_REBUILDING)
-    live = sa.and_(Instance.id.in_(server_ids),
-                   Instance.status.in_((states.ACTIVE, states.ERROR)))
-    wanted = session.scalar(sa.select(sa.func.count()).select_from(Instance).where(live))
-    taken = session.execute(sa.update(Instance).where(live, sa.or_(
-        Instance.task_state.is_(None), Instance.task_state.not_in(moving)))
-        .values(status=states.DELETING, task_state=states.TASK_DELETING)).rowcount
-    if taken != wanted:
-        raise Conflict(f"vcluster {vcluster_id}: a server of it is being moved; try again "
-                       "once the move has ended", vcluster_id=vcluster_id)
 
 
 def _merge_groupings(before: list[dict], new: list[dict]) -> list[dict]:

@@ -222,7 +222,8 @@ class ReservationItem(MethodView):
     @blp.response(202, schemas.ReservationSummaryResponseSchema,
                   description="Accepted: a teardown flow deletes every instance.")
     def delete(self, tenant_id, reservation_id):
-        """Delete a settled reservation and all its instances (409 while it is building)."""
+        """Delete a settled reservation and all its instances (409 while it is building,
+        or while an evacuation still moves one of them: SERVER_BEING_MOVED)."""
         operations = current_state().service("operations")
         reservation = operations.delete_reservation(tenant_id, reservation_id)
         return {"reservation": _summary(reservation)}

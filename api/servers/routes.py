@@ -94,6 +94,7 @@ class ServerItem(MethodView):
                   description="Accepted: a teardown flow frees its allocation and group "
                               "membership.")
     def delete(self, tenant_id, server_id):
-        """Delete one server (409 while it is still being built)."""
+        """Delete one server (409 while it is still being built, or while an evacuation
+        still moves it: SERVER_BEING_MOVED)."""
         operations = current_state().service("operations")
         return {"server": operations.delete_server(tenant_id, server_id)}

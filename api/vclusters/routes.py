@@ -221,8 +221,8 @@ class VClusterItem(MethodView):
     @blp.response(202, schemas.VClusterSummaryResponseSchema,
                   description="Accepted: a teardown flow deletes every member.")
     def delete(self, tenant_id, vcluster_id):
-        """Tear the whole cluster down (409 while a run changes it; a second delete is a
-        no-op)."""
+        """Tear the whole cluster down (409 while a run changes it, or while an evacuation
+        still moves one of its servers: SERVER_BEING_MOVED; a second delete is a no-op)."""
         return _summary(_ops().delete(tenant_id, vcluster_id))
 
 
@@ -251,5 +251,6 @@ class VClusterInstance(MethodView):
                   description="Accepted: a teardown flow removes the member (a volume is "
                               "detached first); groupings lose it.")
     def delete(self, tenant_id, vcluster_id, member_name):
-        """Remove one member by its name (404 unknown member, 409 unless ACTIVE)."""
+        """Remove one member by its name (404 unknown member, 409 unless ACTIVE, or while
+        an evacuation still moves the server: SERVER_BEING_MOVED)."""
         return _summary(_ops().remove(tenant_id, vcluster_id, member_name))

@@ -63,8 +63,14 @@ def _to_undo(evacuation_id: str, instance_uuids: list, index: int,
         move = evac_rows.move(session, evacuation_id, uuid)
         if move.status == states.DONE:
             return None
+        instance = session.get(Instance, uuid)
+        if instance is None or instance.status in (states.DELETING, states.DELETED):
+            # Its claim refused a server a delete took: nothing of the move
+            # exists, and rejoining groups or clearing task_state would undo
+            # the delete's own writes (the retry skips the move).
+            return None
         return (uuid, move.source, move.migration_id,
-                groups.groups_of(session, uuid, session.get(Instance, uuid).group_id))
+                groups.groups_of(session, uuid, instance.group_id))
 
 
 def _fail_step(evacuation_id: str, uuid: str, step: str, host: str | None,

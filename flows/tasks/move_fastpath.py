@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.flows import keys, runtime
+from fleetflow.flows.tasks import move_gone
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence.fleet import stable_uuid
@@ -94,8 +95,13 @@ class ClaimPrimaryMoves(FleetTask):
         except PlacementConflict as exc:
             LOG.info("evacuation %s: fast path off: %s", evacuation_id, exc)
             return {}
-        self._record(rt, evacuation_id, wanted, moves)
-        return {index: migration for index, _h, _a, migration, _t, _r in wanted.values()}
+        lost = self._record(rt, evacuation_id, wanted, moves)
+        for uuid in lost:
+            # A delete took the server between the read above and the record:
+            # the claim goes back, and the retry skips the move.
+            move_gone.give_back_claim(rt.placement, rt.database, uuid, wanted[uuid][3], fence)
+        return {index: migration for uuid, (index, _h, _a, migration, _t, _r)
+                in wanted.items() if uuid not in lost}
 
     @staticmethod
     def _claim(rt, wanted: dict, fence) -> None:
@@ -117,7 +123,8 @@ class ClaimPrimaryMoves(FleetTask):
         rt.placement.read_then_write(consumers, decide, fence)
 
     @staticmethod
-    def _record(rt, evacuation_id: str, wanted: dict, moves: dict) -> None:
+    def _record(rt, evacuation_id: str, wanted: dict, moves: dict) -> set[str]:
+        """Record the claims; the servers a delete took meanwhile (not recorded)."""
         now = utcnow()
         table = Move.__table__
         with rt.database.session() as session:
@@ -126,8 +133,19 @@ class ClaimPrimaryMoves(FleetTask):
                 uuids = [u for u in wanted if (moves[u].mode == states.MODE_REBUILD)
                          == (mode == states.MODE_REBUILD)]
                 if uuids:
-                    session.execute(sa.update(Instance).where(Instance.id.in_(uuids))
-                                    .values(task_state=task_state))
+                    # Conditional, as every claim: a delete's mark wins over it.
+                    session.execute(sa.update(Instance).where(
+                        Instance.id.in_(uuids), Instance.status.in_(MOVABLE),
+                        sa.or_(Instance.task_state.is_(None), Instance.task_state.in_(
+                            (states.TASK_MIGRATING, states.TASK_REBUILDING))))
+                        .values(task_state=task_state))
+            # Read in the same transaction: the rows it changed are its own now.
+            taken = set(session.scalars(sa.select(Instance.id).where(
+                Instance.id.in_(list(wanted)), Instance.status.in_(MOVABLE),
+                Instance.task_state.in_((states.TASK_MIGRATING, states.TASK_REBUILDING)))))
+            lost = set(wanted) - taken
+            if not taken:
+                return lost
             session.connection().execute(
                 table.update().where(table.c.evacuation_id == evacuation_id,
                                      table.c.instance_id == sa.bindparam("b_uuid"))
@@ -141,7 +159,9 @@ class ClaimPrimaryMoves(FleetTask):
                   "b_migration": migration,
                   "b_tried": list(moves[uuid].hosts_tried or [])
                   + ([] if _attempt(moves[uuid], host)[1] else [host])}
-                 for uuid, (_i, host, attempt, migration, _t, _r) in wanted.items()])
+                 for uuid, (_i, host, attempt, migration, _t, _r) in wanted.items()
+                 if uuid in taken])
+        return lost
 
     def revert(self, result, move_placements: dict, evacuation_id: str, instance_uuids: list,
                fence=None, **kwargs) -> None:

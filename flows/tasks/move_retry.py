@@ -23,7 +23,7 @@ from taskflow import retry
 
 from fleetflow.common import states
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import move_rows, move_schedule
+from fleetflow.flows.tasks import move_gone, move_rows, move_schedule
 from fleetflow.flows.tasks.base import FleetRetry
 from fleetflow.flows.tasks.move import MoveNotPossible
 from fleetflow.flows.tasks.move_fastpath import CLAIMED
@@ -54,16 +54,19 @@ class MoveHostRetry(FleetRetry):
         tried = [h for h in history.provided_iter() if h is not NO_HOST]
         stopping = move_rows.stopping(rt.database, evacuation_id)
         if stopping:
-            self._leave(evacuation_id, uuid, stopping, fence)
+            if not self._skip_if_deleted(evacuation_id, uuid, fence):
+                self._leave(evacuation_id, uuid, stopping, fence)
             return NO_HOST
         if history.caused_by(MoveNotPossible):
-            self._give_up(evacuation_id, uuid, None)
+            if not self._skip_if_deleted(evacuation_id, uuid, fence):
+                self._give_up(evacuation_id, uuid, None)
             return NO_HOST
         unplaced = (move_placements.get("unplaced") or {}).get(str(self.index))
         if unplaced and unplaced[0] != move_rows.NO_VALID_HOST and not tried:
             # Not a matter of capacity: another host would not help.
-            self._give_up(evacuation_id, uuid, reservation_rows.fault(*unplaced,
-                                                                     step="schedule"))
+            if not self._skip_if_deleted(evacuation_id, uuid, fence):
+                self._give_up(evacuation_id, uuid, reservation_rows.fault(*unplaced,
+                                                                         step="schedule"))
             return NO_HOST
         for host in (move_placements.get("hosts") or {}).get(str(self.index), []):
             if host not in tried:
@@ -94,6 +97,20 @@ class MoveHostRetry(FleetRetry):
         if candidates:
             return candidates[0], None
         return None, plan.unplaced.get(uuid)
+
+    @staticmethod
+    def _skip_if_deleted(evacuation_id: str, uuid: str, fence) -> bool:
+        """A server a delete took is SKIPPED, not FAILED: on_error must not fire for it.
+
+        Asked only where a deleted server ends up (the schedule and the claim
+        refuse it, a stopping run leaves it), not before every try: the
+        common path reads no row more.
+        """
+        rt = runtime.get()
+        if not move_gone.skip_if_gone(rt.placement, rt.database, evacuation_id, uuid, fence):
+            return False
+        LOG.info("evacuation %s: %s was deleted; its move is skipped", evacuation_id, uuid)
+        return True
 
     def _leave(self, evacuation_id: str, uuid: str, stopping: str, fence) -> None:
         """The evacuation stops: this server is not started (or its try was undone).

@@ -17,6 +17,7 @@ from fleetflow.compute.exceptions import HostDead
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.volume import detach_and_delete, volume_id_for
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance, Reservation, Volume
@@ -39,8 +40,9 @@ class DeleteInstance(FleetTask):
             host, group_id = instance.host, instance.group_id
             in_vcluster = instance.vcluster_id is not None
             has_volume = session.get(Volume, volume_id_for(instance_id)) is not None
-            rows.update_instance(session, instance_id, status=states.DELETING,
-                                 task_state=states.TASK_DELETING)
+            # The rule every delete follows: not while a move holds the server
+            # (the teardown stops, and is resumed once the move has ended).
+            evac_rows.hold_for_delete(session, [instance_id], statuses=None)
         try:
             if has_volume:
                 detach_and_delete(rt, host, instance_id, volume_id_for(instance_id), fence)

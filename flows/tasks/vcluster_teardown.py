@@ -26,6 +26,7 @@ from fleetflow.flows import runtime
 from fleetflow.flows.tasks import storage_routes
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.vcluster_members import each
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
 from fleetflow.persistence.models import GroupMember, Instance, VClusterMember, Volume
@@ -46,6 +47,9 @@ class DetachLeaving(FleetTask):
                                                           volumes)
             server_ids = [m.resource_id for m in server_rows]
             volume_ids = [m.resource_id for m in volume_rows]
+            # The rule every delete follows: not while a move holds a server
+            # (the teardown stops before detaching anything, resumed once it has ended).
+            evac_rows.hold_for_delete(session, server_ids, statuses=None)
             attached = session.execute(sa.select(Volume.id, Volume.instance_id, Volume.backend)
                                        .where(Volume.vcluster_id == vcluster_id,
                                               Volume.instance_id.is_not(None),
