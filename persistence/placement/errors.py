@@ -71,6 +71,10 @@ class ProviderInUse(PlacementConflict):
     code = PROVIDER_IN_USE
 
 
+class ProviderIsFleetHost(ProviderInUse):
+    """The resource provider is a fleet host's: the host must go first."""
+
+
 class CannotDeleteParent(PlacementConflict):
     """The resource provider still has child providers."""
 

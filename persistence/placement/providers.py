@@ -15,6 +15,7 @@ import os_resource_classes
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from fleetflow.persistence.models import Host
 from fleetflow.persistence.placement import errors
 from fleetflow.persistence.placement.models import (
     MAX_INT,
@@ -171,6 +172,13 @@ def _subtree(session: orm.Session, row: ResourceProvider) -> set[str]:
 
 def delete_provider(session: orm.Session, rp_uuid: str) -> None:
     row = get_provider(session, rp_uuid)
+    # A fleet host without its provider still reads up and empty to the
+    # scheduler, and every claim on it fails: the host goes first.
+    host = session.execute(sa.select(Host.name).where(Host.uuid == rp_uuid)).scalar()
+    if host is not None:
+        raise errors.ProviderIsFleetHost(
+            f"Unable to delete resource provider {rp_uuid}: it is the provider of fleet "
+            f"host {host}; retire or delete the host first.", host=host)
     in_use = session.execute(sa.select(Allocation.consumer_uuid).where(
         Allocation.resource_provider_uuid == rp_uuid).limit(1)).first()
     if in_use is not None:

@@ -249,6 +249,23 @@ def test_provider_lifecycle(client, make_rp):
     assert r.status_code == 409 and error_code(r) == "placement.resource_provider.inuse"
 
 
+def test_the_provider_of_a_fleet_host_is_not_deleted_while_the_host_is(small_cloud, client):
+    host = "z1-r1-h01"
+    rp = small_cloud.host_uuid(host)
+    r = client.delete(f"/placement/resource_providers/{rp}", headers=H)
+    assert r.status_code == 409 and error_code(r) == "placement.resource_provider.inuse"
+    detail = r.json["errors"][0]["detail"]
+    assert host in detail and "retire or delete the host first" in detail
+    shown = client.get(f"/placement/resource_providers/{rp}", headers=H)
+    assert shown.status_code == 200 and shown.json["name"] == host
+    # Providers that are no host's are deleted as before.
+    r = client.post("/placement/resource_providers", json={"name": "nic"},
+                    headers=headers("1.20"))
+    assert client.delete(f"/placement/resource_providers/{r.json['uuid']}",
+                         headers=H).status_code == 204
+    assert small_cloud.audit().clean
+
+
 def test_inventory_generation_and_in_use(client, make_rp):
     rp = make_rp(VCPU=8, DISK_GB=10)
     url = f"/placement/resource_providers/{rp}/inventories"
