@@ -30,6 +30,8 @@ from fleetflow.persistence.placement.models import (
 LOG = logging.getLogger(__name__)
 
 NAME_PATTERN = re.compile(r"^[A-Z0-9_]+$")
+# What the generation column (a signed 32-bit integer) holds.
+GENERATION_MIN, GENERATION_MAX = -(2**31), 2**31 - 1
 INVENTORY_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size",
                     "allocation_ratio")
 INVENTORY_DEFAULTS = {"reserved": 0, "min_unit": 1, "max_unit": MAX_INT, "step_size": 1,
@@ -205,6 +207,10 @@ def delete_provider(session: orm.Session, rp_uuid: str) -> None:
 
 def bump_generation(session: orm.Session, rp_uuid: str, seen: int) -> int:
     """Compare-and-swap the provider generation from ``seen`` to ``seen + 1``."""
+    if not GENERATION_MIN <= seen < GENERATION_MAX:
+        # No stored generation is out there: stale, and SQL cannot even bind it.
+        raise errors.ProviderGenerationConflict(
+            f"resource provider generation conflict on {rp_uuid}: {seen} is no generation")
     result = session.execute(
         sa.update(ResourceProvider.__table__)
         .where(ResourceProvider.uuid == rp_uuid, ResourceProvider.generation == seen)
