@@ -107,11 +107,11 @@ def test_a_provider_gone_between_schedule_and_claim_is_a_lost_claim(cloud, monke
     assert audit_kinds(cloud) == [("missing_provider", dropped[0])]
 
 
-def _evacuate_live(cloud) -> dict:
+def _evacuate_live(cloud, **fields) -> dict:
     ops = EvacuationOps(cloud.conf, cloud.database, submit=cloud.submit,
                         compute=cloud.runtime.compute)
     view = ops.evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE,
-                                          on_error=states.ON_ERROR_PAUSE))
+                                          on_error=states.ON_ERROR_PAUSE, **fields))
     assert cloud.run(cloud.posted[-1]) == tf_states.SUCCESS
     return ops.show(view["id"])
 
@@ -158,3 +158,28 @@ def test_a_move_whose_destination_provider_vanished_goes_to_an_alternate(evac_cl
     assert allocations(evac_cloud, uuid) == {stable_uuid(move["destination"]): {
         "VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}}
     assert audit_kinds(evac_cloud) == [("missing_provider", dropped[0])]
+
+
+def test_a_move_with_no_alternate_left_fails_alone_and_the_evacuation_pauses(evac_cloud,
+                                                                             monkeypatch):
+    uuid = boot(evac_cloud)
+    target = "z1-r1-h02"
+    plan = move_schedule.plan
+    dropped = []
+
+    def plan_then_drop(session, *args, **kwargs):
+        result = plan(session, *args, **kwargs)
+        if not dropped:
+            dropped.append(target)
+            drop_provider_in(session, target)
+        return result
+
+    monkeypatch.setattr(move_schedule, "plan", plan_then_drop)
+    paused = _evacuate_live(evac_cloud, target_hosts=[target])
+    # on_error pause: the one move FAILED, the evacuation PAUSED, never FAILED.
+    assert dropped and paused["status"] == states.PAUSED
+    move = paused["instances"][0]
+    assert move["status"] == states.FAILED and move["fault"]["code"] == "NO_VALID_HOST"
+    # Nothing of the lost claim is left: the server still holds its source.
+    assert allocations(evac_cloud, uuid) == {stable_uuid(SOURCE): {
+        "VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}}
