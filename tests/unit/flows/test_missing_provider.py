@@ -12,6 +12,7 @@ from taskflow import states as tf_states
 
 from fleetflow.common import states
 from fleetflow.flows.tasks import move_schedule, schedule
+from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.placement.models import (
@@ -22,6 +23,7 @@ from fleetflow.persistence.placement.models import (
 )
 from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 from fleetflow.services.operations import Operations, ReservationRequest
+from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 from tests.unit.flows.test_evacuate_flow import SOURCE, allocations, boot
 
 GONE = "z1-r1-h01"
@@ -104,6 +106,31 @@ def test_a_provider_gone_between_schedule_and_claim_is_a_lost_claim(cloud, monke
     # A lost claim records no attempt: the host was never reached.
     assert dropped and all(host != dropped[0] and dropped[0] not in tried
                            for host, _, tried in placed)
+    assert audit_kinds(cloud) == [("missing_provider", dropped[0])]
+
+
+def test_a_vcluster_member_whose_host_lost_its_provider_is_placed_again(cloud, monkeypatch):
+    place = vsched.place
+    dropped = []
+
+    def place_then_drop(session, *args, **kwargs):
+        result = place(session, *args, **kwargs)
+        if not dropped:
+            # In the schedule's own transaction (SQLite has one writer at a time).
+            dropped.append(next(iter(result.hosts.values()))[0])
+            drop_provider_in(session, dropped[0])
+        return result
+
+    monkeypatch.setattr(vsched, "place", place_then_drop)
+    ops = VClusterOps(cloud.conf, cloud.database, submit=cloud.submit)
+    servers = [{"name": f"s{i}", "type": "server",
+                "spec": {"imageRef": "cirros", "flavorRef": "m1.small"}} for i in (1, 2)]
+    vcluster, _ = ops.create(VClusterRequest(tenant_id="t1", user_id="u1", name="vc",
+                                             instances=servers, groupings=[]))
+    assert cloud.run(cloud.posted[-1]) == tf_states.SUCCESS
+    view = ops.show(None, vcluster.id)
+    assert view["status"] == states.ACTIVE
+    assert dropped and all(m["host"] != dropped[0] for m in view["instances"])
     assert audit_kinds(cloud) == [("missing_provider", dropped[0])]
 
 
