@@ -8,6 +8,7 @@ import threading
 
 import click
 
+from fleetflow.cli.startup import check_config
 from fleetflow.common import gc_policy
 
 
@@ -36,6 +37,7 @@ def compute_agent(conf, host_list: str | None, all_hosts: bool, transport_url: s
     from fleetflow.compute import agent as compute_agent_mod
     from fleetflow.persistence.db import Database
 
+    check_config(conf)
     hosts = [h.strip() for h in (host_list or "").split(",") if h.strip()]
     if bool(hosts) == all_hosts:
         raise click.UsageError("give exactly one of --hosts h1,h2 or --all")

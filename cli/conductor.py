@@ -8,6 +8,7 @@ import threading
 
 import click
 
+from fleetflow.cli.startup import check_config
 from fleetflow.common import gc_policy
 
 
@@ -60,6 +61,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     from fleetflow.persistence import migrate
     from fleetflow.persistence.db import get_database
 
+    check_config(conf)
     logging.basicConfig(level=logging.DEBUG if conf.debug else logging.INFO,
                         format="%(asctime)s %(process)d %(levelname)s %(name)s %(message)s")
     # NOTE: many conductors may start at once; the schema has one owner

@@ -24,6 +24,7 @@ import threading
 
 import click
 
+from fleetflow.cli.startup import check_config
 from fleetflow.common import config, cpu_affinity, gc_policy
 
 LOG = logging.getLogger("fleetflow.serve")
@@ -194,6 +195,7 @@ def serve(conf, state_dir: str | None) -> None:
     otherwise, the simulated hosts' guests, the agents' RPC sockets and the
     conductors' liveness records.
     """
+    check_config(conf)
     if state_dir is not None:
         config.set_state_dir(conf, state_dir)
     logging.basicConfig(level=logging.DEBUG if conf.debug else logging.WARNING,

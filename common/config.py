@@ -165,7 +165,8 @@ COMPUTE_OPTS = [
                  help="How often a move task asks the destination how its move goes "
                       "(a long move is started, then polled: no RPC call waits for it)."),
     cfg.IntOpt("service_down_time", default=60, min=1,
-               help="Seconds without a heartbeat after which a host reads 'down'."),
+               help="Seconds without a heartbeat after which a host reads 'down' "
+                    "(longer than heartbeat_interval, or serving processes refuse to start)."),
     cfg.FloatOpt("heartbeat_interval", default=10.0, min=0.1,
                  help="How often a compute agent reports its living hosts' heartbeat."),
 ]
@@ -289,6 +290,21 @@ def load(args: Sequence[str] = (), config_files: Sequence[str] | None = None,
     _apply_environment(conf, os.environ if environ is None else environ)
     _default_database_in_state_dir(conf)
     return conf
+
+
+class ConflictingOptions(cfg.Error):
+    """Options each valid on its own that cannot work together."""
+
+
+def check(conf: cfg.ConfigOpts) -> None:
+    """Refuse options that contradict each other; every serving process calls it at start."""
+    down, beat = conf.compute.service_down_time, conf.compute.heartbeat_interval
+    if down <= beat:
+        raise ConflictingOptions(
+            f"[compute] service_down_time ({down} s, "
+            f"{env_name('compute', 'service_down_time')}) must be longer than [compute] "
+            f"heartbeat_interval ({beat} s, {env_name('compute', 'heartbeat_interval')}): "
+            "every host would read 'down' between two heartbeats")
 
 
 def _default_database_in_state_dir(conf: cfg.ConfigOpts) -> None:

@@ -215,7 +215,8 @@ def register_providers(session: orm.Session, hosts: set | None = None,
                        backends: set | None = None) -> None:
     """Make hosts and storage backends placement resource providers (idempotent).
 
-    ``hosts`` / ``backends`` name the rows to look at (every row when None).
+    ``hosts`` / ``backends`` name the rows to look at (every row when None;
+    hosts without a provider are always looked at).
     Providers that do not exist yet are written in bulk (a 10,000-host fleet
     loads in seconds, not minutes); existing ones converge one by one, which
     writes only what changed.
@@ -239,7 +240,10 @@ def register_providers(session: orm.Session, hosts: set | None = None,
     host_uuids = dict(session.execute(sa.select(models.Host.name, models.Host.uuid)).all())
     host_query = sa.select(models.Host)
     if hosts is not None:
-        host_query = host_query.where(models.Host.name.in_(hosts))
+        # A host whose provider was removed is registered again on the next load.
+        host_query = host_query.where(sa.or_(
+            models.Host.name.in_(hosts),
+            models.Host.uuid.not_in(sa.select(pm.ResourceProvider.uuid))))
     for host in session.scalars(host_query):
         if host.uuid in known:
             placement_fleet.register_host(session, host)

@@ -125,7 +125,7 @@ class CloudSnapshot:
 def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None = None,
                      failures: Mapping[str, int] | None = None,
                      storage: bool = False) -> CloudSnapshot:
-    """Read every Host row into a snapshot.
+    """Read every Host row that has its placement provider into a snapshot.
 
     ``usage`` is ``{provider_uuid: {resource_class: used}}`` from the placement
     store, and ``failures`` ``{host_name: recent build failures}``; the caller
@@ -134,6 +134,7 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
     hosts reach each (as the volume task picks one: the host's own, its rack's).
     """
     from fleetflow.persistence.models import Host, StorageBackend  # the only DB dependency
+    from fleetflow.persistence.placement.models import ResourceProvider
 
     usage, failures = usage or {}, failures or {}
     by_host: dict[str, list[str]] = {}
@@ -149,7 +150,11 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
                 by_rack.setdefault((backend.region, backend.zone, backend.rack),
                                    []).append(backend.uuid)
     hosts = []
-    for row in session.query(Host).order_by(Host.name):
+    # A host whose provider is gone would look empty, rank first and lose every
+    # claim aimed at it: it is left out until it is registered again (the
+    # audit reports it as missing_provider).
+    for row in (session.query(Host).join(ResourceProvider, ResourceProvider.uuid == Host.uuid)
+                .order_by(Host.name)):
         hosts.append(HostState(
             name=row.name, uuid=row.uuid, state=row.state, region=row.region, zone=row.zone,
             rack=row.rack, capabilities=dict(row.capabilities or {}),

@@ -52,6 +52,8 @@ KINDS = {
     "stray_attachment": "a guest has a volume attached that is not its in-use volume",
     "missing_attachment": "an in-use volume is not attached to its instance's guest",
     "unknown_host": "an instance row names a host that is not in the fleet",
+    "missing_provider": "a fleet host has no placement resource provider: the scheduler "
+                        "leaves it out and nothing can be claimed on it",
     "unreachable_host": "a host that is not down did not answer: its guests are unknown",
     "evacuated_copy": "a host still runs a copy of a server rebuilt elsewhere off it",
     "stale_migration": "a migration consumer holds resources and no move is in flight",
@@ -188,6 +190,7 @@ class _Checker(VolumeChecks):
                                     or instance.id in self.rows.moving)
 
     def run(self) -> None:
+        self.check_providers()
         self.check_allocations()
         self.check_instances()
         self.check_volumes()
@@ -246,6 +249,16 @@ class _Checker(VolumeChecks):
             self.add("allocation_on_wrong_host", instance.id,
                      f"holds resources on {', '.join(self._name(rp) for rp in wrong)}, "
                      f"but the row says {where}", instance.host)
+
+    def check_providers(self) -> None:
+        if self.view.providers is None:
+            return
+        for host, provider in sorted(self.rows.hosts.items()):
+            if provider not in self.view.providers:
+                self.add("missing_provider", host,
+                         f"resource provider {provider} does not exist: the host takes no "
+                         "new work until it is registered again (fleetflow fleet load)",
+                         host)
 
     # -- rows ------------------------------------------------------------------
     def check_instances(self) -> None:

@@ -33,7 +33,12 @@ from fleetflow.persistence.models import (
     Volume,
 )
 from fleetflow.persistence.placement.fleet import COMPUTE_TRAIT
-from fleetflow.persistence.placement.models import Allocation, Consumer, ProviderTrait
+from fleetflow.persistence.placement.models import (
+    Allocation,
+    Consumer,
+    ProviderTrait,
+    ResourceProvider,
+)
 from fleetflow.scheduler.vcluster_check import Place
 
 LOG = logging.getLogger(__name__)
@@ -74,6 +79,8 @@ class PlacementView:
     allocations: dict[str, Amounts]  # consumer uuid -> amounts
     consumer_types: dict[str, str]  # consumer uuid -> consumer_type ("unknown" if not known)
     compute_providers: set[str]
+    # Every provider that exists (None: not read, nothing is judged by it).
+    providers: set[str] | None = None
 
 
 @dataclasses.dataclass
@@ -176,7 +183,9 @@ def _read_local(database) -> PlacementView:
             types[consumer] = ctype or "unknown"
         compute = set(session.scalars(sa.select(ProviderTrait.resource_provider_uuid)
                                       .where(ProviderTrait.trait == COMPUTE_TRAIT)))
-    return PlacementView({c: dict(a) for c, a in allocations.items()}, types, compute)
+        providers = set(session.scalars(sa.select(ResourceProvider.uuid)))
+    return PlacementView({c: dict(a) for c, a in allocations.items()}, types, compute,
+                         providers)
 
 
 def _read_http(client, workers: int = 16) -> PlacementView:
@@ -196,7 +205,8 @@ def _read_http(client, workers: int = 16) -> PlacementView:
         for rp_uuid, held in pool.map(of_provider, [rp["uuid"] for rp in providers]):
             for consumer, entry in held.items():
                 allocations[consumer][rp_uuid] = dict(entry["resources"])
-    return PlacementView(dict(allocations), {c: "unknown" for c in allocations}, compute)
+    return PlacementView(dict(allocations), {c: "unknown" for c in allocations}, compute,
+                         {rp["uuid"] for rp in providers})
 
 
 def ask_hosts(compute_api, hosts, workers: int = 16, timeout: float | None = None) -> Guests:

@@ -6,7 +6,7 @@ more consumers in the caller's transaction, all or nothing:
 1. the fence (if any) is checked;
 2. the consumers' rows and the providers they hold allocations on are read;
 3. every provider that gains or loses allocations is read and row-locked in
-   uuid order; each newly named one must exist (else BadRequest, 400);
+   uuid order; each newly named one must exist (else ProviderGone, 400);
 4. each consumer's generation is checked: ``None`` means "I am the first
    writer" and fails when the consumer already has allocations; an integer
    must equal the stored generation; :data:`ANY_GENERATION` (DELETE and
@@ -167,8 +167,9 @@ def _apply(conn, writes, consumers, held, claim: bool = False) -> None:
     generations = dict(conn.execute(sql.LOCK_PROVIDERS, {"uuids": touched}).all()) \
         if touched else {}
     if new_rps - set(generations):
-        raise errors.BadRequest("Allocation for resource provider "
-                                f"'{sorted(new_rps - set(generations))[0]}' that does not exist.")
+        gone = sorted(new_rps - set(generations))[0]
+        raise errors.ProviderGone(f"Allocation for resource provider '{gone}' that does "
+                                  "not exist.", provider=gone)
     to_write = writes
     if claim:
         existed = _create_consumers(conn, writes)

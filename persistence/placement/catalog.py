@@ -168,7 +168,12 @@ def set_aggregates(session: orm.Session, rp_uuid: str, aggregates: list[str],
     row = get_provider(session, rp_uuid)
     new_generation = row.generation
     if generation is not None:
-        new_generation = bump_generation(session, rp_uuid, generation)
+        # Compared here, not in SQL: a client's number may not fit the column.
+        if isinstance(generation, bool) or generation != row.generation:
+            raise errors.ProviderGenerationConflict(
+                f"resource provider generation conflict: expected {row.generation}, "
+                f"got {generation}")
+        new_generation = bump_generation(session, rp_uuid, row.generation)
     else:  # before 1.19 no generation moves, yet the candidates' snapshot must see it
         snapshot.touch(session, [rp_uuid])
     session.execute(sa.delete(ProviderAggregate)

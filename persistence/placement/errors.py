@@ -71,6 +71,10 @@ class ProviderInUse(PlacementConflict):
     code = PROVIDER_IN_USE
 
 
+class ProviderIsFleetHost(ProviderInUse):
+    """The resource provider is a fleet host's: the host must go first."""
+
+
 class CannotDeleteParent(PlacementConflict):
     """The resource provider still has child providers."""
 
@@ -93,3 +97,13 @@ class BadRequest(InvalidInput):
     """The request is malformed or names something that does not exist."""
 
     code = UNDEFINED
+
+
+class ProviderGone(BadRequest, PlacementConflict):
+    """An allocation names a resource provider that does not exist.
+
+    Placement answers 400 (its status comes from BadRequest, first in line), but
+    to a claim the provider vanished after its schedule read it: a lost claim
+    like a full host, which the claim tasks handle as a PlacementConflict (the
+    instance goes to its next alternate) instead of failing the operation.
+    """

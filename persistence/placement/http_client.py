@@ -45,7 +45,9 @@ def _raise_for(response: requests.Response) -> None:
         raise errors.ProviderNotFound(detail) if "resource_provider" in response.url \
             else errors.ConsumerNotFound(detail)
     if status == 400:
-        raise errors.BadRequest(detail)
+        # Placement's words for a provider deleted since the caller read it.
+        gone = "Allocation for resource provider" in detail and "does not exist" in detail
+        raise (errors.ProviderGone if gone else errors.BadRequest)(detail)
     error = FleetflowError(detail)
     error.status = status
     raise error

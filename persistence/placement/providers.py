@@ -15,6 +15,7 @@ import os_resource_classes
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from fleetflow.persistence.models import Host
 from fleetflow.persistence.placement import errors
 from fleetflow.persistence.placement.models import (
     MAX_INT,
@@ -29,6 +30,8 @@ from fleetflow.persistence.placement.models import (
 LOG = logging.getLogger(__name__)
 
 NAME_PATTERN = re.compile(r"^[A-Z0-9_]+$")
+# What the generation column (a signed 32-bit integer) holds.
+GENERATION_MIN, GENERATION_MAX = -(2**31), 2**31 - 1
 INVENTORY_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size",
                     "allocation_ratio")
 INVENTORY_DEFAULTS = {"reserved": 0, "min_unit": 1, "max_unit": MAX_INT, "step_size": 1,
@@ -171,6 +174,13 @@ def _subtree(session: orm.Session, row: ResourceProvider) -> set[str]:
 
 def delete_provider(session: orm.Session, rp_uuid: str) -> None:
     row = get_provider(session, rp_uuid)
+    # A fleet host without its provider still reads up and empty to the
+    # scheduler, and every claim on it fails: the host goes first.
+    host = session.execute(sa.select(Host.name).where(Host.uuid == rp_uuid)).scalar()
+    if host is not None:
+        raise errors.ProviderIsFleetHost(
+            f"Unable to delete resource provider {rp_uuid}: it is the provider of fleet "
+            f"host {host}; retire or delete the host first.", host=host)
     in_use = session.execute(sa.select(Allocation.consumer_uuid).where(
         Allocation.resource_provider_uuid == rp_uuid).limit(1)).first()
     if in_use is not None:
@@ -197,6 +207,10 @@ def delete_provider(session: orm.Session, rp_uuid: str) -> None:
 
 def bump_generation(session: orm.Session, rp_uuid: str, seen: int) -> int:
     """Compare-and-swap the provider generation from ``seen`` to ``seen + 1``."""
+    if not GENERATION_MIN <= seen < GENERATION_MAX:
+        # No stored generation is out there: stale, and SQL cannot even bind it.
+        raise errors.ProviderGenerationConflict(
+            f"resource provider generation conflict on {rp_uuid}: {seen} is no generation")
     result = session.execute(
         sa.update(ResourceProvider.__table__)
         .where(ResourceProvider.uuid == rp_uuid, ResourceProvider.generation == seen)

@@ -1,8 +1,10 @@
 """``placement_url``: /placement of a live ``fleetflow serve`` for Placement's own suite.
 
 One server for the whole layer, in a temporary directory on a free port, with a
-one-host fleet and no simulated hosts: each suite fixture first empties it over
-HTTP (the fleet's host provider included), so nothing else writes to placement.
+one-host fleet and no simulated hosts. Placement's suite starts from an empty
+database, so the fleet's host row is removed once the server is up (the API
+refuses to delete a fleet host's provider); each suite fixture then empties
+placement over HTTP, its provider included, so nothing else writes to placement.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import time
 
 import pytest
 import requests
+import sqlalchemy as sa
 
 from tests.conftest import pick_free_port, stop_server
 
 STARTUP_TIMEOUT = 120
-# The smallest fleet `fleetflow serve` accepts; its provider is deleted before each file.
+# The smallest fleet `fleetflow serve` accepts; its host goes at start, its provider
+# before the first file.
 FLEET = """\
 profiles:
   p: {inventory: {VCPU: {total: 1}, MEMORY_MB: {total: 1}, DISK_GB: {total: 1}}}
@@ -38,7 +42,9 @@ def placement_url(tmp_path_factory):
     port = pick_free_port()
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("FLEETFLOW_")}
+    database = f"sqlite:///{directory / 'conformance.db'}"
     env.update({"FLEETFLOW_API_PORT": str(port),
+                "FLEETFLOW_DATABASE_CONNECTION": database,
                 "FLEETFLOW_FLEET_FILE": str(directory / "fleet.yaml"),
                 "FLEETFLOW_COMPUTE_SIMULATE": "false",
                 "FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL": "0"})
@@ -49,9 +55,19 @@ def placement_url(tmp_path_factory):
                                   stderr=subprocess.STDOUT)
         try:
             _wait_until_served(server, port, log_path)
+            _forget_the_fleet_hosts(database)
             yield f"http://127.0.0.1:{port}/placement"
         finally:
             stop_server(server)
+
+
+def _forget_the_fleet_hosts(database: str) -> None:
+    engine = sa.create_engine(database)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text("DELETE FROM hosts"))
+    finally:
+        engine.dispose()
 
 
 def _wait_until_served(server, port, log_path) -> None:

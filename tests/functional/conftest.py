@@ -110,7 +110,8 @@ def add_hosts(db):
 
 @pytest.fixture
 def sample_catalog(db):
-    """Three hosts in two regions, two flavors, two images."""
+    """Three hosts in two regions (placement providers too), two flavors, two images."""
+    from fleetflow.persistence import fleet
     from fleetflow.persistence.models import Flavor, Host, Image
 
     def host(name, region, zone, rack, **caps):
@@ -136,6 +137,9 @@ def sample_catalog(db):
             Image(id="44444444-4444-4444-4444-444444444444", name="ubuntu-24.04",
                   min_disk_gb=10, min_ram_mb=512),
         ])
+        session.flush()
+        # As the fleet loader does: the scheduler leaves out a host without its provider.
+        fleet.register_providers(session)
     return db
 
 

@@ -29,8 +29,9 @@ TENANT = "tenant-a"
 HOST = "z1-r1-h01"
 PLACEMENT_KEYS = ["name", "uuid", "parent_provider_uuid", "resource_provider_generation",
                   "inventories", "total", "reserved", "min_unit", "max_unit", "step_size",
-                  "allocation_ratio", "traits", "allocations", "resources", "project_id",
-                  "user_id", "consumer_generation", "mappings", "VCPU", "MEMORY_MB"]
+                  "allocation_ratio", "traits", "aggregates", "allocations", "resources",
+                  "project_id", "user_id", "consumer_generation", "mappings", "VCPU",
+                  "MEMORY_MB"]
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "application/xml",
                  "text/xml", "text/plain", "application/x-www-form-urlencoded",
                  "application/foo+json", None]
@@ -244,6 +245,13 @@ def valid_bodies(host_uuid: str) -> dict:
         ("POST", "/resource_providers"): {"name": "rp", "uuid": str(uuid.uuid4())},
         ("PUT", "/inventories"): {"resource_provider_generation": 1, "inventories": {
             "VCPU": {"total": 8, "allocation_ratio": 1.0, "max_unit": 8}}},
+        ("PUT", "/aggregates"): {"resource_provider_generation": 1,
+                                 "aggregates": [str(uuid.UUID(int=1))]},
+        ("PUT", "/traits"): {"resource_provider_generation": 1,
+                             "traits": ["HW_CPU_X86_AVX2"]},
+        ("POST", "/reshaper"): {"inventories": {host_uuid: {
+            "resource_provider_generation": 1, "inventories": {"VCPU": {"total": 8}}}},
+            "allocations": {}},
         ("PUT", "/allocations/consumer_uuid"): {
             "allocations": {host_uuid: {"resources": {"VCPU": 1}}}, "project_id": "p",
             "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"},

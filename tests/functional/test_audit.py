@@ -17,6 +17,7 @@ from taskflow import states as tf_states
 from fleetflow.common import ids, states
 from fleetflow.persistence import groups
 from fleetflow.persistence.models import GroupMember, Instance, Volume
+from tests.functional.conftest import AUDIT_FLEET
 
 H1, H2 = "z1-r1-h01", "z1-r1-h02"
 SMALL = {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
@@ -205,6 +206,27 @@ def test_a_down_host_with_nothing_on_it_is_clean(small_cloud):
     small_cloud.compute.set_faults(H2, dead=True)
     with small_cloud.database.session() as session:
         session.execute(sa.update(Host).where(Host.name == H2).values(state="down"))
+    assert small_cloud.audit().clean
+
+
+def test_a_host_whose_provider_is_gone_is_reported_until_the_fleet_is_loaded(small_cloud):
+    from fleetflow.persistence import fleet
+    from fleetflow.persistence.placement.models import (
+        Inventory,
+        ProviderTrait,
+        ResourceProvider,
+    )
+
+    rp = small_cloud.host_uuid(H2)
+    with small_cloud.database.session() as session:
+        for table in (Inventory, ProviderTrait):
+            session.execute(sa.delete(table).where(table.resource_provider_uuid == rp))
+        session.execute(sa.delete(ResourceProvider).where(ResourceProvider.uuid == rp))
+    found = _only(small_cloud.audit(), "missing_provider", H2)
+    assert rp in found.detail and found.host == H2
+    # Loading the fleet again registers the host, although its row did not change.
+    with small_cloud.database.session() as session:
+        fleet.load(session, fleet.expand(AUDIT_FLEET))
     assert small_cloud.audit().clean
 
 

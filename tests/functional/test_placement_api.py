@@ -252,6 +252,73 @@ def test_provider_lifecycle(client, make_rp):
     assert r.status_code == 409 and error_code(r) == "placement.resource_provider.inuse"
 
 
+def test_the_provider_of_a_fleet_host_is_not_deleted_while_the_host_is(small_cloud, client):
+    host = "z1-r1-h01"
+    rp = small_cloud.host_uuid(host)
+    r = client.delete(f"/placement/resource_providers/{rp}", headers=H)
+    assert r.status_code == 409 and error_code(r) == "placement.resource_provider.inuse"
+    detail = r.json["errors"][0]["detail"]
+    assert host in detail and "retire or delete the host first" in detail
+    shown = client.get(f"/placement/resource_providers/{rp}", headers=H)
+    assert shown.status_code == 200 and shown.json["name"] == host
+    # Providers that are no host's are deleted as before.
+    r = client.post("/placement/resource_providers", json={"name": "nic"},
+                    headers=headers("1.20"))
+    assert client.delete(f"/placement/resource_providers/{r.json['uuid']}",
+                         headers=H).status_code == 204
+    assert small_cloud.audit().clean
+
+
+NO_GENERATION = [2**31, 2**63 - 1, 2**63, -(2**63) - 1, 10**40]
+
+
+@pytest.mark.parametrize("value", NO_GENERATION)
+@pytest.mark.parametrize("route", ["aggregates", "traits", "inventories", "inventories/VCPU",
+                                   "allocations", "reshaper"])
+def test_a_generation_no_column_holds_is_a_conflict_not_a_500(client, make_rp, route, value):
+    rp = make_rp(VCPU=8)
+    url = f"/placement/resource_providers/{rp}/{route}"
+    body = {"resource_provider_generation": value}
+    if route == "aggregates":
+        body["aggregates"] = [new_uuid()]
+    elif route == "traits":
+        body["traits"] = ["HW_CPU_X86_AVX2"]
+    elif route == "inventories":
+        body["inventories"] = {"VCPU": {"total": 4}}
+    elif route == "inventories/VCPU":
+        body["total"] = 4
+    elif route == "allocations":
+        url = f"/placement/allocations/{new_uuid()}"
+        body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": value}
+    else:
+        url = "/placement/reshaper"
+        body = {"inventories": {rp: {"resource_provider_generation": value,
+                                     "inventories": {"VCPU": {"total": 4}}}},
+                "allocations": {}}
+    before = client.get(f"/placement/resource_providers/{rp}", headers=H).json["generation"]
+    method = client.post if route == "reshaper" else client.put
+    r = method(url, json=body, headers=headers("1.38"))
+    assert r.status_code in (400, 409), r.json
+    error_code(r)
+    after = client.get(f"/placement/resource_providers/{rp}", headers=H).json["generation"]
+    assert after == before
+
+
+@pytest.mark.parametrize("query", [
+    "/placement/resource_providers?resources=VCPU:" + "9" * 40,
+    "/placement/allocation_candidates?resources=VCPU:" + "9" * 40,
+    "/placement/allocation_candidates?resources=VCPU:1&limit=" + "9" * 40,
+])
+def test_an_amount_or_limit_no_column_holds_is_answered(client, make_rp, query):
+    make_rp(VCPU=8)
+    r = client.get(query, headers=headers("1.38"))
+    assert r.status_code < 500, r.data[:300]
+    if r.status_code == 200:
+        body = r.json
+        assert body.get("resource_providers", body.get("allocation_requests")) is not None
+
+
 def test_inventory_generation_and_in_use(client, make_rp):
     rp = make_rp(VCPU=8, DISK_GB=10)
     url = f"/placement/resource_providers/{rp}/inventories"

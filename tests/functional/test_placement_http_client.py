@@ -97,6 +97,18 @@ def test_capacity_is_final(placement, hosts):
     assert held(placement, consumer) == {}
 
 
+def test_a_claim_on_a_provider_that_is_gone_is_a_lost_claim(placement, hosts, store):
+    a, b, _ = hosts
+    store.delete_provider(b)
+    consumer = new_uuid()
+    with pytest.raises(errors.ProviderGone) as caught:
+        placement.claim(consumer, {a: {"VCPU": 1}, b: {"VCPU": 1}}, "proj", "user")
+    # Placement's 400, and to the claim tasks a conflict like a full host.
+    assert caught.value.status == 400
+    assert isinstance(caught.value, errors.PlacementConflict)
+    assert held(placement, consumer) == {}
+
+
 def test_concurrent_claims_on_one_consumer_all_land(placement, hosts):
     a, b, disks = hosts
     consumer = new_uuid()

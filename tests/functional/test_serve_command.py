@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import requests
 
 FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
@@ -34,6 +35,35 @@ def test_a_busy_port_is_one_clear_error_at_once(tmp_path):
     assert "[api] port" in line and "FLEETFLOW_API_PORT" in line
     assert "[api] host" in line and "FLEETFLOW_API_HOST" in line
     # Refused before anything started: no database, no agents, no files.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_host_that_would_read_down_between_heartbeats_is_refused_at_start(tmp_path):
+    done = subprocess.run([FLEETFLOW, "serve"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60,
+                          env=_env(FLEETFLOW_COMPUTE_SERVICE_DOWN_TIME="10",
+                                   FLEETFLOW_COMPUTE_HEARTBEAT_INTERVAL="10"))
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "[compute] service_down_time" in lines[0]
+    assert "[compute] heartbeat_interval" in lines[0]
+    # Refused before anything started: no database, no agents, no files.
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["conductor"], ["compute-agent", "--all"]])
+def test_the_other_serving_commands_refuse_it_too(tmp_path, command):
+    from click.testing import CliRunner
+
+    from fleetflow.cli.main import cli
+
+    result = CliRunner().invoke(cli, command, env={
+        "FLEETFLOW_STATE_DIR": str(tmp_path), "FLEETFLOW_COMPUTE_SERVICE_DOWN_TIME": "5",
+        "FLEETFLOW_COMPUTE_HEARTBEAT_INTERVAL": "10"})
+    assert result.exit_code == 1, result.output
+    assert "[compute] service_down_time" in result.output
+    assert "[compute] heartbeat_interval" in result.output
     assert list(tmp_path.iterdir()) == []
 
 

@@ -63,6 +63,25 @@ def test_bad_environment_value_names_the_variable():
         config.load(environ={"FLEETFLOW_API_PORT": "not-a-port"})
 
 
+@pytest.mark.parametrize("down, beat", [(5, 10.0), (10, 10.0), (1, 1.5)])
+def test_a_service_down_time_not_longer_than_the_heartbeat_is_refused(down, beat):
+    conf = config.load(environ={"FLEETFLOW_COMPUTE_SERVICE_DOWN_TIME": str(down),
+                                "FLEETFLOW_COMPUTE_HEARTBEAT_INTERVAL": str(beat)})
+    with pytest.raises(config.ConflictingOptions) as refused:
+        config.check(conf)
+    for name in ("[compute] service_down_time", "[compute] heartbeat_interval",
+                 "FLEETFLOW_COMPUTE_SERVICE_DOWN_TIME", "FLEETFLOW_COMPUTE_HEARTBEAT_INTERVAL"):
+        assert name in str(refused.value)
+
+
+def test_a_service_down_time_longer_than_the_heartbeat_is_accepted():
+    config.check(config.load(environ={}))
+    conf = config.load(environ={"FLEETFLOW_COMPUTE_SERVICE_DOWN_TIME": "11",
+                                "FLEETFLOW_COMPUTE_HEARTBEAT_INTERVAL": "10"})
+    config.check(conf)
+    assert conf.compute.service_down_time == 11
+
+
 def test_every_option_has_a_distinct_environment_name():
     names = [config.env_name(group, opt.dest)
              for group, opts in config.OPTS.items() for opt in opts]

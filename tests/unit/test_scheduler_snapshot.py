@@ -1,14 +1,21 @@
 """snapshot_from_db: Host rows plus caller-given usage become one consistent view."""
 
+import sqlalchemy as sa
+
+from fleetflow.persistence import fleet
 from fleetflow.persistence.models import Host
+from fleetflow.persistence.placement.models import Inventory, ProviderTrait, ResourceProvider
 from fleetflow.scheduler import RequestSpec, schedule, snapshot_from_db
 
 
 def add_host(session, name, **extra):
+    """A host row and, as the fleet loader makes it, its placement provider."""
     session.add(Host(uuid=f"uuid-{name}", name=name, region="na", zone="east", rack="r1",
                      inventory={"VCPU": {"total": 8, "allocation_ratio": 2.0, "reserved": 2},
                                 "MEMORY_MB": {"total": 4096}},
                      capabilities={"gpu": "true"}, traits=["AVX2"], **extra))
+    session.flush()
+    fleet.register_providers(session, hosts={name}, backends=set())
 
 
 def test_rows_usage_and_failures_are_read(db):
@@ -41,3 +48,19 @@ def test_a_db_snapshot_schedules_and_is_not_changed_by_it(db):
     assert all(h.used == {} for h in snapshot.hosts)
     snapshot.add_usage("h1", {"VCPU": 4}, count=3)
     assert snapshot.by_name["h1"].used == {"VCPU": 12}
+
+
+def test_a_host_whose_provider_is_gone_is_left_out(db):
+    with db.session() as session:
+        add_host(session, "h1")
+        add_host(session, "h2")
+    with db.session() as session:
+        # Removed behind placement's back: a claim on h1 could only fail.
+        for table in (Inventory, ProviderTrait):
+            session.execute(sa.delete(table).where(table.resource_provider_uuid == "uuid-h1"))
+        session.execute(sa.delete(ResourceProvider).where(ResourceProvider.uuid == "uuid-h1"))
+    with db.session() as session:
+        snapshot = snapshot_from_db(session)
+    assert [h.name for h in snapshot.hosts] == ["h2"]
+    placement = schedule(RequestSpec(count=2, resources={"VCPU": 4}), snapshot)
+    assert [p.host for p in placement.instances] == ["h2", "h2"]
