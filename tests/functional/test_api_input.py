@@ -324,22 +324,30 @@ def _body_schemas(app):
                     yield f"{method} {rule.rule}", parameter["schema"]
 
 
-def _integer_fields(schema, path=""):
+def _fields(schema, kind, dict_part: str, path=""):
+    """``(where, field)`` of every ``kind`` field of ``schema``, nested ones too;
+    of a Dict, its ``dict_part`` (``key_field`` or ``value_field``)."""
     import marshmallow as ma
 
     schema = schema() if isinstance(schema, type) else schema
     pending = [(path + "." + name, field) for name, field in schema.fields.items()]
     while pending:
         where, field = pending.pop()
-        if isinstance(field, ma.fields.Integer):
+        if isinstance(field, kind):
             yield where, field
         elif isinstance(field, ma.fields.Nested):
             pending.extend((where + "." + name, inner)
                            for name, inner in field.schema.fields.items())
         elif isinstance(field, ma.fields.List):
             pending.append((where + "[]", field.inner))
-        elif isinstance(field, ma.fields.Dict) and field.value_field is not None:
-            pending.append((where + "{}", field.value_field))
+        elif isinstance(field, ma.fields.Dict) and getattr(field, dict_part) is not None:
+            pending.append((where + "{" + dict_part[:-6] + "}", getattr(field, dict_part)))
+
+
+def _integer_fields(schema):
+    import marshmallow as ma
+
+    return _fields(schema, ma.fields.Integer, "value_field")
 
 
 def test_every_integer_of_every_v2_body_is_the_strict_bounded_kind(app):
@@ -372,22 +380,10 @@ def test_placement_names_what_is_wrong_in_its_json(send, admin_headers):
     assert "'name'" in details(response) and "surrogate" in details(response)
 
 
-def _string_fields(schema, path=""):
+def _string_fields(schema):
     import marshmallow as ma
 
-    schema = schema() if isinstance(schema, type) else schema
-    pending = [(path + "." + name, field) for name, field in schema.fields.items()]
-    while pending:
-        where, field = pending.pop()
-        if isinstance(field, ma.fields.String):
-            yield where, field
-        elif isinstance(field, ma.fields.Nested):
-            pending.extend((where + "." + name, inner)
-                           for name, inner in field.schema.fields.items())
-        elif isinstance(field, ma.fields.List):
-            pending.append((where + "[]", field.inner))
-        elif isinstance(field, ma.fields.Dict) and field.key_field is not None:
-            pending.append((where + "{key}", field.key_field))
+    return _fields(schema, ma.fields.String, "key_field")
 
 
 def test_every_string_of_every_v2_body_refuses_control_characters(app):
