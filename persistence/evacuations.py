@@ -65,9 +65,11 @@ def hold_hosts(session: orm.Session, evacuation_id: str, hosts: list[str]) -> No
     """Take ``hosts`` for ``evacuation_id``; EvacuationInProgress if one is held already.
 
     A conditional UPDATE per host: of two requests racing for a host, one
-    changes the row and the other changes nothing and is refused.
+    changes the row and the other changes nothing and is refused. The rows
+    are taken in name order, the order a build's claim locks them in
+    (:func:`closed_to_builds`), so the two never wait for each other in a cycle.
     """
-    for name in hosts:
+    for name in sorted(hosts):
         taken = session.execute(sa.update(Host).where(
             Host.name == name, sa.or_(Host.evacuation_id.is_(None),
                                       Host.evacuation_id == evacuation_id))
@@ -78,6 +80,26 @@ def hold_hosts(session: orm.Session, evacuation_id: str, hosts: list[str]) -> No
             raise EvacuationInProgress(
                 f"host {name} is being evacuated by {holder}; wait for it to end, or "
                 "resume / revert it", host=name, evacuation_id=holder)
+
+
+def closed_to_builds(session: orm.Session, hosts) -> dict[str, str]:
+    """Of ``hosts``, those no new server may land on, with why: not ``up``, or held.
+
+    A build's claim calls it in the transaction that records the instance on
+    its host. On PostgreSQL the rows are read ``FOR SHARE`` (claims on one
+    host do not wait for each other, an evacuation's hold waits for them and
+    they for it); SQLite's writing transactions are serial already.
+    """
+    closed = {}
+    for name, state, holder in session.execute(
+            sa.select(Host.name, Host.state, Host.evacuation_id)
+            .where(Host.name.in_(sorted(set(hosts)))).order_by(Host.name)
+            .with_for_update(read=True)):
+        if holder:
+            closed[name] = f"held by evacuation {holder}"
+        elif state != states.HOST_UP:
+            closed[name] = f"in state {state}"
+    return closed
 
 
 def release_hosts(session: orm.Session, evacuation_id: str) -> None:
