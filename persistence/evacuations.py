@@ -29,6 +29,12 @@ class EvacuationInProgress(Conflict):
     code = "EVACUATION_IN_PROGRESS"
 
 
+class BuildsInProgress(Conflict):
+    """A host of the request has servers that have not settled yet (building there)."""
+
+    code = "BUILDS_IN_PROGRESS"
+
+
 def new_evacuation_id() -> str:
     return EVACUATION_PREFIX + uuidlib.uuid4().hex[:12]
 
@@ -80,6 +86,26 @@ def hold_hosts(session: orm.Session, evacuation_id: str, hosts: list[str]) -> No
             raise EvacuationInProgress(
                 f"host {name} is being evacuated by {holder}; wait for it to end, or "
                 "resume / revert it", host=name, evacuation_id=holder)
+
+
+def refuse_unsettled_servers(session: orm.Session, hosts: list[str]) -> None:
+    """BuildsInProgress when a server that has not settled is on one of ``hosts``.
+
+    Call it after :func:`hold_hosts`, in its transaction: see
+    docs/evacuation.md, "Overlapping operations", for why that order makes
+    the check and a build's claim exclude each other.
+    """
+    building = dict(session.execute(
+        sa.select(Instance.host, sa.func.count()).where(
+            Instance.host.in_(hosts),
+            Instance.status.not_in(tuple(states.INSTANCE_SETTLED)))
+        .group_by(Instance.host)).all())
+    for name in hosts:
+        if building.get(name):
+            raise BuildsInProgress(
+                f"host {name} has {building[name]} server(s) still building or being "
+                "changed there; evacuate it once they have settled", host=name,
+                servers=building[name])
 
 
 def closed_to_builds(session: orm.Session, hosts) -> dict[str, str]:
