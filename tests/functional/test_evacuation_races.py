@@ -7,6 +7,12 @@ while, from another thread, an operator drains one of them a little later.
 Whatever the order, a drain that reads DONE leaves its host empty: either it
 was refused (409, servers building there) or the builds went elsewhere.
 Rounds start the drain at growing delays so both orders happen.
+
+Below that, the two transactions that decide it race alone, many times, on
+SQLite and PostgreSQL: a build's claim recording its host and an
+evacuation's hold of that host. Exactly one of them goes through; this fails
+if the claim reads the host without its lock on PostgreSQL, or if the
+evacuation counts the builds before it holds the host.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -143,3 +150,88 @@ def test_a_drain_and_builds_aimed_at_its_host_never_both_go_through(cloud,
 
     assert_audit_clean(cloud.database, runtime.get().placement, cloud.compute,
                        service_down_time=cloud.conf.compute.service_down_time)
+
+
+# -- the two transactions alone, racing ------------------------------------------------
+
+RACES = 40
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request, make_conf, tmp_path):
+    from fleetflow.persistence import fleet
+    from fleetflow.persistence.db import Database
+
+    url = (request.getfixturevalue("pg_url") if request.param == "postgresql"
+           else f"sqlite:///{tmp_path / 'race.db'}")
+    database = Database(url)
+    database.upgrade()
+    with database.session() as session:
+        fleet.load(session, fleet.expand(yaml.safe_load(Path(_fleet(tmp_path)).read_text())))
+    yield make_conf(database={"connection": url}), database
+    database.dispose()
+
+
+def _claim(database, uuid: str) -> bool:
+    """What a build's claim does once its allocation is written; False: claim lost."""
+    from fleetflow.flows.tasks.claim import ClaimRace, refuse_closed_hosts
+    from fleetflow.persistence import reservations
+
+    try:
+        with database.session() as session:
+            refuse_closed_hosts(session, [HOST])
+            reservations.record_attempt(session, uuid, HOST, status=states.BUILDING,
+                                        task_state=states.TASK_SPAWNING)
+    except ClaimRace:
+        return False
+    return True
+
+
+def _hold(ops) -> bool:
+    """An operator's evacuation of HOST; False: refused for the build there."""
+    from fleetflow.persistence.evacuations import BuildsInProgress
+    from fleetflow.services.evacuations import EvacuationRequest
+
+    try:
+        ops.evacuate(EvacuationRequest(hosts=[HOST], mode=states.MODE_LIVE))
+    except BuildsInProgress:
+        return False
+    return True
+
+
+def _reset(database, uuid: str) -> None:
+    from fleetflow.persistence.models import Evacuation, Host, Move
+
+    with database.session() as session:
+        session.execute(sa.delete(Move))
+        session.execute(sa.delete(Evacuation))
+        session.execute(sa.update(Host).values(evacuation_id=None, state=states.HOST_UP))
+        session.execute(sa.update(Instance).where(Instance.id == uuid).values(
+            host=None, hosts_tried=[], attempts=0, status=states.BUILDING))
+
+
+def test_a_hold_and_a_claim_of_one_host_at_once_exactly_one_wins(database):
+    """Each round a build's claim and an evacuation's hold of its host start together,
+    in two threads: never both through (a drain DONE over a build), never both refused."""
+    from fleetflow.common import ids
+    from fleetflow.services.evacuations import EvacuationOps
+
+    conf, database = database
+    uuid = ids.new_uuid()
+    with database.session() as session:
+        session.add(Instance(id=uuid, tenant_id="t1", name="vm", status=states.BUILDING,
+                             flavor_id="1", image_id="8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01"))
+    ops = EvacuationOps(conf, database, submit=lambda *args, **kwargs: kwargs.get("flow_id"))
+    start = threading.Barrier(2)
+
+    def together(fn, *args):
+        start.wait(timeout=30)
+        return fn(*args)
+
+    for _ in range(RACES):
+        _reset(database, uuid)
+        with ThreadPoolExecutor(2) as pool:
+            claimed = pool.submit(together, _claim, database, uuid)
+            held = pool.submit(together, _hold, ops)
+            outcome = (claimed.result(), held.result())
+        assert outcome in ((True, False), (False, True)), outcome
