@@ -95,16 +95,23 @@ def refuse_unsettled_servers(session: orm.Session, hosts: list[str]) -> None:
     docs/evacuation.md, "Overlapping operations", for why that order makes
     the check and a build's claim exclude each other.
     """
-    building = dict(session.execute(
+    building = Counter(dict(session.execute(
         sa.select(Instance.host, sa.func.count()).where(
             Instance.host.in_(hosts),
             Instance.status.not_in(tuple(states.INSTANCE_SETTLED)))
-        .group_by(Instance.host)).all())
+        .group_by(Instance.host)).all()))
+    # Another evacuation's moves into these hosts: claimed, not confirmed yet.
+    building.update(dict(session.execute(
+        sa.select(Move.destination, sa.func.count()).where(
+            Move.destination.in_(hosts),
+            sa.or_(Move.status == states.MOVING,
+                   sa.and_(Move.status == states.PENDING, Move.step == "claimed")))
+        .group_by(Move.destination)).all()))
     for name in hosts:
-        if building.get(name):
+        if building[name]:
             raise BuildsInProgress(
-                f"host {name} has {building[name]} server(s) still building or being "
-                "changed there; evacuate it once they have settled", host=name,
+                f"host {name} has {building[name]} server(s) still building, moving in or "
+                "being changed there; evacuate it once they have settled", host=name,
                 servers=building[name])
 
 

@@ -321,6 +321,24 @@ def test_a_host_with_a_server_not_settled_is_409_and_nothing_is_written(
                        service_down_time=cloud.conf.compute.service_down_time)
 
 
+@pytest.mark.parametrize("status, step", [(states.MOVING, "move"), (states.PENDING, "claimed")])
+def test_a_host_another_evacuation_moves_a_server_into_is_409(started, evacuate, db, jobs,
+                                                              status, step):
+    evacuation_id, servers = started
+    with db.session() as session:
+        rows.update_move(session, evacuation_id, servers[0], status=status, step=step,
+                         destination=OTHER)
+
+    response = evacuate(hosts=[OTHER], mode="drain")
+
+    assert response.status_code == 409, response.json
+    assert code(response) == "BUILDS_IN_PROGRESS"
+    assert f"host {OTHER} has 1 server(s)" in details(response)
+    assert written(db) == (1, 2) and len(jobs) == 1
+    row = host_row(db, OTHER)
+    assert (row.state, row.evacuation_id) == (states.HOST_UP, None)
+
+
 def test_rebuild_only_of_a_down_and_silent_host_which_it_fences(evacuate, client,
                                                                  admin_headers, cloud, db,
                                                                  jobs):

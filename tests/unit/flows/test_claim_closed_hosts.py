@@ -114,3 +114,42 @@ def test_a_vcluster_schedules_again_around_a_host_closed_after_its_schedule(
     assert evac_cloud.runtime.compute.list_instances(host) == []
     reopen(evac_cloud, host)
     evac_cloud.assert_audit_clean()
+
+
+def _first_destination(answer: dict) -> str:
+    return answer["hosts"][sorted(answer["hosts"], key=int)[0]][0]
+
+
+@pytest.mark.parametrize("how", ["held", "maintenance"])
+def test_an_evacuation_moves_nothing_onto_a_host_closed_after_its_schedule(
+        evac_cloud, monkeypatch, how):
+    from fleetflow.flows.tasks import evacuation as evacuation_tasks
+    from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
+
+    source = "z1-r1-h01"
+    resources = {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
+    servers = []
+    for name in ("a", "b"):
+        with evac_cloud.database.session() as session:
+            session.add(Instance(id=f"00000000-0000-0000-0000-00000000000{name}",
+                                 tenant_id="t1", name=name, host=source, status=states.ACTIVE,
+                                 flavor_id="1", image_id="8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01"))
+        servers.append(f"00000000-0000-0000-0000-00000000000{name}")
+        evac_cloud.runtime.placement.claim(servers[-1], {stable_uuid(source): resources},
+                                           "t1", "t1")
+        evac_cloud.runtime.compute.build_instance(source, servers[-1], resources)
+    closed = close_after_first_schedule(
+        monkeypatch, evacuation_tasks.ScheduleMoves, _first_destination, how, evac_cloud)
+    ops = EvacuationOps(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit,
+                        compute=evac_cloud.runtime.compute)
+    view = ops.evacuate(EvacuationRequest(hosts=[source], mode=states.MODE_LIVE))
+
+    assert evac_cloud.run(evac_cloud.posted[-1]) == tf_states.SUCCESS
+
+    host = closed[0]
+    assert ops.show(view["id"])["status"] == states.DONE
+    assert on_host(evac_cloud, source) == [] and on_host(evac_cloud, host) == []
+    assert evac_cloud.runtime.compute.list_instances(host) == []
+    assert evac_cloud.runtime.placement.usages(provider=stable_uuid(host)).get("VCPU", 0) == 0
+    reopen(evac_cloud, host)
+    evac_cloud.assert_audit_clean()
