@@ -126,7 +126,10 @@ class ClaimMove(FleetTask):
                 resources = session.get(Flavor, instance.flavor_id).resources
                 group_ids = groups.groups_of(session, uuid, instance.group_id)
                 tenant = instance.tenant_id
-            elif closed:
+            elif closed and instance is not None and instance.status in (states.ACTIVE,
+                                                                         states.ERROR):
+                # A server that cannot move anyway says so rather than trying
+                # its next host.
                 refusal = ClaimRace(f"{host} is {closed[host]}: it takes no new server",
                                     host=host)
             else:
