@@ -25,6 +25,10 @@ RESERVATION_STATUSES = (PENDING, SCHEDULING, BUILDING, ACTIVE, PARTIAL, ERROR, R
 # A reservation in one of these no longer changes by itself.
 SETTLED = frozenset({ACTIVE, PARTIAL, ERROR, REVERTED, DELETED, PAUSED})
 
+#: An instance in one of these stays where it is until someone acts on it; any
+#: other (PENDING, BUILDING, REVERTING, DELETING ...) is still being changed.
+INSTANCE_SETTLED = frozenset({ACTIVE, ERROR, DELETED, REVERTED})
+
 # Instance task states: what is being done to it right now (None when idle).
 TASK_SCHEDULING = "scheduling"
 TASK_CLAIMING = "claiming"

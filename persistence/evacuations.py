@@ -35,6 +35,12 @@ class ServerBeingMoved(Conflict):
     code = "SERVER_BEING_MOVED"
 
 
+class BuildsInProgress(Conflict):
+    """A host of the request has servers that have not settled yet (building there)."""
+
+    code = "BUILDS_IN_PROGRESS"
+
+
 def new_evacuation_id() -> str:
     return EVACUATION_PREFIX + uuidlib.uuid4().hex[:12]
 
@@ -71,9 +77,11 @@ def hold_hosts(session: orm.Session, evacuation_id: str, hosts: list[str]) -> No
     """Take ``hosts`` for ``evacuation_id``; EvacuationInProgress if one is held already.
 
     A conditional UPDATE per host: of two requests racing for a host, one
-    changes the row and the other changes nothing and is refused.
+    changes the row and the other changes nothing and is refused. The rows
+    are taken in name order, the order a build's claim locks them in
+    (:func:`closed_to_builds`), so the two never wait for each other in a cycle.
     """
-    for name in hosts:
+    for name in sorted(hosts):
         taken = session.execute(sa.update(Host).where(
             Host.name == name, sa.or_(Host.evacuation_id.is_(None),
                                       Host.evacuation_id == evacuation_id))
@@ -84,6 +92,53 @@ def hold_hosts(session: orm.Session, evacuation_id: str, hosts: list[str]) -> No
             raise EvacuationInProgress(
                 f"host {name} is being evacuated by {holder}; wait for it to end, or "
                 "resume / revert it", host=name, evacuation_id=holder)
+
+
+def refuse_unsettled_servers(session: orm.Session, hosts: list[str]) -> None:
+    """BuildsInProgress when a server that has not settled is on one of ``hosts``.
+
+    Call it after :func:`hold_hosts`, in its transaction: see
+    docs/evacuation.md, "Overlapping operations", for why that order makes
+    the check and a build's claim exclude each other.
+    """
+    building = Counter(dict(session.execute(
+        sa.select(Instance.host, sa.func.count()).where(
+            Instance.host.in_(hosts),
+            Instance.status.not_in(tuple(states.INSTANCE_SETTLED)))
+        .group_by(Instance.host)).all()))
+    # Another evacuation's moves into these hosts: claimed, not confirmed yet.
+    building.update(dict(session.execute(
+        sa.select(Move.destination, sa.func.count()).where(
+            Move.destination.in_(hosts),
+            sa.or_(Move.status == states.MOVING,
+                   sa.and_(Move.status == states.PENDING, Move.step == "claimed")))
+        .group_by(Move.destination)).all()))
+    for name in hosts:
+        if building[name]:
+            raise BuildsInProgress(
+                f"host {name} has {building[name]} server(s) still building, moving in or "
+                "being changed there; evacuate it once they have settled", host=name,
+                servers=building[name])
+
+
+def closed_to_builds(session: orm.Session, hosts) -> dict[str, str]:
+    """Of ``hosts``, those no new server may land on, with why: not ``up``, or held.
+
+    A build's claim calls it in the transaction that records the instance on
+    its host. On PostgreSQL the rows are read ``FOR SHARE`` (claims on one
+    host do not wait for each other, an evacuation's hold waits for them and
+    they for it); SQLite's writing transactions are serial already.
+    """
+    closed = {}
+    for name, state, holder in session.execute(
+            sa.select(Host.name, Host.state, Host.evacuation_id)
+            .where(Host.name.in_(sorted(set(hosts)))).order_by(Host.name)
+            .with_for_update(read=True)):
+        if holder:
+            closed[name] = f"held by evacuation {holder}"
+        elif state != states.HOST_UP:
+            closed[name] = f"in state {state}"
+    return closed
 
 
 def release_hosts(session: orm.Session, evacuation_id: str) -> None:

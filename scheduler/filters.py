@@ -13,7 +13,6 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from fleetflow.common import states
 from fleetflow.scheduler import capabilities as caps
 from fleetflow.scheduler.snapshot import HostState
 from fleetflow.scheduler.spec import HOST_CAPABILITIES, RequestSpec
@@ -68,8 +67,9 @@ def short_of(hosts: Iterable[tuple[Mapping[str, int], Mapping[str, int]]],
 
 def state_filter(spec: RequestSpec) -> HostPredicate:
     # Only ``up`` hosts take new instances: down ones are fenced, maintenance
-    # and disabled ones are being drained by an operator.
-    return lambda host: host.state == states.HOST_UP
+    # and disabled ones are being drained by an operator, and one an
+    # evacuation holds must end empty.
+    return lambda host: host.takes_new_servers
 
 
 def excluded_hosts_filter(spec: RequestSpec) -> HostPredicate | None:

@@ -31,7 +31,6 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import capabilities as caps
 from fleetflow.scheduler.filters import FilterStep
@@ -218,8 +217,9 @@ def _destinations(hosts: Sequence[HostState], servers: Sequence[ServerToMove],
         survivors = [p for p in survivors if test(hosts[p])]
         steps.append(FilterStep(name, before, len(survivors)))
 
-    # Down hosts are fenced and maintenance or disabled ones are being drained.
-    keep("state", lambda h: h.state == states.HOST_UP)
+    # Down hosts are fenced and maintenance or disabled ones are being drained;
+    # a host another evacuation holds is being emptied.
+    keep("state", lambda h: h.takes_new_servers)
     # A host being evacuated may still read ``up`` (drain sets it later).
     sources = frozenset(s.source for s in servers)
     keep("source-hosts", lambda h: h.name not in sources)

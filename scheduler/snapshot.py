@@ -46,6 +46,9 @@ class HostState:
     # Uuids of the storage backends this host reaches (its own disk, its
     # rack's shared storage); read only for requests with a volume each.
     backends: tuple[str, ...] = ()
+    # The evacuation holding this host, if any: it must end empty, so it
+    # takes no new server even while it still reads ``up``.
+    held_by: str | None = None
 
     def __post_init__(self) -> None:
         self.traits = frozenset(self.traits)
@@ -62,6 +65,11 @@ class HostState:
     def domain(self, scope: str) -> Any:
         """The failure domain of ``scope`` this host is in (racks repeat across zones)."""
         return self._domains[scope]
+
+    @property
+    def takes_new_servers(self) -> bool:
+        """``up`` and held by no evacuation (down, maintenance, disabled: fenced or drained)."""
+        return self.state == states.HOST_UP and not self.held_by
 
     def free(self, rc: str) -> int:
         return self.capacity.get(rc, 0) - self.used.get(rc, 0)
@@ -90,7 +98,8 @@ class HostState:
                    traits=frozenset(data.get("traits") or ()), capacity=capacity,
                    used={k: int(v) for k, v in (data.get("used") or {}).items()},
                    recent_failures=int(data.get("recent_failures", 0) or 0),
-                   backends=tuple(data.get("backends") or ()))
+                   backends=tuple(data.get("backends") or ()),
+                   held_by=data.get("held_by"))
 
 
 class CloudSnapshot:
@@ -163,5 +172,6 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
             used=dict(usage.get(row.uuid, {})), recent_failures=failures.get(row.name, 0),
             backends=tuple(dict.fromkeys(
                 by_host.get(row.name, []) + by_rack.get((row.region, row.zone, row.rack),
-                                                        [])))))
+                                                        []))),
+            held_by=row.evacuation_id))
     return CloudSnapshot(hosts, backend_free)

@@ -22,7 +22,6 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from fleetflow.common import states
 from fleetflow.scheduler.moves import size_measure, sum_resources
 from fleetflow.scheduler.moves_pass import Eligibility, MovePass
 from fleetflow.scheduler.snapshot import CloudSnapshot
@@ -47,7 +46,7 @@ class Placer:
                  pinned_backends: Mapping[str, str] | None = None):
         self.rules = rules
         self.hosts = snapshot.hosts
-        up = [p for p, h in enumerate(self.hosts) if h.state == states.HOST_UP]
+        up = [p for p, h in enumerate(self.hosts) if h.takes_new_servers]
         self.host_steps = [Step("state", len(self.hosts), len(up), "host")]
         classes = sorted({rc for s in rules.servers.values() for rc in s.resources})
         self.run = MovePass(snapshot, up, classes, weigher)

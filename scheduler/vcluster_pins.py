@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import capabilities as caps
 from fleetflow.scheduler.moves import canonical
@@ -231,8 +230,9 @@ class Pins:
         subject = f"host {host.name} of pinned {self.pinned_in_host_set(root)}"
         if fresh:
             subject = f"{_subject('server', fresh)}: {subject}"
-        if fresh and host.state != states.HOST_UP:
-            return f"{subject}: {Step(f'state {host.state}', 1, 0, 'host')}"
+        if fresh and not host.takes_new_servers:
+            why = f"held by {host.held_by}" if host.held_by else f"state {host.state}"
+            return f"{subject}: {Step(why, 1, 0, 'host')}"
         for name in fresh:
             wanted = self.rules.servers[name].capabilities
             if wanted:

@@ -141,7 +141,8 @@ class EvacuationOps:
         """Create the evacuation and post its flow; returns its view (status PENDING).
 
         InvalidInput (400, naming the field), NotFound (404: unknown host),
-        HostAlive (409), EvacuationInProgress (409); nothing is written then.
+        HostAlive (409), EvacuationInProgress (409), BuildsInProgress (409: a
+        server is still building on a host); nothing is written then.
         """
         self._check(req)
         with self.database.session() as session:
@@ -155,6 +156,9 @@ class EvacuationOps:
         with self.database.session() as session:
             evacuation_id = rows.new_evacuation_id()
             rows.hold_hosts(session, evacuation_id, req.hosts)
+            # After the hold, in its transaction: a build that claimed one of
+            # these hosts first is seen here; one that claims later sees the hold.
+            rows.refuse_unsettled_servers(session, req.hosts)
             servers = self._servers(session, req.hosts)
             evacuation = rows.create(
                 session, evacuation_id=evacuation_id, hosts=req.hosts, mode=req.mode,

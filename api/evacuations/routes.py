@@ -98,8 +98,9 @@ class Evacuations(MethodView):
 
         Refused before anything is written: a bad field (400, naming it), an
         unknown host (404), a host another evacuation holds (409
-        EVACUATION_IN_PROGRESS), a rebuild of a host that is not down or still
-        answers (409 HOST_ALIVE).
+        EVACUATION_IN_PROGRESS), a host with servers still building or being
+        changed there (409 BUILDS_IN_PROGRESS), a rebuild of a host that is not
+        down or still answers (409 HOST_ALIVE).
         """
         return accept(body["evacuation"], args["dry_run"])
 

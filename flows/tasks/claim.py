@@ -5,6 +5,9 @@ claim repeated after a crash finds its own allocation and does nothing more.
 The group rule is checked again here, under the group's row lock, against
 the members *now*: the scheduler's view may be stale by the time we claim
 (two reservations scheduled at the same moment into one anti-affinity group).
+So is the host itself: one that an evacuation took, or that is no longer
+``up``, since the schedule loses the claim like a full one
+(:func:`refuse_closed_hosts`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict
 from fleetflow.flows import keys, runtime
 from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Host, Instance
@@ -64,6 +68,23 @@ def join_group(session, group_id: str, instance_uuid: str, host: str,
         raise ClaimRace(f"group {group_id}: {host} would break the rule ({why})",
                         host=host, group_id=group_id)
     groups.join(session, group_id, instance_uuid, host)
+
+
+def refuse_closed_hosts(session, hosts) -> None:
+    """ClaimRace when a host of ``hosts`` takes no new server: held by an
+    evacuation, or not ``up``.
+
+    Call it in the transaction that records the instances on their hosts,
+    after their allocations are written. An evacuation holds its hosts and
+    then counts the servers still building there in one transaction; this
+    reads the same host rows (locked on PostgreSQL), so whichever commits
+    second sees the other: the evacuation is refused, or the claim is lost
+    (docs/evacuation.md, "Overlapping operations").
+    """
+    closed = evac_rows.closed_to_builds(session, hosts)
+    if closed:
+        name = min(closed)
+        raise ClaimRace(f"{name} is {closed[name]}: it takes no new server", host=name)
 
 
 def allocation_for(request_spec: dict, rp_uuid: str) -> dict:
@@ -125,11 +146,18 @@ class ClaimPrimaries(FleetTask):
                     for uuid in wanted:
                         groups.leave(session, uuid, group_id)
             return []
-        with rt.database.session() as session:
-            # Every claimed instance's first attempt in one statement, instead
-            # of one write per instance in its claim task.
-            rows.record_first_attempts(session, wanted, status=states.BUILDING,
-                                       task_state=states.TASK_SPAWNING)
+        try:
+            with rt.database.session() as session:
+                refuse_closed_hosts(session, wanted.values())
+                # Every claimed instance's first attempt in one statement,
+                # instead of one write per instance in its claim task.
+                rows.record_first_attempts(session, wanted, status=states.BUILDING,
+                                           task_state=states.TASK_SPAWNING)
+        except ClaimRace as exc:
+            LOG.info("fast path off for this reservation: %s", exc)
+            for uuid, host in wanted.items():
+                release(uuid, host, group_id, fence)
+            return []
         return sorted(hosts, key=int)
 
     def revert(self, result, placements: dict, request_spec: dict, instance_uuids: list,
@@ -184,13 +212,18 @@ class ClaimResources(FleetTask):
                 with rt.database.session() as session:
                     groups.leave(session, instance_uuid, group_id, host=host)
             raise ClaimRace(f"{host}: {exc}", host=host) from exc
-        with rt.database.session() as session:
-            # NOTE: recorded once the claim holds, so a claim lost to another
-            # reservation leaves no host nor attempt the instance never reached.
-            # The boot follows at once: say "spawning" now rather than pay a
-            # second write for a claim that takes milliseconds.
-            rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
-                                task_state=states.TASK_SPAWNING)
+        try:
+            with rt.database.session() as session:
+                refuse_closed_hosts(session, [host])
+                # NOTE: recorded once the claim holds, so a claim lost to another
+                # reservation leaves no host nor attempt the instance never
+                # reached. The boot follows at once: say "spawning" now rather
+                # than pay a second write for a claim that takes milliseconds.
+                rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
+                                    task_state=states.TASK_SPAWNING)
+        except ClaimRace:
+            release(instance_uuid, host, group_id, fence)
+            raise
         return {"host": host, "fast_path": False}
 
     def revert(self, result, instance_uuids: list, index: int, host: str | None,

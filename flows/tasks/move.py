@@ -107,7 +107,11 @@ class ClaimMove(FleetTask):
             move = evac_rows.move(session, evacuation_id, uuid)
             if move.status == states.DONE:
                 return move.migration_id
-            busy = session.execute(sa.update(Instance).where(
+            # In the transaction that writes the destination, which another
+            # evacuation of that host counts (docs/evacuation.md,
+            # "Overlapping operations").
+            closed = evac_rows.closed_to_builds(session, [host])
+            busy = 0 if closed else session.execute(sa.update(Instance).where(
                 Instance.id == uuid, Instance.status.in_((states.ACTIVE, states.ERROR)),
                 sa.or_(Instance.task_state.is_(None),
                        Instance.task_state.in_((states.TASK_MIGRATING,
@@ -128,6 +132,12 @@ class ClaimMove(FleetTask):
                 resources = session.get(Flavor, instance.flavor_id).resources
                 group_ids = groups.groups_of(session, uuid, instance.group_id)
                 tenant = instance.tenant_id
+            elif closed and instance is not None and instance.status in (states.ACTIVE,
+                                                                         states.ERROR):
+                # A server that cannot move anyway says so rather than trying
+                # its next host.
+                refusal = ClaimRace(f"{host} is {closed[host]}: it takes no new server",
+                                    host=host)
             else:
                 doing = f" ({instance.task_state})" if instance and instance.task_state else ""
                 refusal = MoveNotPossible(

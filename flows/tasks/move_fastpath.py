@@ -11,8 +11,9 @@ as usual.
 
 Left to the per-server claims: servers in a server group (their rule is
 checked under the group's lock, one at a time) and servers that cannot move
-now. When anything conflicts (capacity taken meanwhile, a concurrent writer)
-nothing is claimed here and every server takes the slow path.
+now. When anything conflicts (capacity taken meanwhile, a concurrent writer,
+a destination another evacuation took or that is no longer ``up``) nothing
+is claimed here and every server takes the slow path.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fleetflow.common import states
 from fleetflow.flows import keys, runtime
 from fleetflow.flows.tasks import move_gone
 from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.flows.tasks.claim import ClaimRace, refuse_closed_hosts
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.models import Flavor, Instance, Move, utcnow
@@ -95,7 +97,13 @@ class ClaimPrimaryMoves(FleetTask):
         except PlacementConflict as exc:
             LOG.info("evacuation %s: fast path off: %s", evacuation_id, exc)
             return {}
-        lost = self._record(rt, evacuation_id, wanted, moves)
+        try:
+            lost = self._record(rt, evacuation_id, wanted, moves)
+        except ClaimRace as exc:
+            LOG.info("evacuation %s: fast path off: %s", evacuation_id, exc)
+            for uuid, (_i, _h, _a, migration, _t, _r) in wanted.items():
+                rt.placement.revert_move(uuid, migration, fence=fence)
+            return {}
         for uuid in lost:
             # A delete took the server between the read above and the record:
             # the claim goes back, and the retry skips the move.
@@ -128,6 +136,7 @@ class ClaimPrimaryMoves(FleetTask):
         now = utcnow()
         table = Move.__table__
         with rt.database.session() as session:
+            refuse_closed_hosts(session, {w[1] for w in wanted.values()})
             for mode, task_state in ((states.MODE_REBUILD, states.TASK_REBUILDING),
                                      (None, states.TASK_MIGRATING)):
                 uuids = [u for u in wanted if (moves[u].mode == states.MODE_REBUILD)

@@ -27,7 +27,7 @@ from fleetflow.flows import keys, runtime
 from fleetflow.flows.tasks import storage_routes
 from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.flows.tasks.base import FleetRetry, FleetTask
-from fleetflow.flows.tasks.claim import ClaimRace
+from fleetflow.flows.tasks.claim import ClaimRace, refuse_closed_hosts
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
@@ -227,7 +227,18 @@ class ClaimVCluster(FleetTask):
         except PlacementConflict as exc:
             self._leave(rt, [ids[n] for n in hosts])
             raise ClaimRace(f"vcluster {vcluster_id}: {exc}") from exc
+        try:
+            self._record(rt, vcluster_id, ids, hosts, backends)
+        except ClaimRace:
+            rt.placement.release_many(list(claims), fence=fence)
+            self._leave(rt, [ids[n] for n in hosts])
+            raise
+        return sorted(new)
+
+    @staticmethod
+    def _record(rt, vcluster_id: str, ids: dict, hosts: dict, backends: dict) -> None:
         with rt.database.session() as session:
+            refuse_closed_hosts(session, hosts.values())
             rows.record_first_attempts(session, {ids[n]: h for n, h in hosts.items()},
                                        status=states.BUILDING,
                                        task_state=states.TASK_SPAWNING)
@@ -236,7 +247,6 @@ class ClaimVCluster(FleetTask):
                     backend=backend, status=states.VOLUME_CREATING))
             if _creating(session, vcluster_id):
                 vc_rows.set_status(session, vcluster_id, states.BUILDING)
-        return sorted(new)
 
     @staticmethod
     def _leave(rt, instance_ids: list[str]) -> None:

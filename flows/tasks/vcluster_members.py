@@ -21,7 +21,7 @@ from fleetflow.compute.exceptions import HostDead, InstanceNotFound
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks import storage_routes
 from fleetflow.flows.tasks.base import FleetRetry, FleetTask
-from fleetflow.flows.tasks.claim import ClaimRace, join_group
+from fleetflow.flows.tasks.claim import ClaimRace, join_group, refuse_closed_hosts
 from fleetflow.flows.tasks.vcluster import VClusterNoValidHost
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
@@ -98,6 +98,7 @@ class MemberCandidatesRetry(FleetRetry):
                                   current.generation)], None
         with rt.database.session() as session:
             if self.kind == states.MEMBER_SERVER:
+                refuse_closed_hosts(session, [target])
                 for group_id in vc_rows.server_groups_of(session, vcluster_id).get(
                         self.member, ()):
                     join_group(session, group_id, member_id, target)

@@ -300,6 +300,46 @@ def test_second_evacuation_of_a_held_host_is_409(started, evacuate, db, jobs):
     assert host_row(db, OTHER).evacuation_id is None
 
 
+@pytest.mark.parametrize("mode", ["live", "drain"])
+@pytest.mark.parametrize("status", [states.PENDING, states.BUILDING, states.DELETING])
+def test_a_host_with_a_server_not_settled_is_409_and_nothing_is_written(
+        evacuate, cloud, db, jobs, assert_audit_clean, status, mode):
+    cloud.boot(SOURCE)
+    building = cloud.boot(SOURCE, status=status)
+
+    response = evacuate(hosts=[OTHER, SOURCE], mode=mode)
+
+    assert response.status_code == 409, response.json
+    assert code(response) == "BUILDS_IN_PROGRESS"
+    assert f"host {SOURCE} has 1 server(s)" in details(response)
+    assert written(db) == (0, 0) and jobs == []
+    for name in (SOURCE, OTHER):
+        row = host_row(db, name)
+        assert (row.state, row.evacuation_id) == (states.HOST_UP, None)
+    with db.session() as session:
+        session.get(Instance, building).status = states.ACTIVE
+    assert_audit_clean(cloud.database, cloud.placement, cloud.compute,
+                       service_down_time=cloud.conf.compute.service_down_time)
+
+
+@pytest.mark.parametrize("status, step", [(states.MOVING, "move"), (states.PENDING, "claimed")])
+def test_a_host_another_evacuation_moves_a_server_into_is_409(started, evacuate, db, jobs,
+                                                              status, step):
+    evacuation_id, servers = started
+    with db.session() as session:
+        rows.update_move(session, evacuation_id, servers[0], status=status, step=step,
+                         destination=OTHER)
+
+    response = evacuate(hosts=[OTHER], mode="drain")
+
+    assert response.status_code == 409, response.json
+    assert code(response) == "BUILDS_IN_PROGRESS"
+    assert f"host {OTHER} has 1 server(s)" in details(response)
+    assert written(db) == (1, 2) and len(jobs) == 1
+    row = host_row(db, OTHER)
+    assert (row.state, row.evacuation_id) == (states.HOST_UP, None)
+
+
 def test_rebuild_only_of_a_down_and_silent_host_which_it_fences(evacuate, client,
                                                                  admin_headers, cloud, db,
                                                                  jobs):
