@@ -350,9 +350,10 @@ def load_storage(database, hosts: Iterable[str]) -> tuple[dict[str, dict], dict[
 
 def write_routes(database, hosts: list[str], server_name: str | None) -> None:
     """Point ``hosts.compute_agent`` of ``hosts`` at ``server_name`` (None: own name)."""
+    hosts = sorted(set(hosts))
     with database.session() as session:
         for start in range(0, len(hosts), ROUTE_CHUNK):
-            chunk = hosts[start:start + ROUTE_CHUNK]
+            chunk = evacuations.lock_hosts(session, hosts[start:start + ROUTE_CHUNK])
             session.execute(sa.update(Host).where(Host.name.in_(chunk))
                             .values(compute_agent=server_name))
 

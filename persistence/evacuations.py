@@ -141,7 +141,22 @@ def closed_to_builds(session: orm.Session, hosts) -> dict[str, str]:
     return closed
 
 
+def lock_hosts(session: orm.Session, names) -> list[str]:
+    """Lock the rows of the hosts ``names`` for an update, in name order; the names found.
+
+    A write of several host rows takes them in the order a build's claim reads
+    them (:func:`closed_to_builds`): two transactions that take rows in one
+    order never wait for each other in a cycle, where an UPDATE of many rows
+    takes them in whatever order the table stores them and can deadlock a
+    claim on PostgreSQL. SQLite writes one transaction at a time and ignores it.
+    """
+    return list(session.scalars(sa.select(Host.name).where(Host.name.in_(sorted(set(names))))
+                                .order_by(Host.name).with_for_update()))
+
+
 def release_hosts(session: orm.Session, evacuation_id: str) -> None:
+    held = list(session.scalars(sa.select(Host.name).where(Host.evacuation_id == evacuation_id)))
+    lock_hosts(session, held)
     session.execute(sa.update(Host).where(Host.evacuation_id == evacuation_id)
                     .values(evacuation_id=None))
 
@@ -272,9 +287,10 @@ def effective_host_state(host: Host, service_down_time: float,
 def heartbeat(session: orm.Session, hosts: list[str], chunk: int = 500) -> None:
     """Record that ``hosts`` are alive now (their agent's periodic report)."""
     now = utcnow()
+    hosts = sorted(set(hosts))
     for start in range(0, len(hosts), chunk):
-        session.execute(sa.update(Host).where(Host.name.in_(hosts[start:start + chunk]))
-                        .values(heartbeat_at=now))
+        names = lock_hosts(session, hosts[start:start + chunk])
+        session.execute(sa.update(Host).where(Host.name.in_(names)).values(heartbeat_at=now))
 
 
 # What a move's claim writes on its server: while it holds, no delete may take the server.
