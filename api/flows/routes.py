@@ -17,6 +17,7 @@ from flask.views import MethodView
 from fleetflow.api import common, policy
 from fleetflow.api.flows import schemas
 from fleetflow.api.state import current_state
+from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import actions
 
@@ -36,6 +37,10 @@ def _page(args: dict, tenant: str | None, own: str | None = None) -> dict:
     marker = args.get("marker")
     if marker is not None:
         try:
+            # Flow ids are uuids: anything else names no flow (and an empty
+            # name would read a logbook directory as a flow).
+            if not ids.is_uuid(marker):
+                raise NotFound(marker)
             actions.show_flow(_backend(), marker, tenant=own)
         except NotFound:
             raise InvalidInput(f"Invalid query parameter field 'marker': no flow {marker} "

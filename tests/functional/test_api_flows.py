@@ -100,5 +100,6 @@ def test_lists_are_paged_newest_first(flow_engine, client, admin_headers):
     rest = client.get(f"/v2/admin/flows?limit=2&marker={ids[1]}", headers=admin_headers).json
     assert [f["id"] for f in rest["flows"]] == ids[2:] and rest["links"] == []
     assert client.get("/v2/admin/flows?state=NOPE", headers=admin_headers).status_code == 400
-    unknown = client.get("/v2/admin/flows?marker=no-such-flow", headers=admin_headers)
-    assert unknown.status_code == 400 and "marker" in unknown.json["errors"][0]["detail"]
+    for marker in ("no-such-flow", "", "0f0c8a34-5d1e-4c59-9a53-0d2f3e7d6a01"):
+        unknown = client.get(f"/v2/admin/flows?marker={marker}", headers=admin_headers)
+        assert unknown.status_code == 400 and "marker" in unknown.json["errors"][0]["detail"]

@@ -182,14 +182,14 @@ def test_dry_run_and_list_in_xml(post_xml, client, member_headers, small_cloud, 
     assert all(i.get("host") or i.get("backend") for i in members(root).values())
     assert vcluster_count(db) == 0
 
-    first = post_xml(SEED_ONE)
-    post_xml(SEED_TWO)
+    post_xml(SEED_ONE)
+    newest = post_xml(SEED_TWO)
     page = client.get(f"{URL}?limit=1", headers=xml_headers(member_headers, body=False))
     listed = SafeET.fromstring(page.data)
     assert listed.tag == "vclusters"
     (item,) = listed.findall("vcluster")
-    assert item.get("id") == SafeET.fromstring(first.data).get("id")
-    assert item.find("progress").get("total") == "2"
+    assert item.get("id") == SafeET.fromstring(newest.data).get("id")  # newest first
+    assert item.find("progress").get("total") == "4"
     assert listed.find("links/link").get("rel") == "next"
 
 
