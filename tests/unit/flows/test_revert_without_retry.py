@@ -113,3 +113,40 @@ def test_a_provision_chain_revert_resumed_after_its_retry_was_reverted_ends_reve
     report = strict_audit(cloud, board)
     assert report.clean, report.summary()
 
+
+def test_a_move_chain_revert_resumed_after_its_retry_was_reverted_ends_reverted(
+        evac_cloud, conductors):
+    """A finished move is never undone, also by a revert that lost its retry's
+    value: the flow ends REVERTED (the evacuation FAILED), the server where it
+    moved."""
+    from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
+    from fleetflow.tests.unit.flows.test_evacuate_flow import SOURCE, boot, kill, where
+
+    board, backend, run_until = conductors
+    cloud = evac_cloud
+    uuid = boot(cloud)
+    kill(cloud, SOURCE)
+    evacuations = EvacuationOps(cloud.conf, cloud.database,
+                                submit=Submitter(board, backend), compute=cloud.runtime.compute)
+    view = evacuations.evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_REBUILD))
+    flow_id = evacuations.show(view["id"])["flow_id"]
+    assert run_until(flow_id, tf_states.SUCCESS, tf_states.FAILURE) == tf_states.SUCCESS
+    destination = where(cloud, uuid)
+    assert destination != SOURCE
+
+    detail = actions._load(backend, flow_id)
+    atoms = {atom.name: atom for atom in flow_views.atoms(detail)}
+    changed = actions._mark_for_revert(detail)
+    [move] = [name for name in atoms if name.startswith("srv-") and name.endswith("-move")]
+    atoms[move].state = tf_states.REVERTING
+    retry = atoms[move.rsplit("-", 1)[0] + "-retry"]
+    retry.state, retry.results = tf_states.REVERTED, []
+    detail.state = tf_states.RUNNING
+    actions._save(backend, detail, changed)
+    resume_stranded(board, backend, flow_id)
+
+    assert run_until(flow_id, tf_states.REVERTED, tf_states.FAILURE) == tf_states.REVERTED
+    assert evacuations.show(view["id"])["status"] == states.FAILED
+    assert where(cloud, uuid) == destination
+    report = strict_audit(cloud, board)
+    assert report.clean, report.summary()
