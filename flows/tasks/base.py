@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from oslo_utils import reflection
 from taskflow import retry, task
 from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
@@ -101,6 +102,19 @@ def _add_crash_points(cls) -> None:
         cls.revert = _wrap(cls.__dict__["revert"], None, DURING_REVERT, "reverting")
 
 
+_revert_args: dict = {}
+
+
+def _args_taken(method) -> frozenset:
+    """The names a method declares (``**kwargs`` names none), once per function."""
+    function = getattr(method, "__func__", method)
+    taken = _revert_args.get(function)
+    if taken is None:
+        taken = _revert_args[function] = frozenset(
+            reflection.get_callable_args(method, required_only=False))
+    return taken
+
+
 class FleetTask(FastAtom, task.Task):
     """Base class of fleetflow tasks.
 
@@ -109,11 +123,27 @@ class FleetTask(FastAtom, task.Task):
     keeps their signatures, which TaskFlow reads to find a task's requirements),
     and works out its argument mappings once per shape
     (:class:`fleetflow.flows.tasks.atoms.FastAtom`).
+
+    **A revert maps only what it names.** TaskFlow binds a task's revert with
+    its ``rebind`` too (``revert_rebind or rebind``), so a revert taking
+    ``**kwargs`` would still require every rebound name. Here a rebind applies
+    to the revert only for the arguments the revert itself declares. That is
+    what lets a revert do without a value its chain's retry provides: a
+    REVERTED retry's results are wiped, and a revert left unfinished by a
+    crash may run again after that (docs/adding-a-flow.md, "1. Tasks").
     """
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         _add_crash_points(cls)
+
+    def _build_arg_mapping(self, executor, requires=None, rebind=None, auto_extract=True,
+                           ignore_list=None):
+        if isinstance(rebind, dict) and rebind and executor == self.revert:
+            taken = _args_taken(executor)
+            rebind = {arg: bound for arg, bound in rebind.items() if arg in taken}
+        return super()._build_arg_mapping(executor, requires=requires, rebind=rebind,
+                                          auto_extract=auto_extract, ignore_list=ignore_list)
 
 
 class FleetRetry(FastAtom, retry.Retry):

@@ -17,7 +17,7 @@ from fleetflow.common.exceptions import FleetflowError
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Host, utcnow
+from fleetflow.persistence.models import Host, Instance, utcnow
 
 LOG = logging.getLogger(__name__)
 
@@ -34,7 +34,10 @@ class BootInstance(FleetTask):
     is written on the instance row (code, message, step, host) before it is
     raised, so the retry's next attempt and the API both see it.
 
-    Revert: destroys the guest on that host (idempotent; nothing if absent).
+    Revert: destroys the guest on the host it was built on (idempotent;
+    nothing if absent). That host is the result's, or, when execute did not
+    finish, the instance row's, which the claim wrote before the boot: never
+    the retry's ``host``, which a REVERTED retry no longer has.
     """
 
     def __init__(self, *args, final: bool = True, **kwargs):
@@ -64,13 +67,17 @@ class BootInstance(FleetTask):
         rows.write_instance(rt.database, uuid, **values)
         return {"host": host, "state": guest.get("state") if guest else None}
 
-    def revert(self, result, instance_uuids: list, index: int, host: str | None,
-               fence=None, **kwargs) -> None:
-        if host is None:
-            return
+    def revert(self, result, instance_uuids: list, index: int, fence=None,
+               **kwargs) -> None:
         rt = runtime.get()
         uuid = instance_uuids[index]
+        host = result.get("host") if isinstance(result, dict) else None
         with rt.database.session() as session:
+            if host is None:
+                instance = session.get(Instance, uuid)
+                host = instance.host if instance is not None else None
+            if host is None:
+                return  # never claimed anywhere (or no host was left): nothing built
             rows.update_instance(session, uuid, status=states.REVERTING,
                                  task_state=states.TASK_REVERTING)
         # Whether or not execute finished, the world may hold a guest: a crash

@@ -7,6 +7,10 @@ destination host, so a task re-run after a crash asks what already happened
 instead of doing it again. A finished move is never undone: every revert
 here does nothing once the move row is DONE (an evacuation reverts its
 unfinished moves only).
+
+A revert takes the destination from the move row (written with the claim),
+never the chain's ``host``: that is the retry's, which a REVERTED retry no
+longer has (docs/adding-a-flow.md).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from fleetflow.flows import runtime
 from fleetflow.flows.tasks import move_rows, move_writes
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.claim import ClaimRace, join_group
+from fleetflow.flows.tasks.move_fastpath import CLAIMED
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence.fleet import stable_uuid
@@ -52,16 +57,15 @@ def _finished(session, evacuation_id: str, uuid: str) -> bool:
     return evac_rows.move(session, evacuation_id, uuid).status == states.DONE
 
 
-def _to_undo(evacuation_id: str, instance_uuids: list, index: int,
-             host: str | None) -> tuple | None:
-    """(uuid, source, migration id, group ids) of the move a revert must undo; None
-    when the chain had no host, or the move is DONE: a finished move is never undone."""
-    if host is None:
-        return None
+def _to_undo(evacuation_id: str, instance_uuids: list, index: int) -> tuple | None:
+    """(uuid, source, destination, migration id, group ids) of the move a revert
+    must undo; None when no destination was claimed (the chain had no host: the
+    server was given up, skipped or left) or the move is DONE: a finished move
+    is never undone."""
     uuid = instance_uuids[index]
     with runtime.get().database.session() as session:
         move = evac_rows.move(session, evacuation_id, uuid)
-        if move.status == states.DONE:
+        if move.status != states.MOVING and move.step != CLAIMED:
             return None
         instance = session.get(Instance, uuid)
         if instance is None or instance.status in (states.DELETING, states.DELETED):
@@ -69,7 +73,7 @@ def _to_undo(evacuation_id: str, instance_uuids: list, index: int,
             # exists, and rejoining groups or clearing task_state would undo
             # the delete's own writes (the retry skips the move).
             return None
-        return (uuid, move.source, move.migration_id,
+        return (uuid, move.source, move.destination, move.migration_id,
                 groups.groups_of(session, uuid, instance.group_id))
 
 
@@ -165,12 +169,12 @@ class ClaimMove(FleetTask):
         return migration_id
 
     def revert(self, result, evacuation_id: str, instance_uuids: list, index: int,
-               host: str | None, fence=None, **kwargs) -> None:
-        undo = _to_undo(evacuation_id, instance_uuids, index, host)
+               fence=None, **kwargs) -> None:
+        undo = _to_undo(evacuation_id, instance_uuids, index)
         if undo is None:
             return
         rt = runtime.get()
-        uuid, source, migration_id, group_ids = undo
+        uuid, source, _destination, migration_id, group_ids = undo
         # Whatever the result says: a crash may have come after the write.
         rt.placement.revert_move(uuid, migration_id, fence=fence)
         with rt.database.session() as session:
@@ -247,12 +251,12 @@ class MoveServer(FleetTask):
         return record
 
     def revert(self, result, evacuation_id: str, instance_uuids: list, index: int,
-               host: str | None, fence=None, **kwargs) -> None:
-        undo = _to_undo(evacuation_id, instance_uuids, index, host)
+               fence=None, **kwargs) -> None:
+        undo = _to_undo(evacuation_id, instance_uuids, index)
         if undo is None:
             return
         rt = runtime.get()
-        uuid, _source, migration_id, _group_ids = undo
+        uuid, _source, host, migration_id, _group_ids = undo
         try:
             rt.compute.revert_move(host, migration_id, fence=fence)
         except (HostDead, OutcomeUnknown) as exc:
@@ -322,14 +326,16 @@ class ReattachVolumes(FleetTask):
         return reachable
 
     def revert(self, result, evacuation_id: str, instance_uuids: list, index: int,
-               host: str | None, fence=None, **kwargs) -> None:
-        if host is None or not isinstance(result, list):
+               fence=None, **kwargs) -> None:
+        if not isinstance(result, list) or not result:
             return
         rt = runtime.get()
         uuid = instance_uuids[index]
         with rt.database.session() as session:
-            if _finished(session, evacuation_id, uuid):
+            move = evac_rows.move(session, evacuation_id, uuid)
+            if move.status == states.DONE:
                 return
+            host = move.destination
         for volume_id in result:
             try:
                 rt.compute.detach_volume(host, uuid, volume_id, fence=fence)

@@ -126,7 +126,10 @@ class CreateVolume(FleetTask):
     """Create the volume on ``backend`` (idempotent by its id) through a host
     that reaches it. A failure is written on the volume row, then raised.
 
-    Revert: deletes it from that backend (nothing if it was never made).
+    Revert: deletes it from the backend it was made on (nothing if it was
+    never made): the result's, or, when execute did not finish, the volume
+    row's, which the claim (or the retry moving it) wrote. Never the retry's
+    ``backend``, which a REVERTED retry no longer has.
     """
 
     def execute(self, volume_id: str, backend: str, size_gb: int, volume_type: str | None,
@@ -156,8 +159,13 @@ class CreateVolume(FleetTask):
                 backend=backend, status=states.VOLUME_AVAILABLE, fault=None))
         return {"backend": backend}
 
-    def revert(self, volume_id: str, backend: str, fence=None, **kwargs) -> None:
+    def revert(self, result, volume_id: str, fence=None, **kwargs) -> None:
         rt = runtime.get()
+        backend = result.get("backend") if isinstance(result, dict) else None
+        if backend is None:
+            with rt.database.session() as session:
+                volume = session.get(Volume, volume_id)
+                backend = volume.backend if volume is not None else None
         storage_routes.delete_volume(rt, backend, volume_id, fence)
         with rt.database.session() as session:
             session.execute(sa.update(Volume).where(Volume.id == volume_id).values(

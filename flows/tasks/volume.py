@@ -52,7 +52,10 @@ def pick_backend(session, host: str, size_gb: int, usage: dict) -> StorageBacken
 class AttachVolume(FleetTask):
     """Create the instance's data volume near its host, claim its space, attach it.
 
-    Revert: detaches it, releases its allocation and marks the volume DELETED.
+    Revert: detaches it, releases its allocation and marks the volume DELETED
+    (each step idempotent, nothing where nothing was made). The host to detach
+    from is the instance row's, which the claim wrote: never the retry's
+    ``host``, which a REVERTED retry no longer has.
     """
 
     def execute(self, instance_uuids: list, index: int, host: str | None,
@@ -91,13 +94,14 @@ class AttachVolume(FleetTask):
                                  fault=None)
         return {"volume_id": volume_id, "backend": backend_uuid}
 
-    def revert(self, result, instance_uuids: list, index: int, host: str | None,
-               fence=None, **kwargs) -> None:
-        if host is None:
-            return
+    def revert(self, result, instance_uuids: list, index: int, fence=None,
+               **kwargs) -> None:
         rt = runtime.get()
         instance_uuid = instance_uuids[index]
         volume_id = volume_id_for(instance_uuid)
+        with rt.database.session() as session:
+            instance = session.get(Instance, instance_uuid)
+            host = instance.host if instance is not None else None
         detach_and_delete(rt, host, instance_uuid, volume_id, fence)
 
 
