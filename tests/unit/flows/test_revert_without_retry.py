@@ -25,6 +25,7 @@ from fleetflow.services.operations import Operations, ReservationRequest
 from fleetflow.tests.unit.flows import test_stranded_revert
 from fleetflow.tests.unit.flows.test_stranded_revert import (
     EVERY,
+    assert_cluster_reverted,
     create_vcluster,
     fail_every_create,
     lose_answers,
@@ -78,12 +79,7 @@ def test_a_vcluster_chain_revert_resumed_after_its_retry_was_reverted_ends_rever
     resume_stranded(board, backend, flow_id)
 
     assert run_until(flow_id, tf_states.REVERTED, tf_states.FAILURE) == tf_states.REVERTED
-    view = ops.show(None, vcluster_id)
-    assert view["status"] == states.REVERTED
-    for member in view["instances"]:
-        assert evac_cloud.runtime.placement.get_allocations(member["id"]).allocations == {}
-    report = strict_audit(evac_cloud, board)
-    assert report.clean, report.summary()
+    assert_cluster_reverted(evac_cloud, board, ops, vcluster_id)
 
 
 def test_a_provision_chain_revert_resumed_after_its_retry_was_reverted_ends_reverted(

@@ -140,6 +140,16 @@ def strict_audit(cloud, board):
                  strict=True, board=board)
 
 
+def assert_cluster_reverted(cloud, board, ops, vcluster_id) -> None:
+    """The cluster REVERTED, none of its members holding an allocation, the audit clean."""
+    view = ops.show(None, vcluster_id)
+    assert view["status"] == states.REVERTED
+    for member in view["instances"]:
+        assert cloud.runtime.placement.get_allocations(member["id"]).allocations == {}
+    report = strict_audit(cloud, board)
+    assert report.clean, report.summary()
+
+
 def test_a_delete_whose_answer_is_lost_is_sent_again_and_the_run_reverts(
         evac_cloud, conductors, monkeypatch):
     """Every volume create fails, so each failed create is undone (its chain tries
@@ -200,12 +210,7 @@ def test_a_vcluster_whose_revert_raised_is_stranded_until_the_operator_reverts_i
     mend_creates(evac_cloud)
     actions.revert(board, backend, flow_id)
     assert run_until(flow_id, tf_states.REVERTED, tf_states.FAILURE) == tf_states.REVERTED
-    view = ops.show(None, vcluster_id)
-    assert view["status"] == states.REVERTED
-    for member in view["instances"]:
-        assert evac_cloud.runtime.placement.get_allocations(member["id"]).allocations == {}
-    report = strict_audit(evac_cloud, board)
-    assert report.clean, report.summary()
+    assert_cluster_reverted(evac_cloud, board, ops, vcluster_id)
 
 
 def test_a_reservation_whose_revert_raised_is_stranded_until_the_operator_resumes_it(
