@@ -8,15 +8,10 @@ operator resumes it over the API and the reservation goes ACTIVE.
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import requests
-import yaml
 
-from fleetflow.cli.serve import Cloud
-from fleetflow.compute import messaging
+from tests.functional.embedded import serving, small_fleet, until
 
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 HOSTS = ["z1-r1-h01", "z1-r1-h02"]
@@ -24,36 +19,15 @@ HOSTS = ["z1-r1-h01", "z1-r1-h02"]
 
 @pytest.fixture
 def cloud(make_conf, tmp_path):
-    doc = {
-        "profiles": {"small": {"inventory": {
-            "VCPU": {"total": 8, "allocation_ratio": 1.0},
-            "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
-            "DISK_GB": {"total": 200, "allocation_ratio": 1.0}}}},
-        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
-            {"name": "r1", "hosts": 2, "profile": "small"}]}]}],
-        "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
-                     "disk_gb": 20}],
-        "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
-    }
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(doc))
-    conf = make_conf(api={"port": 0}, conductor={"workers": 1}, fleet={"file": str(fleet)},
+    conf = make_conf(api={"port": 0}, conductor={"workers": 1},
+                     fleet={"file": small_fleet(tmp_path, 2)},
                      jobboard={"claim_expiry": 10, "keepalive_interval": 1.0})
-    cloud = Cloud(conf).start()
-    threading.Thread(target=cloud.serve_forever, daemon=True).start()
-    yield cloud
-    cloud.stop()
-    messaging.forget_transport(conf)
+    with serving(conf) as cloud:
+        yield cloud
 
 
 def _until(get, predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = get()
-        if predicate(value):
-            return value
-        assert time.monotonic() < deadline, f"not reached: {value}"
-        time.sleep(0.2)
+    return until(get, predicate, timeout, interval=0.2)
 
 
 MEMBER = {"X-Project-Id": "demo", "X-Roles": "member"}

@@ -27,10 +27,9 @@ import requests
 import sqlalchemy as sa
 import yaml
 
-from fleetflow.cli.serve import Cloud
 from fleetflow.common import states
-from fleetflow.compute import messaging
 from fleetflow.persistence.models import Instance
+from tests.functional.embedded import serving, small_fleet, until
 
 HOST = "z1-r1-h01"
 MEMBER = {"X-Project-Id": "demo", "X-Roles": "member"}
@@ -41,47 +40,18 @@ DELAYS = (0.0, 0.05, 0.15, 0.3, 0.5, 0.8)
 RESERVATION_SETTLED = {"ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED"}
 
 
-def _fleet(tmp_path) -> str:
-    doc = {
-        "profiles": {"small": {"inventory": {
-            "VCPU": {"total": 8, "allocation_ratio": 1.0},
-            "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
-            "DISK_GB": {"total": 200, "allocation_ratio": 1.0}}}},
-        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
-            {"name": "r1", "hosts": 3, "profile": "small"}]}]}],
-        "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
-                     "disk_gb": 20}],
-        "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return str(path)
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def cloud(request, make_conf, tmp_path):
     database = {}
     if request.param == "postgresql":
         database = {"connection": request.getfixturevalue("pg_url")}
-    conf = make_conf(api={"port": 0}, conductor={"workers": 2}, fleet={"file": _fleet(tmp_path)},
+    conf = make_conf(api={"port": 0}, conductor={"workers": 2},
+                     fleet={"file": small_fleet(tmp_path, 3)},
                      compute={"boot_seconds": 1.0},
                      jobboard={"claim_expiry": 10, "keepalive_interval": 1.0}, **(
                          {"database": database} if database else {}))
-    cloud = Cloud(conf).start()
-    threading.Thread(target=cloud.serve_forever, daemon=True).start()
-    yield cloud
-    cloud.stop()
-    messaging.forget_transport(conf)
-
-
-def _until(get, predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = get()
-        if predicate(value):
-            return value
-        assert time.monotonic() < deadline, f"not reached: {value}"
-        time.sleep(0.1)
+    with serving(conf) as cloud:
+        yield cloud
 
 
 def _reserve(cloud) -> str:
@@ -120,14 +90,14 @@ def _round(cloud, delay: float) -> None:
         reserving = pool.submit(_reserve, cloud)
         draining = pool.submit(_drain, cloud, delay)
         rid, drain = reserving.result(), draining.result()
-    reservation = _until(lambda: _reservation(cloud, rid),
+    reservation = until(lambda: _reservation(cloud, rid),
                          lambda r: r["status"] in RESERVATION_SETTLED)
     assert reservation["status"] == "ACTIVE", reservation
     if drain.status_code == 409:
         assert drain.json()["errors"][0]["code"] == "BUILDS_IN_PROGRESS", drain.text
     else:
         assert drain.status_code == 202, drain.text
-        evacuation = _until(lambda: _evacuation(cloud, drain.json()["evacuation"]["id"]),
+        evacuation = until(lambda: _evacuation(cloud, drain.json()["evacuation"]["id"]),
                             lambda e: e["status"] in states.EVACUATION_SETTLED)
         assert evacuation["status"] == states.DONE, evacuation
         # The drained host is in maintenance and must have ended empty.
@@ -138,7 +108,7 @@ def _round(cloud, delay: float) -> None:
     gone = requests.delete(f"{cloud.url}/v2/demo/reservations/{rid}", headers=MEMBER,
                            timeout=10)
     assert gone.status_code == 202, gone.text
-    _until(lambda: _reservation(cloud, rid), lambda r: r["status"] == "DELETED")
+    until(lambda: _reservation(cloud, rid), lambda r: r["status"] == "DELETED")
 
 
 def test_a_drain_and_builds_aimed_at_its_host_never_both_go_through(cloud,
@@ -167,7 +137,8 @@ def database(request, make_conf, tmp_path):
     database = Database(url)
     database.upgrade()
     with database.session() as session:
-        fleet.load(session, fleet.expand(yaml.safe_load(Path(_fleet(tmp_path)).read_text())))
+        document = yaml.safe_load(Path(small_fleet(tmp_path, 3)).read_text())
+        fleet.load(session, fleet.expand(document))
     yield make_conf(database={"connection": url}), database
     database.dispose()
 
