@@ -7,17 +7,15 @@ the conductor's engine factory, as the conductor will attach it.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from taskflow.persistence import backends as tf_backends
 
 from fleetflow.common import states
-from fleetflow.engine import actions, conductor, conductor_pool, flow_meta, taskflow_retry_fix
+from fleetflow.engine import actions, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.jobboard import make_jobboard
-from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.persistence import reservations as rows
+from tests.unit.flows import conductors as conductor_threads
 
 HOSTS = [f"z1-r{r}-h0{h}" for r in (1, 2) for h in (1, 2, 3)]
 
@@ -32,23 +30,7 @@ def operator(cloud):
     backend = tf_backends.fetch({"connection": "memory://"})
     board = make_jobboard(cloud.conf, backend)
 
-    def engine_with_status(flow_detail, store, backend_, conf):
-        engine = conductor.default_engine_factory(flow_detail, store, backend_, conf)
-        ReservationStatusListener(
-            engine, cloud.database,
-            paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)).register()
-        return engine
-
-    def run_until(flow_id, *wanted):
-        deadline = time.monotonic() + 60
-        with conductor_pool.ConductorPool(cloud.conf, workers=1, persistence=backend,
-                                          engine_factory=engine_with_status, wait_timeout=0.05):
-            while True:
-                state = actions.show_flow(backend, flow_id)["state"]
-                if state in wanted and board.job_count == 0:
-                    return state
-                assert time.monotonic() < deadline, f"flow stuck in {state}"
-                time.sleep(0.05)
+    run_until = conductor_threads.runner(cloud, board, backend, timeout=60)
 
     def submit(job):
         return submit_mod.submit(board, backend, job["flow"], job["kwargs"],

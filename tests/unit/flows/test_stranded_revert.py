@@ -14,22 +14,20 @@ caller hears nothing (``LostAnswers``).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from taskflow import states as tf_states
 
 from fleetflow.common import states
 from fleetflow.compute.exceptions import OutcomeUnknown
-from fleetflow.engine import actions, conductor, conductor_pool, flow_meta, taskflow_retry_fix
+from fleetflow.engine import actions, taskflow_retry_fix
 from fleetflow.engine.jobboard import make_jobboard
 from fleetflow.engine.submit import Submitter
-from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.persistence.logbook.backend import LogbookBackend
 from fleetflow.persistence.models import Reservation
 from fleetflow.services.audit import audit
 from fleetflow.services.operations import Operations, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
+from tests.unit.flows import conductors as conductor_threads
 
 # Example two of docs/vcluster.md.
 SEED_TWO = {
@@ -103,24 +101,7 @@ def conductors(evac_cloud):
     backend = LogbookBackend({"connection": cloud.database.url}, engine=cloud.database.engine)
     board = make_jobboard(cloud.conf, backend)
 
-    def engine_with_status(flow_detail, store, backend_, conf):
-        engine = conductor.default_engine_factory(flow_detail, store, backend_, conf)
-        ReservationStatusListener(
-            engine, cloud.database,
-            paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)).register()
-        return engine
-
-    def run_until(flow_id, *wanted):
-        deadline = time.monotonic() + 120
-        with conductor_pool.ConductorPool(cloud.conf, workers=1, persistence=backend,
-                                          engine_factory=engine_with_status,
-                                          wait_timeout=0.05):
-            while True:
-                state = actions.show_flow(backend, flow_id)["state"]
-                if state in wanted and board.job_count == 0:
-                    return state
-                assert time.monotonic() < deadline, f"flow stuck in {state}"
-                time.sleep(0.05)
+    run_until = conductor_threads.runner(cloud, board, backend, timeout=120)
 
     yield board, backend, run_until
     board.close()
