@@ -21,7 +21,6 @@ from fleetflow.common import states
 from fleetflow.engine import actions, flow_views, submit
 from fleetflow.engine.submit import Submitter
 from fleetflow.persistence.models import Reservation
-from fleetflow.services.operations import Operations, ReservationRequest
 from fleetflow.tests.unit.flows import test_stranded_revert
 from fleetflow.tests.unit.flows.test_stranded_revert import (
     EVERY,
@@ -30,6 +29,7 @@ from fleetflow.tests.unit.flows.test_stranded_revert import (
     fail_every_create,
     lose_answers,
     mend_creates,
+    reserve_failing_undone,
     strict_audit,
 )
 
@@ -86,13 +86,7 @@ def test_a_provision_chain_revert_resumed_after_its_retry_was_reverted_ends_reve
         evac_cloud, conductors, monkeypatch):
     board, backend, run_until = conductors
     cloud = evac_cloud
-    lost = lose_answers(cloud, monkeypatch, "destroy_instance", "uuid", per_key=EVERY)
-    for host in cloud.driver.hosts:
-        cloud.driver.set_faults(host, fail_next=EVERY)
-    ops = Operations(cloud.conf, cloud.database, submit=Submitter(board, backend))
-    reservation, _ = ops.reserve(ReservationRequest(
-        tenant_id="t1", user_id="u1", flavor_ref="m1.small", image_ref="cirros",
-        min_count=1, max_count=1))
+    lost, reservation = reserve_failing_undone(cloud, board, backend, monkeypatch)
     flow_id = reservation.flow_id
     assert run_until(flow_id, tf_states.REVERTED, tf_states.FAILURE) == tf_states.FAILURE
 

@@ -116,6 +116,19 @@ def create_vcluster(cloud, board, backend):
     return vcluster.id, vcluster.flow_id, ops
 
 
+def reserve_failing_undone(cloud, board, backend, monkeypatch):
+    """``(lost, reservation)``: a reservation of one whose every boot fails and whose
+    guests' destroys go unanswered (``lost.on = False`` answers them again)."""
+    lost = lose_answers(cloud, monkeypatch, "destroy_instance", "uuid", per_key=EVERY)
+    for host in cloud.driver.hosts:
+        cloud.driver.set_faults(host, fail_next=EVERY)
+    ops = Operations(cloud.conf, cloud.database, submit=Submitter(board, backend))
+    reservation, _ = ops.reserve(ReservationRequest(
+        tenant_id="t1", user_id="u1", flavor_ref="m1.small", image_ref="cirros",
+        min_count=1, max_count=1))
+    return lost, reservation
+
+
 def strict_audit(cloud, board):
     return audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                  strict=True, board=board)
@@ -201,13 +214,7 @@ def test_a_reservation_whose_revert_raised_is_stranded_until_the_operator_resume
     # Its one instance boots, then the reservation reverts (all or nothing, and
     # the second instance finds no host): the destroy of the booted guest is
     # never answered, however often it is sent.
-    lost = lose_answers(cloud, monkeypatch, "destroy_instance", "uuid", per_key=EVERY)
-    for host in cloud.driver.hosts:
-        cloud.driver.set_faults(host, fail_next=EVERY)
-    ops = Operations(cloud.conf, cloud.database, submit=Submitter(board, backend))
-    reservation, _ = ops.reserve(ReservationRequest(
-        tenant_id="t1", user_id="u1", flavor_ref="m1.small", image_ref="cirros",
-        min_count=1, max_count=1))
+    lost, reservation = reserve_failing_undone(cloud, board, backend, monkeypatch)
     flow_id = reservation.flow_id
 
     assert run_until(flow_id, tf_states.REVERTED, tf_states.FAILURE) == tf_states.FAILURE
