@@ -14,15 +14,20 @@ from fleetflow.cli.serve import Cloud
 from fleetflow.compute import messaging
 
 
-def small_fleet(tmp_path, hosts: int) -> str:
-    """A fleet file of ``hosts`` small hosts in one rack, with one flavor and one image."""
+def small_fleet(tmp_path, racks: int | list[dict]) -> str:
+    """A fleet file of small hosts in zone z1, with one flavor and one image.
+
+    ``racks``: the zone's racks (``{"name", "hosts", "profile": "small"}``), or a
+    number of hosts for one rack ``r1``.
+    """
+    if isinstance(racks, int):
+        racks = [{"name": "r1", "hosts": racks, "profile": "small"}]
     doc = {
         "profiles": {"small": {"inventory": {
             "VCPU": {"total": 8, "allocation_ratio": 1.0},
             "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
             "DISK_GB": {"total": 200, "allocation_ratio": 1.0}}}},
-        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
-            {"name": "r1", "hosts": hosts, "profile": "small"}]}]}],
+        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": racks}]}],
         "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
                      "disk_gb": 20}],
         "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],

@@ -13,28 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-import yaml
 
 from fleetflow.cli.serve import Cloud
 from fleetflow.compute import messaging
+from tests.functional.embedded import small_fleet
 
 SETTLED = {"ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED"}
-
-
-def _fleet(tmp_path, racks: list[dict]) -> str:
-    doc = {
-        "profiles": {"small": {"inventory": {
-            "VCPU": {"total": 8, "allocation_ratio": 1.0},
-            "MEMORY_MB": {"total": 16384, "allocation_ratio": 1.0},
-            "DISK_GB": {"total": 200, "allocation_ratio": 1.0}}}},
-        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": racks}]}],
-        "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
-                     "disk_gb": 20}],
-        "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return str(path)
 
 
 @pytest.fixture
@@ -43,7 +27,7 @@ def start_cloud(make_conf, tmp_path):
 
     def _start(racks, workers=2):
         conf = make_conf(api={"port": 0}, conductor={"workers": workers},
-                         fleet={"file": _fleet(tmp_path, racks)},
+                         fleet={"file": small_fleet(tmp_path, racks)},
                          jobboard={"claim_expiry": 10, "keepalive_interval": 1.0})
         cloud = Cloud(conf).start()
         threading.Thread(target=cloud.serve_forever, daemon=True).start()
