@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from fleetflow.api.placement import microversion, schemas
-from fleetflow.api.placement.blueprint import blp, store
-from fleetflow.persistence.placement import catalog
+from fleetflow.api.placement.blueprint import blp, service
 
 
 def _aggregates_json(generation: int, aggregates: list[str]) -> dict:
@@ -17,17 +16,16 @@ def _aggregates_json(generation: int, aggregates: list[str]) -> dict:
 @blp.route("/resource_providers/<uuid>/aggregates", methods=["GET"])
 def list_provider_aggregates(uuid):
     microversion.require(1, 1)
-    return _aggregates_json(*store().in_transaction(catalog.get_aggregates, uuid))
+    return _aggregates_json(*service().get_aggregates(uuid))
 
 
 @blp.route("/resource_providers/<uuid>/aggregates", methods=["PUT"])
 def set_provider_aggregates(uuid):
     microversion.require(1, 1)
-    store().get_provider(uuid)  # 404 before a schema error, as Placement
+    service().get_provider(uuid)  # 404 before a schema error, as Placement
     if microversion.at_least(1, 19):
         data = schemas.json_body(schemas.AGGREGATES_1_19)
         aggregates, generation = data["aggregates"], data["resource_provider_generation"]
     else:
         aggregates, generation = schemas.json_body(schemas.AGGREGATES_1_1), None
-    return _aggregates_json(*store().in_transaction(catalog.set_aggregates, uuid,
-                                                    aggregates, generation))
+    return _aggregates_json(*service().set_aggregates(uuid, aggregates, generation))

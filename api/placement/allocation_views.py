@@ -14,9 +14,8 @@ import json
 import flask
 
 from fleetflow.api.placement import allocation_schemas, candidate_query, microversion, schemas
-from fleetflow.api.placement.blueprint import blp, fence, no_content, store
-from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
-from fleetflow.persistence.placement.providers import canonical_uuid
+from fleetflow.api.placement.blueprint import blp, fence, no_content, service
+from fleetflow.services.placement import ANY_GENERATION, ConsumerWrite, canonical_uuid
 
 
 def consumer_write(consumer_uuid: str, data: dict) -> ConsumerWrite:
@@ -33,7 +32,7 @@ def consumer_write(consumer_uuid: str, data: dict) -> ConsumerWrite:
 
 @blp.route("/allocations/<consumer_uuid>", methods=["GET"])
 def show_allocations(consumer_uuid):
-    found = store().get_allocations(consumer_uuid)
+    found = service().get_allocations(consumer_uuid)
     out = {"allocations": found["allocations"]}
     if found["allocations"] and microversion.at_least(1, 12):
         out["project_id"] = found["project_id"]
@@ -49,7 +48,7 @@ def show_allocations(consumer_uuid):
 def set_allocations(consumer_uuid):
     data = schemas.json_body(allocation_schemas.one_consumer())
     consumer_uuid = canonical_uuid(consumer_uuid, "consumer_uuid")
-    store().set_allocations([consumer_write(consumer_uuid, data)], fence())
+    service().set_allocations([consumer_write(consumer_uuid, data)], fence())
     return no_content()
 
 
@@ -59,19 +58,19 @@ def set_many_allocations():
     data = schemas.json_body(allocation_schemas.many_consumers())
     writes = [consumer_write(canonical_uuid(consumer_uuid, "consumer uuid"), entry)
               for consumer_uuid, entry in data.items()]
-    store().set_allocations(writes, fence())
+    service().set_allocations(writes, fence())
     return no_content()
 
 
 @blp.route("/allocations/<consumer_uuid>", methods=["DELETE"])
 def delete_allocations(consumer_uuid):
-    store().delete_allocations(consumer_uuid, fence())
+    service().delete_allocations(consumer_uuid, fence())
     return no_content()
 
 
 @blp.route("/resource_providers/<uuid>/allocations", methods=["GET"])
 def provider_allocations(uuid):
-    generation, found = store().provider_allocations(uuid)
+    generation, found = service().provider_allocations(uuid)
     if not microversion.at_least(1, 28):
         for entry in found.values():
             entry.pop("consumer_generation", None)
@@ -81,15 +80,10 @@ def provider_allocations(uuid):
 @blp.route("/allocation_candidates", methods=["GET"])
 def allocation_candidates():
     microversion.require(1, 10)
-
-    placement = store()
-
-    def search(session):
-        request = candidate_query.parse(session)
-        requested = {rc for group in request["groups"].values() for rc in group["resources"]}
-        world = placement.snapshots.current(session)
-        return candidate_query.find(world, request), requested, world
-    return _candidates_json(*placement.read_only(search))
+    request, found, world = service().allocation_candidates(
+        candidate_query.parse, nested_aware=microversion.at_least(1, 29))
+    requested = {rc for group in request["groups"].values() for rc in group["resources"]}
+    return _candidates_json(candidate_query.limited(found, request), requested, world)
 
 
 def _candidates_json(found: dict, requested: set[str], world) -> flask.Response:

@@ -13,7 +13,7 @@ import flask_smorest
 from fleetflow.api import policy
 from fleetflow.api.placement import microversion
 from fleetflow.api.state import current_state
-from fleetflow.persistence.placement import errors
+from fleetflow.services.placement import PlacementService, errors, new_store
 
 FENCE_HEADER = "FleetFlow-Fence"
 STORE_SERVICE = "placement_store"
@@ -35,16 +35,15 @@ def _negotiate_and_authorize() -> None:
     policy.enforce(rule)
 
 
-def store():
-    """The PlacementStore of this app (made on first use from the app's database)."""
+def service() -> PlacementService:
+    """The placement service over this app's placement store (the store is made on
+    first use from the app's database when the app was given none)."""
     state = current_state()
-    found = state.services.get(STORE_SERVICE)
-    if found is None:
-        from fleetflow.persistence.placement.store import PlacementStore
-
-        found = state.services.setdefault(
-            STORE_SERVICE, PlacementStore(state.database, state.conf.placement.max_retries))
-    return found
+    store = state.services.get(STORE_SERVICE)
+    if store is None:
+        store = state.services.setdefault(
+            STORE_SERVICE, new_store(state.database, state.conf.placement.max_retries))
+    return PlacementService(store)
 
 
 def fence() -> dict | None:

@@ -2,7 +2,7 @@
 
 Request groups (the unsuffixed one, suffixed ones from 1.25), ``group_policy``,
 ``root_required`` (1.35) and ``same_subtree`` (1.36) are parsed and checked with
-Placement's wording; persistence/placement/tree_candidates.py searches them.
+Placement's wording; the placement service (services/placement.py) searches them.
 """
 
 from __future__ import annotations
@@ -12,13 +12,7 @@ import re
 import flask
 
 from fleetflow.api.placement import microversion, query
-from fleetflow.persistence.placement import (
-    candidates,
-    catalog,
-    errors,
-    providers,
-    tree_candidates,
-)
+from fleetflow.services.placement import canonical_uuid, errors
 
 _GROUP_KEYS = ("resources", "required", "member_of", "in_tree")
 
@@ -62,15 +56,16 @@ class DuplicateKey(errors.BadRequest):
     code = "placement.query.duplicate_key"
 
 
-def _group(session, suffix: str) -> dict:
-    """One request group: its resources, traits, aggregates and tree (400 when malformed)."""
+def _group(catalog, suffix: str) -> dict:
+    """One request group: its resources, traits, aggregates and tree (400 when malformed);
+    ``catalog`` (the service's CatalogReader) knows which resource classes exist."""
     args = flask.request.args
     group: dict = {"resources": {}, "required": [], "forbidden": set(), "aggregates": [],
                    "refused_aggregates": set(), "in_tree": None}
     if "resources" + suffix in args:
-        group["resources"] = candidates.parse_resources(args["resources" + suffix])
+        group["resources"] = query.parse_resources(args["resources" + suffix])
         unknown = [rc for rc in group["resources"]
-                   if not catalog.resource_class_exists(session, rc)]
+                   if not catalog.resource_class_exists(rc)]
         if unknown:
             raise errors.BadRequest("Invalid resource class in resources parameter: No "
                                     f"such resource class {unknown[0]}.")
@@ -80,7 +75,7 @@ def _group(session, suffix: str) -> dict:
     if "in_tree" + suffix in args:
         value = args["in_tree" + suffix]
         try:
-            group["in_tree"] = providers.canonical_uuid(value)
+            group["in_tree"] = canonical_uuid(value)
         except errors.BadRequest:
             raise errors.BadRequest("Invalid query string parameters: Expected 'in_tree' "
                                     f"parameter to be a format of uuid. Got: {value}") from None
@@ -123,8 +118,9 @@ def _check_groups(groups: dict, same_subtrees: list[set[str]]) -> None:
                                 "`resources{$S}`) is required.")
 
 
-def parse(session) -> dict:
-    """The whole request: its groups by suffix and the request-wide parameters (400)."""
+def parse(catalog) -> dict:
+    """The whole request: its groups by suffix and the request-wide parameters (400),
+    its names checked against ``catalog`` (the service's CatalogReader)."""
     query.validate(schema())
     args = flask.request.args
     pattern = r"^(resources|required|member_of|in_tree)(.*)$"
@@ -137,7 +133,7 @@ def parse(session) -> dict:
             raise BadValue("Empty string (unsuffixed group) can not be specified in "
                                     "`same_subtree` ")
         same_subtrees.append(listed)
-    groups = {suffix: _group(session, suffix) for suffix in suffixes}
+    groups = {suffix: _group(catalog, suffix) for suffix in suffixes}
     _check_groups(groups, same_subtrees)
     if microversion.at_least(1, 22):
         conflicting = sorted(f"required{s}: ({', '.join(sorted(g))})"
@@ -162,7 +158,7 @@ def parse(session) -> dict:
                            f"root_required: {', '.join(sorted(wanted & root_forbidden))}")
         root_required = [{t} for t in sorted(wanted)]
         named |= wanted | root_forbidden
-    unknown_traits = catalog.unknown_traits(session, named)
+    unknown_traits = catalog.unknown_traits(named)
     if unknown_traits:
         raise errors.BadRequest(f"No such trait(s): {', '.join(unknown_traits)}.")
     policy = args.get("group_policy")
@@ -175,11 +171,9 @@ def parse(session) -> dict:
             "limit": int(args["limit"]) if "limit" in args else None}
 
 
-def find(world, request: dict) -> dict:
-    """Candidates of ``request`` (from :func:`parse`) in ``world`` (a placement
-    snapshot), at most ``limit``."""
-    found = tree_candidates.find_groups(
-        world, request, nested_aware=microversion.at_least(1, 29))
+def limited(found: dict, request: dict) -> dict:
+    """The candidates ``found`` for ``request`` (from :func:`parse`), at most its
+    ``limit``, with the summaries of the providers they use."""
     if request["limit"] is not None:
         chosen = found["allocation_requests"][:request["limit"]]
         roots = {found["provider_summaries"][rp]["root_provider_uuid"]

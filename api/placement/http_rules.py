@@ -22,7 +22,7 @@ from werkzeug.http import http_date
 from fleetflow.api import errors as api_errors
 from fleetflow.api.placement import microversion
 from fleetflow.api.placement.blueprint import blp
-from fleetflow.persistence.placement import errors
+from fleetflow.services.placement import errors
 
 PREFIX = blp.url_prefix
 _AUTOMATIC_METHODS = {"HEAD", "OPTIONS"}

@@ -11,10 +11,10 @@ import copy
 import flask
 
 from fleetflow.api.placement import microversion, schemas
-from fleetflow.api.placement.blueprint import base_url, blp, fence, no_content, store
-from fleetflow.persistence.placement import catalog, errors, providers
+from fleetflow.api.placement.blueprint import base_url, blp, fence, no_content, service
+from fleetflow.services.placement import INVENTORY_DEFAULTS, INVENTORY_FIELDS, errors
 
-OUTPUT_FIELDS = providers.INVENTORY_FIELDS
+OUTPUT_FIELDS = INVENTORY_FIELDS
 _RECORD = {"type": "object", "properties": copy.deepcopy(schemas.INVENTORY_FIELDS),
            "required": ["total"], "additionalProperties": False}
 ONE_INVENTORY = dict(copy.deepcopy(_RECORD),
@@ -42,8 +42,8 @@ class InventoryConflict(errors.PlacementConflict):
 
 def checked_inventory(uuid: str, resource_class: str, data: dict, action: str) -> dict:
     """One inventory with Placement's defaults, its class and capacity checked (400)."""
-    inv = dict(providers.INVENTORY_DEFAULTS, **{f: data[f] for f in OUTPUT_FIELDS if f in data})
-    if not store().in_transaction(catalog.resource_class_exists, resource_class):
+    inv = dict(INVENTORY_DEFAULTS, **{f: data[f] for f in OUTPUT_FIELDS if f in data})
+    if not service().resource_class_exists(resource_class):
         raise errors.BadRequest(f"Unknown resource class in inventory for resource provider "
                                 f"{uuid}: No such resource class {resource_class}."
                                 if action == "update" else
@@ -62,7 +62,7 @@ def checked_inventory(uuid: str, resource_class: str, data: dict, action: str) -
 
 def _write(uuid: str, generation: int, inventories: dict) -> tuple[int, dict]:
     try:
-        return store().set_inventories(uuid, generation, inventories, fence())
+        return service().set_inventories(uuid, generation, inventories, fence())
     except errors.InventoryInUse as exc:
         raise errors.InventoryInUse(f"update conflict: {exc.message}") from None
 
@@ -73,13 +73,13 @@ def _one_json(inv: dict, generation: int) -> dict:
 
 @blp.route("/resource_providers/<uuid>/inventories", methods=["GET"])
 def list_inventories(uuid):
-    generation, inventories = store().get_inventories(uuid)
+    generation, inventories = service().get_inventories(uuid)
     return {"resource_provider_generation": generation, "inventories": inventories}
 
 
 @blp.route("/resource_providers/<uuid>/inventories", methods=["PUT"])
 def set_inventories(uuid):
-    store().get_provider(uuid)
+    service().get_provider(uuid)
     data = schemas.json_body(PUT_INVENTORIES)
     wanted = {rc: checked_inventory(uuid, rc, spec, "update")
               for rc, spec in data["inventories"].items()}
@@ -89,7 +89,7 @@ def set_inventories(uuid):
 
 @blp.route("/resource_providers/<uuid>/inventories", methods=["POST"])
 def create_inventory(uuid):
-    generation, inventories = store().get_inventories(uuid)
+    generation, inventories = service().get_inventories(uuid)
     data = schemas.json_body(POST_INVENTORY)
     resource_class = data["resource_class"]
     inv = checked_inventory(uuid, resource_class, data, "create")
@@ -108,14 +108,14 @@ def create_inventory(uuid):
 @blp.route("/resource_providers/<uuid>/inventories", methods=["DELETE"])
 def delete_inventories(uuid):
     microversion.require(1, 5, status=405)
-    generation, _ = store().get_inventories(uuid)
+    generation, _ = service().get_inventories(uuid)
     _write(uuid, generation, {})
     return no_content()
 
 
 @blp.route("/resource_providers/<uuid>/inventories/<resource_class>", methods=["GET"])
 def show_inventory(uuid, resource_class):
-    generation, inventories = store().get_inventories(uuid)
+    generation, inventories = service().get_inventories(uuid)
     if resource_class not in inventories:
         raise errors.NotFound(f"No inventory of class {resource_class} for {uuid}")
     return _one_json(inventories[resource_class], generation)
@@ -123,10 +123,10 @@ def show_inventory(uuid, resource_class):
 
 @blp.route("/resource_providers/<uuid>/inventories/<resource_class>", methods=["PUT"])
 def update_inventory(uuid, resource_class):
-    store().get_provider(uuid)
+    service().get_provider(uuid)
     data = schemas.json_body(ONE_INVENTORY)
     inv = checked_inventory(uuid, resource_class, data, "update")
-    generation, inventories = store().get_inventories(uuid)
+    generation, inventories = service().get_inventories(uuid)
     if data["resource_provider_generation"] != generation:
         raise InventoryConflict("resource provider generation conflict")
     if resource_class not in inventories:
@@ -140,7 +140,7 @@ def update_inventory(uuid, resource_class):
 
 @blp.route("/resource_providers/<uuid>/inventories/<resource_class>", methods=["DELETE"])
 def delete_inventory(uuid, resource_class):
-    generation, inventories = store().get_inventories(uuid)
+    generation, inventories = service().get_inventories(uuid)
     if resource_class not in inventories:
         raise errors.NotFound(f"No inventory of class {resource_class} found for delete: "
                               f"No inventory of {resource_class} on resource provider {uuid}.")

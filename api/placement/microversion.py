@@ -13,7 +13,7 @@ import re
 import flask
 import flask_smorest
 
-from fleetflow.persistence.placement.errors import UNDEFINED
+from fleetflow.services.placement import errors
 
 SERVICE = "placement"
 HEADER = "OpenStack-API-Version"
@@ -44,10 +44,11 @@ def parse_header(value: str | None) -> tuple[int, int]:
         return MAX_VERSION
     match = _VERSION.match(wanted)
     if not match:
-        flask_smorest.abort(400, message=f"invalid version string: {wanted}", code=UNDEFINED)
+        flask_smorest.abort(400, message=f"invalid version string: {wanted}",
+                            code=errors.UNDEFINED)
     version = (int(match.group(1)), int(match.group(2)))
     if not MIN_VERSION <= version <= MAX_VERSION:
-        flask_smorest.abort(406, code=UNDEFINED, message=(
+        flask_smorest.abort(406, code=errors.UNDEFINED, message=(
             f"Unacceptable version header: {wanted} (minimum {as_text(MIN_VERSION)}, "
             f"maximum {as_text(MAX_VERSION)})"))
     return version
@@ -71,6 +72,6 @@ def at_least(major: int, minor: int) -> bool:
 def require(major: int, minor: int, status: int = 404) -> None:
     """404 (or ``status``) for a route that does not exist before ``major.minor``."""
     if not at_least(major, minor):
-        flask_smorest.abort(status, code=UNDEFINED, message=(
+        flask_smorest.abort(status, code=errors.UNDEFINED, message=(
             f"The resource could not be found (needs microversion {major}.{minor}; "
             f"the request asked for {as_text(current())})."))

@@ -10,7 +10,7 @@ that only some microversions have are optional and say from which version.
 from __future__ import annotations
 
 from fleetflow.api.placement import microversion
-from fleetflow.persistence.placement import providers
+from fleetflow.services.placement import INVENTORY_FIELDS
 
 REF = "#/components/schemas/"
 
@@ -49,7 +49,7 @@ INVENTORY_PROPERTIES = {
     "step_size": {"type": "integer", "minimum": 1},
     "allocation_ratio": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
 }
-assert set(INVENTORY_PROPERTIES) == set(providers.INVENTORY_FIELDS)
+assert set(INVENTORY_PROPERTIES) == set(INVENTORY_FIELDS)
 
 SCHEMAS = {
     "PlacementVersions": _object({"versions": {"type": "array", "items": _object({

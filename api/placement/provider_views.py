@@ -5,13 +5,8 @@ from __future__ import annotations
 import flask
 
 from fleetflow.api.placement import microversion, query, schemas
-from fleetflow.api.placement.blueprint import (
-    blp,
-    no_content,
-    provider_json,
-    store,
-)
-from fleetflow.persistence.placement import candidates, catalog, errors, providers
+from fleetflow.api.placement.blueprint import blp, no_content, provider_json, service
+from fleetflow.services.placement import canonical_uuid, errors
 
 
 @blp.route("/", methods=["GET"])
@@ -29,21 +24,21 @@ def list_resource_providers():
     args = flask.request.args
     aggregates, refused_aggregates = query.member_of()
     traits, refused_traits = query.required_traits() if "required" in args else ([], set())
-    resources = candidates.parse_resources(args["resources"]) if "resources" in args else None
+    resources = query.parse_resources(args["resources"]) if "resources" in args else None
     unknown = [rc for rc in resources or ()
-               if not store().in_transaction(catalog.resource_class_exists, rc)]
+               if not service().resource_class_exists(rc)]
     if unknown:
         raise errors.BadRequest("Invalid resource class in resources parameter: No such "
                                 f"resource class {unknown[0]}.")
-    store().in_transaction(query.check_traits_exist, traits, refused_traits)
-    in_tree = providers.canonical_uuid(args["in_tree"]) if "in_tree" in args else None
-    if in_tree and not store().in_transaction(catalog.provider_exists, in_tree):
+    query.check_traits_exist(traits, refused_traits)
+    in_tree = canonical_uuid(args["in_tree"]) if "in_tree" in args else None
+    if in_tree and not service().provider_exists(in_tree):
         return {"resource_providers": []}
-    uuid = providers.canonical_uuid(args["uuid"]) if "uuid" in args else None
-    found = store().list_providers(name=args.get("name"), uuid=uuid,
-                                   in_tree=in_tree, resources=resources)
-    keep = store().in_transaction(catalog.filter_providers, [rp["uuid"] for rp in found],
-                                  traits, refused_traits, aggregates, refused_aggregates)
+    uuid = canonical_uuid(args["uuid"]) if "uuid" in args else None
+    found = service().list_providers(name=args.get("name"), uuid=uuid,
+                                     in_tree=in_tree, resources=resources)
+    keep = service().filter_providers([rp["uuid"] for rp in found], traits, refused_traits,
+                                      aggregates, refused_aggregates)
     return {"resource_providers": [provider_json(rp) for rp in found if rp["uuid"] in keep]}
 
 
@@ -62,8 +57,8 @@ def _provider_schema(with_uuid: bool) -> dict:
 def create_resource_provider():
     data = schemas.json_body(_provider_schema(with_uuid=True))
     parent = data.get("parent_provider_uuid")
-    rp = store().create_provider(data["name"], data.get("uuid"),
-                                 providers.canonical_uuid(parent) if parent else None)
+    rp = service().create_provider(data["name"], data.get("uuid"),
+                                   canonical_uuid(parent) if parent else None)
     location = provider_json(rp)["links"][0]["href"]
     if microversion.at_least(1, 20):
         response = flask.jsonify(provider_json(rp))
@@ -76,23 +71,23 @@ def create_resource_provider():
 
 @blp.route("/resource_providers/<uuid>", methods=["GET"])
 def show_resource_provider(uuid):
-    return provider_json(store().get_provider(uuid))
+    return provider_json(service().get_provider(uuid))
 
 
 @blp.route("/resource_providers/<uuid>", methods=["PUT"])
 def update_resource_provider(uuid):
-    current = store().get_provider(uuid)
+    current = service().get_provider(uuid)
     data = schemas.json_body(_provider_schema(with_uuid=False))
     parent = data.get("parent_provider_uuid", current["parent_provider_uuid"])
-    return provider_json(store().update_provider(
-        uuid, data["name"], providers.canonical_uuid(parent) if parent else None,
+    return provider_json(service().update_provider(
+        uuid, data["name"], canonical_uuid(parent) if parent else None,
         allow_reparenting=microversion.at_least(1, 37)))
 
 
 @blp.route("/resource_providers/<uuid>", methods=["DELETE"])
 def delete_resource_provider(uuid):
     try:
-        store().delete_provider(uuid)
+        service().delete_provider(uuid)
     except errors.ProviderNotFound as exc:
         raise errors.ProviderNotFound(f"{exc.message} for delete") from None
     return no_content()
@@ -100,7 +95,7 @@ def delete_resource_provider(uuid):
 
 @blp.route("/resource_providers/<uuid>/usages", methods=["GET"])
 def provider_usages(uuid):
-    generation, usages = store().provider_usages(uuid)
+    generation, usages = service().provider_usages(uuid)
     return {"resource_provider_generation": generation, "usages": usages}
 
 
@@ -115,8 +110,8 @@ def project_usages():
                     "additionalProperties": False})
     args = flask.request.args
     wanted_type = args.get("consumer_type")
-    grouped = store().project_usages(args["project_id"], args.get("user_id"),
-                                     None if wanted_type in (None, "all") else wanted_type)
+    grouped = service().project_usages(args["project_id"], args.get("user_id"),
+                                       None if wanted_type in (None, "all") else wanted_type)
     if not microversion.at_least(1, 38):
         totals: dict[str, int] = {}
         for usage in grouped.values():

@@ -1,14 +1,18 @@
-"""Query parameters as Placement reads them: schema per microversion, ``member_of``
-and ``required`` with their version gates, and Placement's 400 wording."""
+"""Query parameters as Placement reads them: schema per microversion, ``resources``,
+``member_of`` and ``required`` with their version gates, and Placement's 400 wording."""
 
 from __future__ import annotations
 
+import re
 import uuid as uuidlib
 
 import flask
 
 from fleetflow.api.placement import microversion, schemas
-from fleetflow.persistence.placement import catalog, errors
+from fleetflow.api.placement.blueprint import service
+from fleetflow.services.placement import errors
+
+_RESOURCE_CLASS = re.compile(schemas.RC_PATTERN)
 
 
 def provider_list_schema() -> dict:
@@ -30,6 +34,37 @@ def validate(schema: dict) -> None:
     error = schemas.first_error(flask.request.args.to_dict(), schema)
     if error is not None:
         raise errors.BadRequest(f"Invalid query string parameters: {error}")
+
+
+def parse_resources(text: str) -> dict[str, int]:
+    """``"VCPU:2,MEMORY_MB:2048"`` -> ``{"VCPU": 2, "MEMORY_MB": 2048}`` (BadRequest).
+
+    The wording is Placement's, which its clients and tests match.
+    """
+    if not (text or "").strip():
+        raise errors.BadRequest("Badly formed resources parameter. Expected resources query "
+                                "string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. "
+                                "Got: empty string.")
+    resources: dict[str, int] = {}
+    for item in text.split(","):
+        rc, sep, amount = item.partition(":")
+        if not sep or ":" in amount:
+            raise errors.BadRequest("Badly formed resources parameter. Expected resources "
+                                    "query string parameter in form: "
+                                    f"?resources=VCPU:2,MEMORY_MB:1024. Got: {item}.")
+        try:
+            number = int(amount)
+        except ValueError:
+            raise errors.BadRequest(f"Requested resource {rc} expected positive integer "
+                                    f"amount. Got: {amount}.") from None
+        if number < 1:
+            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. "
+                                    f"Got: {number}.")
+        if not _RESOURCE_CLASS.match(rc):
+            raise errors.BadRequest(f"Invalid resource class in resources parameter: No "
+                                    f"such resource class {rc}.")
+        resources[rc] = number
+    return resources
 
 
 def _is_uuid(value: str) -> bool:
@@ -121,10 +156,10 @@ def required_traits(suffix: str = "") -> tuple[list[set[str]], set[str]]:
     return required, forbidden
 
 
-def check_traits_exist(session, required: list[set[str]], forbidden: set[str],
+def check_traits_exist(required: list[set[str]], forbidden: set[str],
                        parameter: str = '"required" parameter') -> None:
     named = set().union(*required, forbidden) if required else set(forbidden)
-    unknown = catalog.unknown_traits(session, named)
+    unknown = service().unknown_traits(named)
     if unknown:
         raise errors.BadRequest(f"Invalid trait(s) in {parameter}: No such trait(s): "
                                 f"{', '.join(unknown)}.")

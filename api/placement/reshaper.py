@@ -7,9 +7,9 @@ import copy
 
 from fleetflow.api.placement import allocation_schemas, microversion, schemas
 from fleetflow.api.placement.allocation_views import consumer_write
-from fleetflow.api.placement.blueprint import blp, fence, no_content, store
+from fleetflow.api.placement.blueprint import blp, fence, no_content, service
 from fleetflow.api.placement.inventories import PUT_INVENTORIES, checked_inventory
-from fleetflow.persistence.placement import errors, providers
+from fleetflow.services.placement import canonical_uuid, errors
 
 
 class UnknownProvider(errors.BadRequest):
@@ -39,18 +39,18 @@ def reshape():
     inventories = {}
     for rp_uuid, entry in data["inventories"].items():
         try:
-            store().get_provider(rp_uuid)
+            service().get_provider(rp_uuid)
         except errors.ProviderNotFound as exc:
             raise UnknownProvider(f"Resource provider {rp_uuid} in inventories not found: "
                                   f"{exc.message}") from None
-        inventories[providers.canonical_uuid(rp_uuid)] = (
+        inventories[canonical_uuid(rp_uuid)] = (
             entry["resource_provider_generation"],
             {rc: checked_inventory(rp_uuid, rc, spec, "update")
              for rc, spec in entry["inventories"].items()})
-    writes = [consumer_write(providers.canonical_uuid(consumer, "consumer uuid"), entry)
+    writes = [consumer_write(canonical_uuid(consumer, "consumer uuid"), entry)
               for consumer, entry in data["allocations"].items()]
     try:
-        store().reshape(inventories, writes, fence())
+        service().reshape(inventories, writes, fence())
     except errors.InventoryInUse as exc:
         raise errors.InventoryInUse(f"update conflict: {exc.message}") from None
     return no_content()

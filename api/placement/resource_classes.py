@@ -9,8 +9,8 @@ from __future__ import annotations
 import flask
 
 from fleetflow.api.placement import microversion, schemas
-from fleetflow.api.placement.blueprint import base_url, blp, no_content, store
-from fleetflow.persistence.placement import catalog
+from fleetflow.api.placement.blueprint import base_url, blp, no_content, service
+from fleetflow.services.placement import DuplicateResourceClass
 
 
 def _url(name: str) -> str:
@@ -31,7 +31,7 @@ def _created(name: str, status: int) -> flask.Response:
 @blp.route("/resource_classes", methods=["GET"])
 def list_resource_classes():
     microversion.require(1, 2)
-    names = store().in_transaction(catalog.list_resource_classes)
+    names = service().list_resource_classes()
     return {"resource_classes": [_class_json(name) for name in names]}
 
 
@@ -39,8 +39,8 @@ def list_resource_classes():
 def create_resource_class():
     microversion.require(1, 2)
     name = schemas.json_body(schemas.RESOURCE_CLASS)["name"]
-    if not store().in_transaction(catalog.create_resource_class, name):
-        raise catalog.DuplicateResourceClass(
+    if not service().create_resource_class(name):
+        raise DuplicateResourceClass(
             f"Conflicting resource class already exists: {name}")
     return _created(name, 201)
 
@@ -48,7 +48,7 @@ def create_resource_class():
 @blp.route("/resource_classes/<name>", methods=["GET"])
 def show_resource_class(name):
     microversion.require(1, 2)
-    store().in_transaction(catalog.get_resource_class, name)
+    service().check_resource_class(name)
     return _class_json(name)
 
 
@@ -57,15 +57,15 @@ def update_resource_class(name):
     microversion.require(1, 2)
     if microversion.at_least(1, 7):
         schemas.validate({"name": name}, schemas.RESOURCE_CLASS)
-        created = store().in_transaction(catalog.create_resource_class, name)
+        created = service().create_resource_class(name)
         return _created(name, 201 if created else 204)
     new_name = schemas.json_body(schemas.RESOURCE_CLASS)["name"]
-    store().in_transaction(catalog.rename_resource_class, name, new_name)
+    service().rename_resource_class(name, new_name)
     return _class_json(new_name)
 
 
 @blp.route("/resource_classes/<name>", methods=["DELETE"])
 def delete_resource_class(name):
     microversion.require(1, 2)
-    store().in_transaction(catalog.delete_resource_class, name)
+    service().delete_resource_class(name)
     return no_content()

@@ -16,7 +16,7 @@ import jsonschema
 from werkzeug import exceptions as wexc
 
 from fleetflow.api import bodies
-from fleetflow.persistence.placement import errors
+from fleetflow.services.placement import errors
 
 RC_PATTERN = "^[A-Z0-9_]+$"
 CUSTOM_PATTERN = "^CUSTOM_[A-Z0-9_]+$"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import flask
 
 from fleetflow.api.placement import microversion, query, schemas
-from fleetflow.api.placement.blueprint import base_url, blp, fence, no_content, store
-from fleetflow.persistence.placement import catalog, errors
+from fleetflow.api.placement.blueprint import base_url, blp, fence, no_content, service
+from fleetflow.services.placement import CatalogNotFound, errors
 
 TRAIT = {"type": "string", "minLength": 1, "maxLength": 255}
 CUSTOM_TRAIT = dict(TRAIT, pattern=schemas.CUSTOM_PATTERN)
@@ -37,7 +37,7 @@ def list_traits():
             raise errors.BadRequest('The query parameter "associated" only accepts "true" '
                                     'or "false"')
         associated = args["associated"].lower() == "true"
-    traits = store().in_transaction(catalog.list_traits, associated)
+    traits = service().list_traits(associated)
     if "name" in args:
         operator, sep, value = args["name"].partition(":")
         if not sep or operator not in ("in", "startswith"):
@@ -55,8 +55,8 @@ def list_traits():
 @blp.route("/traits/<name>", methods=["GET"])
 def show_trait(name):
     microversion.require(1, 6)
-    if not store().in_transaction(catalog.trait_exists, name):
-        raise catalog.CatalogNotFound(f"No such trait(s): {name}.")
+    if not service().trait_exists(name):
+        raise CatalogNotFound(f"No such trait(s): {name}.")
     return no_content()
 
 
@@ -70,9 +70,9 @@ def create_trait(name):
             'The trait is invalid. A valid trait must be no longer than 255 characters, '
             'start with the prefix "CUSTOM_" and use following characters: "A"-"Z", '
             '"0"-"9" and "_"') from None
-    existed = store().in_transaction(catalog.trait_exists, name)
+    existed = service().trait_exists(name)
     if not existed:
-        store().ensure_traits([name])
+        service().ensure_traits([name])
     response = no_content()
     response.status_code = 204 if existed else 201
     response.headers["Location"] = f"{base_url()}/traits/{name}"
@@ -82,14 +82,14 @@ def create_trait(name):
 @blp.route("/traits/<name>", methods=["DELETE"])
 def delete_trait(name):
     microversion.require(1, 6)
-    store().in_transaction(catalog.delete_trait, name)
+    service().delete_trait(name)
     return no_content()
 
 
 @blp.route("/resource_providers/<uuid>/traits", methods=["GET"])
 def list_provider_traits(uuid):
     microversion.require(1, 6)
-    generation, traits = store().get_traits(uuid)
+    generation, traits = service().get_traits(uuid)
     return {"traits": traits, "resource_provider_generation": generation}
 
 
@@ -97,21 +97,21 @@ def list_provider_traits(uuid):
 def set_provider_traits(uuid):
     microversion.require(1, 6)
     data = schemas.json_body(PROVIDER_TRAITS)
-    current = store().get_provider(uuid)
+    current = service().get_provider(uuid)
     if current["generation"] != data["resource_provider_generation"]:
         raise GenerationChanged("Resource provider's generation already changed. Please "
                                 "update the generation and try again.")
-    unknown = store().in_transaction(catalog.unknown_traits, data["traits"])
+    unknown = service().unknown_traits(data["traits"])
     if unknown:
         raise errors.BadRequest(f"No such trait {', '.join(unknown)}")
-    generation, traits = store().set_traits(uuid, data["resource_provider_generation"],
-                                            data["traits"], fence())
+    generation, traits = service().set_traits(uuid, data["resource_provider_generation"],
+                                              data["traits"], fence())
     return {"traits": traits, "resource_provider_generation": generation}
 
 
 @blp.route("/resource_providers/<uuid>/traits", methods=["DELETE"])
 def delete_provider_traits(uuid):
     microversion.require(1, 6)
-    generation, _ = store().get_traits(uuid)
-    store().set_traits(uuid, generation, [], fence())
+    generation, _ = service().get_traits(uuid)
+    service().set_traits(uuid, generation, [], fence())
     return no_content()

@@ -18,37 +18,6 @@ from fleetflow.persistence.placement.models import Inventory, ProviderTrait, Res
 from fleetflow.persistence.placement.providers import NAME_PATTERN, capacity
 
 
-def parse_resources(text: str) -> dict[str, int]:
-    """``"VCPU:2,MEMORY_MB:2048"`` -> ``{"VCPU": 2, "MEMORY_MB": 2048}`` (BadRequest).
-
-    The wording is Placement's, which its clients and tests match.
-    """
-    if not (text or "").strip():
-        raise errors.BadRequest("Badly formed resources parameter. Expected resources query "
-                                "string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024. "
-                                "Got: empty string.")
-    resources: dict[str, int] = {}
-    for item in text.split(","):
-        rc, sep, amount = item.partition(":")
-        if not sep or ":" in amount:
-            raise errors.BadRequest("Badly formed resources parameter. Expected resources "
-                                    "query string parameter in form: "
-                                    f"?resources=VCPU:2,MEMORY_MB:1024. Got: {item}.")
-        try:
-            number = int(amount)
-        except ValueError:
-            raise errors.BadRequest(f"Requested resource {rc} expected positive integer "
-                                    f"amount. Got: {amount}.") from None
-        if number < 1:
-            raise errors.BadRequest(f"Requested resource {rc} requires amount >= 1. "
-                                    f"Got: {number}.")
-        if not NAME_PATTERN.match(rc):
-            raise errors.BadRequest(f"Invalid resource class in resources parameter: No "
-                                    f"such resource class {rc}.")
-        resources[rc] = number
-    return resources
-
-
 def parse_required(values) -> tuple[list[set[str]], set[str]]:
     """``required`` values -> (groups of which one trait each is needed, forbidden).
 
