@@ -141,7 +141,7 @@ class FencedConnection(tf_persistence.Connection):
         return self._conn.update_atom_details(atom_detail)
 
     def update_atom_details_many(self, atom_details):
-        """A batch of checkpoints (engine.fast.checkpoints): one fence check for all of them."""
+        """A batch of checkpoints (plugin.checkpoints): one fence check for all of them."""
         self._fenced_backend.check()
         many = getattr(self._conn, "update_atom_details_many", None)
         if many is not None:

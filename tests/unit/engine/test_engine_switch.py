@@ -1,7 +1,7 @@
 """A flow checkpointed under one engine resumes under the other, both ways.
 
 Each flow detail records the engine and checkpoint semantics that first ran
-it (``engine.fast.meta``). Here a flow is stopped mid-way under one engine
+it (``plugin.meta``). Here a flow is stopped mid-way under one engine
 (suspended in-process, or its process SIGKILLed after a task's side effect and
 before its checkpoint) and resumed from the SQLite logbook under the other:
 every task's effect is there exactly as often as an idempotent re-run allows,
@@ -26,8 +26,8 @@ from taskflow.persistence import models
 
 from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine import engines
-from fleetflow.engine.fast import meta
 from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.plugin import meta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))

@@ -31,9 +31,9 @@ from taskflow.engines.action_engine import engine as tf_engine
 from taskflow.engines.action_engine import executor as tf_executor
 from taskflow.utils import misc
 
-from fleetflow.engine.fast import checkpoints, compat, compiler, executor, meta, validation
-from fleetflow.engine.fast.runtime import Runtime
-from fleetflow.engine.fast.storage import Storage
+from fleetflow.plugin import checkpoints, compat, compiler, executor, meta, validation
+from fleetflow.plugin.runtime import Runtime
+from fleetflow.plugin.storage import Storage
 
 NAME = "fleetflow-parallel"
 #: Bumped whenever what the engine stores, or when, changes (recorded in flow details).

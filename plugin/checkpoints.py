@@ -28,7 +28,7 @@ atom wins) and stored together, in one transaction where the backend can
 
 Saves from other threads (a task's progress) are stored at once, as stock. The
 flow detail's meta says ``checkpoints: batched`` for a flow this engine wrote
-(``engine.fast.meta``). A lost database connection at a barrier is waited out
+(``plugin.meta``). A lost database connection at a barrier is waited out
 within the database's outage window (``persistence.db_retry``), other storage
 failures are retried with storage's own policy
 (:func:`.storage.retry_storage_failures`); when the last attempt fails, the
@@ -58,8 +58,8 @@ from concurrent import futures
 from taskflow import states as tf_states
 from taskflow.types import failure
 
-from fleetflow.engine.fast.storage import retry_storage_failures
 from fleetflow.persistence import db_retry
+from fleetflow.plugin.storage import retry_storage_failures
 
 LOG = logging.getLogger(__name__)
 
