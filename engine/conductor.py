@@ -48,19 +48,19 @@ from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
 from fleetflow.common.crash_points import CRASH_ENV
-from fleetflow.engine import flow_meta
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
 from fleetflow.engine.conductor_log import ConductorLog
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
-from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
 from fleetflow.engine.jobboard import make_jobboard
 from fleetflow.flows import keys
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import CrashPointListener
 from fleetflow.persistence import fences
 from fleetflow.persistence.db import get_database
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
 
 LOG = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ processes, tests, the benchmark) should get its engine here so that:
   (boots block on hosts, so threads pay off; with trivial tasks the serial
   engine is faster, which is why ``engine`` can be overridden);
 - the flow detail records which engine and checkpoint semantics first ran it
-  (:mod:`fleetflow.plugin.meta`);
+  (:mod:`fleetflow.plugin.flow_meta`);
 - checkpoints go to fleetflow's logbook backend
   (:class:`fleetflow.persistence.logbook.backend.LogbookBackend`) on the
   process's shared database engine.
@@ -24,7 +24,7 @@ from taskflow.engines.action_engine import engine as tf_action_engine
 
 from fleetflow.persistence.db import get_database
 from fleetflow.persistence.logbook.backend import LogbookBackend
-from fleetflow.plugin import compat, meta
+from fleetflow.plugin import compat, flow_meta
 from fleetflow.plugin.engine import NAME as FLEETFLOW_ENGINE
 from fleetflow.plugin.engine import FleetflowParallelEngine
 
@@ -58,7 +58,8 @@ def engine_options(conf=None, workers: int | None = None, engine: str | None = N
 def record_engine(engine) -> None:
     """Record a stock engine in its flow detail (the fleetflow engine records itself)."""
     if not isinstance(engine, FleetflowParallelEngine):
-        meta.record(engine.storage, meta.label(engine_label(engine)), meta.IMMEDIATE)
+        flow_meta.record_engine(engine.storage, flow_meta.label(engine_label(engine)),
+                                  flow_meta.IMMEDIATE)
 
 
 def engine_label(engine) -> str:

@@ -39,12 +39,12 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
-from fleetflow.engine import flow_meta
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor import default_name
-from fleetflow.engine.flow_meta import SETTLED_FLOW_STATES
 from fleetflow.persistence import intents
 from fleetflow.persistence.db import READ_ONLY
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import SETTLED_FLOW_STATES
 
 LOG = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ atom wins) and stored together, in one transaction where the backend can
 
 Saves from other threads (a task's progress) are stored at once, as stock. The
 flow detail's meta says ``checkpoints: batched`` for a flow this engine wrote
-(``plugin.meta``). A lost database connection at a barrier is waited out
+(``plugin.flow_meta``). A lost database connection at a barrier is waited out
 within the database's outage window (``persistence.db_retry``), other storage
 failures are retried with storage's own policy
 (:func:`.storage.retry_storage_failures`); when the last attempt fails, the

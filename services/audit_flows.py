@@ -43,12 +43,12 @@ from oslo_serialization import jsonutils
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 
-from fleetflow.engine import flow_meta
-from fleetflow.engine.flow_meta import SETTLED_FLOW_STATES
 from fleetflow.flows import keys
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.intents import FlowIntent
 from fleetflow.persistence.logbook.models import ATOMDETAILS, FLOWDETAILS
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import SETTLED_FLOW_STATES
 
 LOG = logging.getLogger(__name__)
 

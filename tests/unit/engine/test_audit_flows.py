@@ -17,7 +17,6 @@ from taskflow import states as tf_states
 
 from fleetflow.common import ids, states
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.persistence import intents
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook.backend import LogbookBackend
@@ -30,6 +29,7 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
+from fleetflow.plugin.flow_meta import META_KEY
 from fleetflow.services import audit_flows
 from fleetflow.services.audit import KINDS, audit
 

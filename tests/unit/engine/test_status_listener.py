@@ -17,13 +17,14 @@ from taskflow.patterns import linear_flow
 from taskflow.retry import Times
 
 from fleetflow.common import states
-from fleetflow.engine import actions, flow_meta
+from fleetflow.engine import actions
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor import PauseOnErrorListener
 from fleetflow.flows import registry
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence.models import Reservation
+from fleetflow.plugin import flow_meta
 
 SEEN: list[tuple[str, str, str]] = []  # (event, atom, reservation status then)
 FAULTS: set[str] = set()

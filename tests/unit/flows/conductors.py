@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from fleetflow.engine import actions, conductor, conductor_pool, flow_meta
+from fleetflow.engine import actions, conductor, conductor_pool
 from fleetflow.flows.status_listener import ReservationStatusListener
+from fleetflow.plugin import flow_meta
 
 
 def runner(cloud, board, backend, timeout: float):
