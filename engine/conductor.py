@@ -54,8 +54,7 @@ from fleetflow.engine.conductor_log import ConductorLog
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
 from fleetflow.engine.jobboard import make_jobboard
-from fleetflow.flows import keys
-from fleetflow.flows.status_listener import ReservationStatusListener
+from fleetflow.flows import keys, registry
 from fleetflow.flows.tasks.base import CrashPointListener
 from fleetflow.persistence import fences
 from fleetflow.persistence.db import get_database
@@ -352,11 +351,13 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
-        # Reservation rows follow their flow: PAUSED, BUILDING again, REVERTING.
-        listeners.append(ReservationStatusListener(
-            engine, self._database,
-            paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)))
-        if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:
+        options = self._job_options.get(job.uuid, {})
+        # What the flow declared, e.g. its rows following it: PAUSED, BUILDING again.
+        listeners.extend(
+            factory(engine, self._database,
+                    paused=lambda: flow_meta.is_paused(engine.storage.flow_meta))
+            for factory in registry.listeners_of(options.get("flow_name", "")))
+        if options.get("on_error") == ON_ERROR_PAUSE:
             pause = PauseOnErrorListener(engine)
             self._pause_listeners[job.uuid] = pause
             listeners.append(pause)
