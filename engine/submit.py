@@ -35,7 +35,7 @@ from taskflow.persistence import models as tf_models
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import flow_views
-from fleetflow.engine.conductor import wake_local_conductors
+from fleetflow.engine.conductor.worker import wake_local_conductors
 from fleetflow.flows import keys, registry
 from fleetflow.persistence import intents
 from fleetflow.plugin import flow_meta

@@ -28,7 +28,7 @@ DELETING (a delete) again.
 
 The flows whose store holds one of those ids declare it
 (``@flow_factory("provision", listeners=(ReservationStatusListener,))``,
-flows/registry.py); the conductor (engine/conductor.py) attaches what the
+flows/registry.py); the conductor (engine/conductor/worker.py) attaches what the
 job's flow declared, next to its pause listener, and tells it how to know a
 suspended flow is paused for an operator rather than stopped::
 

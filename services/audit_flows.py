@@ -205,7 +205,7 @@ def list_jobs(board, database) -> dict[str, list]:
     boards' jobs (Redis) are looked up one by one, and only for the flows
     that are stale (:func:`view`).
     """
-    from fleetflow.engine.jobboard_sql import SqlJobBoard
+    from fleetflow.engine.jobboard.sql import SqlJobBoard
 
     found: dict[str, list] = defaultdict(list)
     if isinstance(board, SqlJobBoard):

@@ -176,7 +176,7 @@ class TakeoverCloud:
             placement.set_inventories(host["rp"], provider["generation"], inventory)
         from fleetflow.compute.drivers.fake import FakeDriver
         from fleetflow.engine.backend import get_backend
-        from fleetflow.engine.jobboard import make_jobboard
+        from fleetflow.engine.jobboard.boards import make_jobboard
         from fleetflow.persistence.placement.client import LocalPlacement
 
         self.driver = FakeDriver.from_conf(self.conf)

@@ -93,7 +93,7 @@ def database(engine_conf):
 
 @pytest.fixture
 def board(engine_conf, database, memory_backend):
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(engine_conf, memory_backend)
     yield board

@@ -43,7 +43,7 @@ def sql_backend(database):
 
 @pytest.fixture
 def sql_board(engine_conf, database, sql_backend):
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(engine_conf, sql_backend)
     yield board
@@ -216,7 +216,7 @@ def test_a_flow_in_flight_is_left_alone_unless_strict(database, sql_board, sql_b
 
 
 def test_finished_and_other_boards_flows_are_not_judged(database, sql_board, sql_backend):
-    from fleetflow.engine.jobboard_sql import SqlJobBoard
+    from fleetflow.engine.jobboard.sql import SqlJobBoard
 
     done = _flow(sql_board, sql_backend, reservation_id="r-4")
     _set_flow(database, done, tf_states.SUCCESS)

@@ -1,4 +1,4 @@
-"""engine/conductor.py + submit.py: flows run by conductor threads, in memory.
+"""engine/conductor/worker.py + submit.py: flows run by conductor threads, in memory.
 
 The logbook lives in TaskFlow's in-memory backend; jobs and fences in a
 SQLite database, as in embedded mode.
@@ -16,8 +16,8 @@ from taskflow.listeners import base as listener_base
 
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import make_conductor
-from fleetflow.engine.conductor_pool import ConductorPool
+from fleetflow.engine.conductor.pool import ConductorPool
+from fleetflow.engine.conductor.worker import make_conductor
 from fleetflow.engine.fencing import FencedBackend, StaleCheckpoint
 from fleetflow.flows import keys, registry
 from fleetflow.persistence import fences
@@ -299,7 +299,7 @@ def test_a_job_posted_in_process_wakes_an_idle_conductor(engine_conf, board, mem
 
 
 def test_the_idle_wait_ends_on_wake_and_on_stop():
-    from fleetflow.engine.conductor import WakeableTimeout
+    from fleetflow.engine.conductor.worker import WakeableTimeout
 
     timeout = WakeableTimeout(600)
     for end in (timeout.wake, timeout.interrupt):

@@ -20,12 +20,12 @@ from taskflow.patterns import unordered_flow
 
 from fleetflow.common.exceptions import Conflict
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import make_conductor
-from fleetflow.engine.conductor_log import ConductorLog
+from fleetflow.engine.conductor.log import ConductorLog
+from fleetflow.engine.conductor.worker import make_conductor
 from fleetflow.flows import registry
 from fleetflow.flows.tasks.base import FleetTask
 
-BOARD_LOGGER = "fleetflow.engine.jobboard_redis"
+BOARD_LOGGER = "fleetflow.engine.jobboard.redis"
 TASKFLOW_LOGGER = "taskflow.conductors.backends.impl_executor"
 
 

@@ -1,12 +1,12 @@
 """Conductor workers: TaskFlow's blocking conductor with leases, fences and a pause.
 
-A worker claims a job from the board (engine/jobboard.py), rebuilds the flow
+A worker claims a job from the board (engine/jobboard/boards.py), rebuilds the flow
 from its flow detail (flows/registry.py) and runs it; the workers of one
-process are started by engine/conductor_pool.py. On top of TaskFlow's
+process are started by engine/conductor/pool.py. On top of TaskFlow's
 ``BlockingConductor`` it adds, per job:
 
 1. **keep-alive**: the claim is extended every ``[jobboard] keepalive_interval``
-   while the job runs (engine/conductor_keepalive.py);
+   while the job runs (engine/conductor/keepalive.py);
 2. **fencing**: a new token from ``fences.advance(flow id, owner)`` is injected
    into the store under ``keys.FENCE`` for every task to hand to its side
    effects, and the engine checkpoints through engine/fencing.py;
@@ -49,11 +49,11 @@ from taskflow.types import timing
 
 from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine.backend import get_backend
-from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
-from fleetflow.engine.conductor_log import ConductorLog
+from fleetflow.engine.conductor.keepalive import ClaimKeepAlive
+from fleetflow.engine.conductor.log import ConductorLog
 from fleetflow.engine.failure_resolution import absorbed_by_retry
 from fleetflow.engine.fencing import FencedBackend
-from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.jobboard.boards import make_jobboard
 from fleetflow.flows import keys, registry
 from fleetflow.flows.tasks.base import CrashPointListener
 from fleetflow.persistence import fences
