@@ -168,19 +168,5 @@ def rebuild(name: str, module: str, /, **kwargs: Any) -> tf_flow.Flow:
     return build(name, **kwargs)
 
 
-def atom_name(index: int, step: str, prefix: str = "inst") -> str:
-    """Deterministic atom name for step ``step`` of item ``index``: ``inst-0003-boot``.
-
-    Resume matches atoms by name, so names come from the operation's own data
-    (an index), never from fresh uuids. Four digits sort well up to 9,999
-    items and stay unique beyond.
-    """
-    if index < 0:
-        raise ValueError("index must not be negative")
-    if not step or "-" in prefix:
-        raise ValueError("step must be set and prefix must not contain '-'")
-    return f"{prefix}-{index:04d}-{step}"
-
-
 def _identity(factory: Factory) -> str:
     return f"{factory.__module__}.{factory.__qualname__}"

@@ -314,7 +314,7 @@ def _switch_flow_factory():
     def api_switches(count: int):
         flow = linear_flow.Flow("api-switches")
         for index in range(count):
-            flow.add(Switch(name=registry.atom_name(index, "step")))
+            flow.add(Switch(name=f"inst-{index:04d}-step"))
         return flow
 
     # NOTE: registered under a module-level name so the registry accepts it.

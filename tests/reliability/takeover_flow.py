@@ -127,8 +127,8 @@ def takeover_boot(instances: list, fail: bool = False, pause: float = 0.0,
     """
     flow = linear_flow.Flow(FLOW_NAME)
     for index, inst in enumerate(instances):
-        flow.add(ClaimResources(registry.atom_name(index, "claim", prefix), inst, pause),
-                 BootInstance(registry.atom_name(index, "boot", prefix), inst, pause))
+        flow.add(ClaimResources(f"{prefix}-{index:04d}-claim", inst, pause),
+                 BootInstance(f"{prefix}-{index:04d}-boot", inst, pause))
     if fail:
         flow.add(FailOnPurpose("fail-on-purpose"))
     return flow

@@ -56,7 +56,7 @@ def toy_linear(count: int, fail_at: int = -1, sleep: float = 0.0):
     """count Step atoms in a line; the one at index fail_at raises."""
     flow = linear_flow.Flow("toy-linear")
     for index in range(count):
-        flow.add(Step(registry.atom_name(index, "step"), sleep=sleep,
+        flow.add(Step(f"inst-{index:04d}-step", sleep=sleep,
                       fail=index == fail_at))
     return flow
 

@@ -55,11 +55,11 @@ def switches_flow(count: int):
     """count Switch atoms in a line: inst-0000-step, inst-0001-step ..."""
     flow = linear_flow.Flow("ops-switches")
     for index in range(count):
-        flow.add(Switch(name=registry.atom_name(index, "step")))
+        flow.add(Switch(name=f"inst-{index:04d}-step"))
     return flow
 
 
-STEP = [registry.atom_name(i, "step") for i in range(3)]
+STEP = [f"inst-{i:04d}-step" for i in range(3)]
 
 
 @pytest.fixture(autouse=True)

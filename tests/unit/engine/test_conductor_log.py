@@ -138,7 +138,7 @@ def toy_placing(error: str, count: int = 1):
     """``count`` placements side by side: two that fail are two failures of one flow."""
     flow = unordered_flow.Flow("toy-placing")
     for index in range(count):
-        flow.add(Place(registry.atom_name(index, "place"), error))
+        flow.add(Place(f"inst-{index:04d}-place", error))
     return flow
 
 

@@ -82,7 +82,7 @@ def toy_outage(count: int):
     """count Write atoms in a line."""
     flow = linear_flow.Flow("toy-outage")
     for index in range(count):
-        flow.add(Write(registry.atom_name(index, "write")))
+        flow.add(Write(f"inst-{index:04d}-write"))
     return flow
 
 

@@ -56,15 +56,15 @@ def observe_flow(count: int, retried: bool = False):
     """count Observe atoms; with ``retried`` the last one sits in a retry subflow."""
     flow = linear_flow.Flow("status-observe")
     for index in range(count - 1 if retried else count):
-        flow.add(Observe(name=registry.atom_name(index, "observe")))
+        flow.add(Observe(name=f"inst-{index:04d}-observe"))
     if retried:
         inner = linear_flow.Flow("retried", retry=Times(2, name="inst-retry"))
-        inner.add(Observe(name=registry.atom_name(count - 1, "observe")))
+        inner.add(Observe(name=f"inst-{count - 1:04d}-observe"))
         flow.add(inner)
     return flow
 
 
-STEP = [registry.atom_name(i, "observe") for i in range(3)]
+STEP = [f"inst-{i:04d}-observe" for i in range(3)]
 
 
 @pytest.fixture
