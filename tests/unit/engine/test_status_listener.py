@@ -19,7 +19,7 @@ from taskflow.retry import Times
 from fleetflow.common import states
 from fleetflow.engine import actions
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor.worker import PauseOnErrorListener
+from fleetflow.engine.conductor.pause import PauseOnErrorListener
 from fleetflow.flows import registry
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import FleetTask
