@@ -10,7 +10,7 @@ the flows and the ``engine`` package that both use it:
 - the half of it every fleetflow atom carries, whichever engine runs it
   (:mod:`.atoms`, mixed into ``flows.tasks.base``);
 - what fleetflow and the engine record in a flow detail's ``meta``
-  (:mod:`.meta`).
+  (:mod:`.flow_meta`).
 
 Importing this package changes nothing in TaskFlow: every part is a subclass
 used only by this engine or by fleetflow's atoms. ``docs/engine.md``

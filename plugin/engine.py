@@ -11,7 +11,7 @@ owns it (``docs/engine.md`` lists them with their semantics):
 - the task pool (:mod:`.executor`);
 - this class: compile with the cyclic garbage collector paused, validate
   once (:mod:`.validation`), checkpoints buffered while it runs, and the
-  engine and checkpoint semantics recorded in the flow detail (:mod:`.meta`).
+  engine and checkpoint semantics recorded in the flow detail (:mod:`.flow_meta`).
 
 **Garbage collector paused while compiling.** Compiling (and the per-atom
 runtime set-up that follows) allocates tens of thousands of containers that

@@ -27,6 +27,9 @@ process are started by engine/conductor/pool.py. On top of TaskFlow's
    conductor, is running already is a duplicate (a re-post raced with
    another, engine/reconcile.py): it is consumed without running, rather
    than fencing the running owner out.
+8. **the flow's listeners**: the listeners the job's flow declared when it
+   was registered (flows/registry.py ``listeners_of``), such as the status
+   listener that keeps a reservation's row in step with its flow.
 
 ``ENGINE_FACTORY`` is the one seam through which every engine is made.
 """
