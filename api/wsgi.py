@@ -74,7 +74,7 @@ def build_app(conf):
     """The API app of a distributed deployment: no conductors, no schema changes."""
     from fleetflow.api.app import create_app
     from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.flows import runtime
     from fleetflow.persistence import migrate
     from fleetflow.persistence.db import get_database

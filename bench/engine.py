@@ -15,7 +15,7 @@ Every N runs in its own subprocess so peak RSS (``getrusage``) is per run.
 
 ``--engine`` picks the engine (``fleetflow-parallel`` by default, TaskFlow's
 stock ``parallel`` or ``serial``); the tasks are built on fleetflow's atom
-base (``flows.tasks.atoms.FastAtom``) as fleetflow's own tasks are, unless
+base (``plugin.atoms.FastAtom``) as fleetflow's own tasks are, unless
 ``--stock``, which runs TaskFlow's stock parallel engine on stock atoms (the
 "before" of every speed-up).
 """
@@ -44,7 +44,7 @@ def build_flow(n: int, stock_atoms: bool = False):
     from taskflow import task as tf_task
     from taskflow.patterns import linear_flow, unordered_flow
 
-    from fleetflow.flows.tasks.atoms import FastAtom
+    from fleetflow.plugin.atoms import FastAtom
 
     class Task(tf_task.Task if stock_atoms else FastAtom, tf_task.Task):
         pass

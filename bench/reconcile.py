@@ -101,7 +101,7 @@ def main() -> None:
 
     from fleetflow.engine import reconcile
     from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.persistence.db import get_database
 
     database = get_database(conf)

@@ -74,7 +74,7 @@ def main() -> None:
 
     from fleetflow.common import config
     from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.engine.submit import submit
     from fleetflow.persistence.db import Database
 

@@ -80,7 +80,7 @@ def open_board(conf):
     Without it the audit cannot tell which unfinished flows have an owner;
     the rest of it runs all the same.
     """
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     try:
         return make_jobboard(conf), None

@@ -55,8 +55,8 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     with the database (``[conductor] reconcile_interval``).
     """
     from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.conductor import default_name
-    from fleetflow.engine.conductor_pool import ConductorPool
+    from fleetflow.engine.conductor.pool import ConductorPool
+    from fleetflow.engine.conductor.worker import default_name
     from fleetflow.engine.reconcile import Reconciler
     from fleetflow.persistence import migrate
     from fleetflow.persistence.db import get_database

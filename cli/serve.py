@@ -120,8 +120,8 @@ class Cloud:
         from fleetflow.compute import agent_processes
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
-        from fleetflow.engine.conductor_pool import ConductorPool
-        from fleetflow.engine.jobboard import make_jobboard
+        from fleetflow.engine.conductor.pool import ConductorPool
+        from fleetflow.engine.jobboard.boards import make_jobboard
         from fleetflow.engine.reconcile import Reconciler
         from fleetflow.flows import runtime
 

@@ -16,10 +16,6 @@ def new_reservation_id() -> str:
     return RESERVATION_PREFIX + uuid.uuid4().hex[:12]
 
 
-def is_reservation_id(value: str) -> bool:
-    return isinstance(value, str) and value.startswith(RESERVATION_PREFIX)
-
-
 def is_uuid(value) -> bool:
     try:
         uuid.UUID(str(value))

@@ -53,9 +53,10 @@ from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine import flow_meta, flow_progress, flow_views, taskflow_retry_fix
+from fleetflow.engine import flow_progress, flow_views, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.flow_meta import ON_ERROR_REVERT
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
 

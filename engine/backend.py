@@ -56,10 +56,3 @@ def get_backend(conf, url: str | None = None):
         _backends[url] = backend
         return backend
 
-
-def forget_backends() -> None:
-    """Drop the cached backends (tests that reuse a URL with a new database)."""
-    with _lock:
-        for backend in _backends.values():
-            backend.close()
-        _backends.clear()

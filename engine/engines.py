@@ -4,14 +4,14 @@ Everything that runs a flow (conductor threads, ``fleetflow conductor``
 processes, tests, the benchmark) should get its engine here so that:
 
 - the engine is the one ``[conductor] engine`` names: ``fleetflow-parallel``
-  (:mod:`fleetflow.engine.fast`, the default) or TaskFlow's stock
+  (:mod:`fleetflow.plugin`, the default) or TaskFlow's stock
   ``parallel``; on a TaskFlow release the fleetflow engine is not tested on,
   ``parallel`` runs instead (:func:`engine_name`, one warning per process);
 - it runs on a thread pool of at most ``[conductor] engine_workers`` threads
   (boots block on hosts, so threads pay off; with trivial tasks the serial
   engine is faster, which is why ``engine`` can be overridden);
 - the flow detail records which engine and checkpoint semantics first ran it
-  (:mod:`fleetflow.engine.fast.meta`);
+  (:mod:`fleetflow.plugin.flow_meta`);
 - checkpoints go to fleetflow's logbook backend
   (:class:`fleetflow.persistence.logbook.backend.LogbookBackend`) on the
   process's shared database engine.
@@ -22,11 +22,11 @@ from __future__ import annotations
 from taskflow import engines as tf_engines
 from taskflow.engines.action_engine import engine as tf_action_engine
 
-from fleetflow.engine.fast import compat, meta
-from fleetflow.engine.fast.engine import NAME as FLEETFLOW_ENGINE
-from fleetflow.engine.fast.engine import FleetflowParallelEngine
 from fleetflow.persistence.db import get_database
 from fleetflow.persistence.logbook.backend import LogbookBackend
+from fleetflow.plugin import compat, flow_meta
+from fleetflow.plugin.engine import NAME as FLEETFLOW_ENGINE
+from fleetflow.plugin.engine import FleetflowParallelEngine
 
 STOCK_ENGINE = "parallel"
 DEFAULT_ENGINE = FLEETFLOW_ENGINE  # as [conductor] engine
@@ -58,7 +58,8 @@ def engine_options(conf=None, workers: int | None = None, engine: str | None = N
 def record_engine(engine) -> None:
     """Record a stock engine in its flow detail (the fleetflow engine records itself)."""
     if not isinstance(engine, FleetflowParallelEngine):
-        meta.record(engine.storage, meta.label(engine_label(engine)), meta.IMMEDIATE)
+        flow_meta.record_engine(engine.storage, flow_meta.label(engine_label(engine)),
+                                  flow_meta.IMMEDIATE)
 
 
 def engine_label(engine) -> str:

@@ -18,7 +18,7 @@ one write remains; the side-effect fences close it for the effects that
 matter, and a persistence backend that checks the fence inside its own write
 transaction can close it for checkpoints too. While the conductor's claim
 was extended less than half an expiry ago nobody else can hold the job, and
-the look-up is skipped (engine/conductor_keepalive.py ``lease_valid``).
+the look-up is skipped (engine/conductor/keepalive.py ``lease_valid``).
 
 The look-up is a database read like the checkpoint it guards: a lost
 connection is retried within the database's outage window
@@ -55,7 +55,7 @@ class FencedBackend(tf_persistence.Backend):
         self._database = database
         self.fence = dict(fence)
         # lease() -> True while nobody else can hold the job (a fresh claim
-        # extension, engine/conductor_keepalive.py): no need to look then.
+        # extension, engine/conductor/keepalive.py): no need to look then.
         self._lease = lease
 
     @property
@@ -141,7 +141,7 @@ class FencedConnection(tf_persistence.Connection):
         return self._conn.update_atom_details(atom_detail)
 
     def update_atom_details_many(self, atom_details):
-        """A batch of checkpoints (engine.fast.checkpoints): one fence check for all of them."""
+        """A batch of checkpoints (plugin.checkpoints): one fence check for all of them."""
         self._fenced_backend.check()
         many = getattr(self._conn, "update_atom_details_many", None)
         if many is not None:

@@ -17,7 +17,7 @@ c. an unclaimed job whose flow is over is consumed.
 
 Re-posting is safe: a conductor that still runs the flow is fenced out by the
 new owner's token (engine/fencing.py), and a conductor skips a job whose flow
-an older job's live claim already runs (engine/conductor.py).
+an older job's live claim already runs (engine/conductor/worker.py).
 
 Cost: one listing of the board and one query of the flow details by their
 indexed state (plus an indexed probe of the unmaterialized intents), so a
@@ -39,12 +39,12 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
-from fleetflow.engine import flow_meta
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import default_name
-from fleetflow.engine.flow_meta import SETTLED_FLOW_STATES
+from fleetflow.engine.conductor.worker import default_name
 from fleetflow.persistence import intents
 from fleetflow.persistence.db import READ_ONLY
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import SETTLED_FLOW_STATES
 
 LOG = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ class Reconciler:
             self._memory.missing.clear()  # another process's pass now
             return None
         if self._board is None:
-            from fleetflow.engine.jobboard import make_jobboard
+            from fleetflow.engine.jobboard.boards import make_jobboard
 
             self._board = make_jobboard(self._conf, self._persistence)
         return reconcile(self._board, self._persistence, self._database, self._conf,

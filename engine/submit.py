@@ -34,11 +34,12 @@ from taskflow.persistence import models as tf_models
 
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
-from fleetflow.engine import flow_meta, flow_views
-from fleetflow.engine.conductor import wake_local_conductors
-from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.engine import flow_views
+from fleetflow.engine.conductor.worker import wake_local_conductors
 from fleetflow.flows import keys, registry
 from fleetflow.persistence import intents
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import META_KEY, ON_ERROR_CHOICES, ON_ERROR_REVERT
 
 LOG = logging.getLogger(__name__)
 

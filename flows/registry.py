@@ -10,6 +10,14 @@ counts, specs) and never a client, a session or a context (docs/architecture.md,
 
     flow = build("provision", reservation_id="r-1", count=3)
 
+A flow also declares the listeners its engine needs (``listeners=``): what the
+flow's own tasks cannot see, such as the flow stopping or starting again, is
+written by a listener, and the conductor that runs the flow attaches one of
+each (:func:`listeners_of`). A listener factory is called as
+``factory(engine, database, paused=...)``, ``paused`` telling whether the
+engine's flow, once SUSPENDED, waits for an operator
+(``flows.status_listener.ReservationStatusListener`` is one).
+
 TaskFlow stores a factory as an importable function plus its arguments in the
 flow detail (``save_factory_details``) and calls it again on resume
 (``flow_from_detail``). We give it :func:`rebuild` — one fixed, importable
@@ -33,7 +41,7 @@ import collections
 import importlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from taskflow import flow as tf_flow
@@ -41,16 +49,20 @@ from taskflow import flow as tf_flow
 from fleetflow.common.exceptions import InvalidInput
 
 Factory = Callable[..., tf_flow.Flow]
+#: ``factory(engine, database, paused=callable)`` -> a TaskFlow listener.
+ListenerFactory = Callable[..., Any]
 
 _lock = threading.Lock()
 _factories: dict[str, Factory] = {}
+_listeners: dict[str, tuple[ListenerFactory, ...]] = {}
 HANDOVER_SLOTS = 8
 _handed_over: collections.OrderedDict[tuple[str, str], tf_flow.Flow] = (
     collections.OrderedDict())
 
 
-def register(name: str, factory: Factory) -> Factory:
-    """Register ``factory`` under ``name``; returns it (usable as a decorator body)."""
+def register(name: str, factory: Factory,
+             listeners: Sequence[ListenerFactory] = ()) -> Factory:
+    """Register ``factory`` under ``name``, with the listeners its engine needs; returns it."""
     if not callable(factory):
         raise TypeError(f"flow factory {name!r} is not callable")
     qualname = getattr(factory, "__qualname__", "")
@@ -63,14 +75,22 @@ def register(name: str, factory: Factory) -> Factory:
             raise ValueError(f"flow name {name!r} is already registered to "
                              f"{_identity(existing)}")
         _factories[name] = factory
+        _listeners[name] = tuple(listeners)
     return factory
 
 
-def flow_factory(name: str) -> Callable[[Factory], Factory]:
+def flow_factory(name: str, listeners: Sequence[ListenerFactory] = ()
+                 ) -> Callable[[Factory], Factory]:
     """Decorator form of :func:`register`."""
     def decorate(factory: Factory) -> Factory:
-        return register(name, factory)
+        return register(name, factory, listeners)
     return decorate
+
+
+def listeners_of(name: str) -> tuple[ListenerFactory, ...]:
+    """The listener factories flow ``name`` declared (none for an unknown name)."""
+    with _lock:
+        return _listeners.get(name, ())
 
 
 def get(name: str) -> Factory:
@@ -146,20 +166,6 @@ def rebuild(name: str, module: str, /, **kwargs: Any) -> tf_flow.Flow:
     if not known:
         importlib.import_module(module)
     return build(name, **kwargs)
-
-
-def atom_name(index: int, step: str, prefix: str = "inst") -> str:
-    """Deterministic atom name for step ``step`` of item ``index``: ``inst-0003-boot``.
-
-    Resume matches atoms by name, so names come from the operation's own data
-    (an index), never from fresh uuids. Four digits sort well up to 9,999
-    items and stay unique beyond.
-    """
-    if index < 0:
-        raise ValueError("index must not be negative")
-    if not step or "-" in prefix:
-        raise ValueError("step must be set and prefix must not contain '-'")
-    return f"{prefix}-{index:04d}-{step}"
 
 
 def _identity(factory: Factory) -> str:

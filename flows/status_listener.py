@@ -26,12 +26,14 @@ A vcluster's flow (``vcluster_id`` in its store) gets the same transitions;
 resumed, it reads BUILDING (a create), UPDATING (an add or a remove) or
 DELETING (a delete) again.
 
-The conductor (engine/conductor.py) attaches it for every job, next to its
-pause listener, and tells it how to know a suspended flow is paused for an
-operator rather than stopped::
+The flows whose store holds one of those ids declare it
+(``@flow_factory("provision", listeners=(ReservationStatusListener,))``,
+flows/registry.py); the conductor (engine/conductor/worker.py) attaches what the
+job's flow declared, next to its pause listener, and tells it how to know a
+suspended flow is paused for an operator rather than stopped::
 
-    listeners.append(ReservationStatusListener(
-        engine, database, paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)))
+    ReservationStatusListener(
+        engine, database, paused=lambda: flow_meta.is_paused(engine.storage.flow_meta))
 
 It lives with the flows because it writes their rows (the same rows the
 lifecycle tasks write); the engine only attaches it. Taking the pause as a

@@ -28,7 +28,7 @@ that, on the SQL jobboard, expires with the very database it waits for. So:
    (``flows.tasks.base``); every fleetflow task is idempotent by design;
 2. once the window is over it raises :class:`DatabaseUnavailable`, and the
    engine's checkpoint buffer *withholds* that outcome
-   (``engine.fast.checkpoints``): saving it fails, so TaskFlow
+   (``plugin.checkpoints``): saving it fails, so TaskFlow
    neither records the FAILURE nor resolves it, the engine stops with this
    error, and the flow's own FAILURE is withheld too;
 3. :class:`DatabaseUnavailable` is an ``ExecutionFailure``, one of TaskFlow's

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from fleetflow.persistence.db import Base
 
 # Row states. TaskFlow's own job states (UNCLAIMED / CLAIMED / COMPLETE) are
-# derived from these plus the claim columns, see engine/jobboard_sql.py.
+# derived from these plus the claim columns, see engine/jobboard/sql.py.
 JOB_POSTED = "POSTED"
 JOB_COMPLETE = "COMPLETE"
 JOB_TRASHED = "TRASHED"

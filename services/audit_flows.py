@@ -43,12 +43,12 @@ from oslo_serialization import jsonutils
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 
-from fleetflow.engine import flow_meta
-from fleetflow.engine.flow_meta import SETTLED_FLOW_STATES
 from fleetflow.flows import keys
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.intents import FlowIntent
 from fleetflow.persistence.logbook.models import ATOMDETAILS, FLOWDETAILS
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import SETTLED_FLOW_STATES
 
 LOG = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def list_jobs(board, database) -> dict[str, list]:
     boards' jobs (Redis) are looked up one by one, and only for the flows
     that are stale (:func:`view`).
     """
-    from fleetflow.engine.jobboard_sql import SqlJobBoard
+    from fleetflow.engine.jobboard.sql import SqlJobBoard
 
     found: dict[str, list] = defaultdict(list)
     if isinstance(board, SqlJobBoard):

@@ -16,13 +16,13 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
+from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 
 PROVISION = "provision"
 TEARDOWN = "teardown"

@@ -27,7 +27,6 @@ import sqlalchemy as sa
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.engine.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.flows import keys
 from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import evacuations as evac_rows
@@ -35,6 +34,7 @@ from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import StorageBackend, VCluster
+from fleetflow.plugin.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
 from fleetflow.services.operations import resolve_flavor, resolve_image

@@ -23,9 +23,9 @@ from flask_smorest import abort
 from fleetflow.api import auth, common, fields, hosts_view, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
-from fleetflow.engine.flow_meta import ON_ERROR_REVERT
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Reservation
+from fleetflow.plugin.flow_meta import ON_ERROR_REVERT
 from fleetflow.services.operations import ReservationRequest
 
 blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",

@@ -8,7 +8,7 @@ from fleetflow.api import fields, hosts_view
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
-from fleetflow.engine.flow_meta import ON_ERROR_CHOICES, ON_ERROR_REVERT
+from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.scheduler import capabilities as caps
 
 # The volume size column is a 32-bit integer on PostgreSQL.

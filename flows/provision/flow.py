@@ -22,6 +22,7 @@ from taskflow.patterns import linear_flow, unordered_flow
 from fleetflow.common import states
 from fleetflow.flows import keys
 from fleetflow.flows.registry import flow_factory
+from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.boot import BootInstance
 from fleetflow.flows.tasks.claim import ClaimPrimaries, ClaimResources
 from fleetflow.flows.tasks.lifecycle import FinishReservation, MarkReservationRevertedOnRevert
@@ -58,7 +59,7 @@ def instance_chain(index: int, count: int, policy: str, with_volumes: bool,
     return chain
 
 
-@flow_factory("provision")
+@flow_factory("provision", listeners=(ReservationStatusListener,))
 def provision_flow(reservation_id: str, count: int, policy: str = states.ALL_OR_NOTHING,
                    with_volumes: bool = False,
                    max_reschedules: int = MAX_RESCHEDULES) -> linear_flow.Flow:

@@ -59,8 +59,8 @@ from fleetflow.common.crash_points import (
     maybe_crash,
 )
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks.atoms import FastAtom
 from fleetflow.persistence import db_retry
+from fleetflow.plugin.atoms import FastAtom
 
 LOG = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class FleetTask(FastAtom, task.Task):
     with the crash points and the outage retries above (``functools.wraps``
     keeps their signatures, which TaskFlow reads to find a task's requirements),
     and works out its argument mappings once per shape
-    (:class:`fleetflow.flows.tasks.atoms.FastAtom`).
+    (:class:`fleetflow.plugin.atoms.FastAtom`).
 
     **A revert maps only what it names.** TaskFlow binds a task's revert with
     its ``rebind`` too (``revert_rebind or rebind``), so a revert taking
@@ -163,7 +163,7 @@ class CrashPointListener(listener_base.Listener):
 
     TaskFlow notifies atom listeners once storage has taken the new state;
     an engine that stores checkpoints in batches (``fleetflow-parallel``,
-    ``engine.fast.checkpoints``) is asked to store them first, so the SUCCESS
+    ``plugin.checkpoints``) is asked to store them first, so the SUCCESS
     is in the database when the process dies.
     """
 

@@ -22,6 +22,7 @@ from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows import keys
 from fleetflow.flows.registry import flow_factory
+from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.boot import BootInstance
 from fleetflow.flows.tasks.vcluster import (
     ClaimVCluster,
@@ -72,7 +73,7 @@ def volume_chain(volume: dict) -> linear_flow.Flow:
     return chain
 
 
-@flow_factory("vcluster-build")
+@flow_factory("vcluster-build", listeners=(ReservationStatusListener,))
 def build_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list[dict]
                ) -> linear_flow.Flow:
     """Build ``servers`` and ``volumes`` (``{"index", "name", "id", ...}``) of one run.

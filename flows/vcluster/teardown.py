@@ -15,6 +15,7 @@ from __future__ import annotations
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows.registry import flow_factory
+from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.vcluster_teardown import (
     DeleteMemberVolume,
     DestroyMemberServer,
@@ -24,7 +25,7 @@ from fleetflow.flows.tasks.vcluster_teardown import (
 )
 
 
-@flow_factory("vcluster-teardown")
+@flow_factory("vcluster-teardown", listeners=(ReservationStatusListener,))
 def teardown_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list[dict]
                   ) -> linear_flow.Flow:
     """Take ``servers`` and ``volumes`` (``{"index", "id"}``) out of the cluster

@@ -314,7 +314,7 @@ def _switch_flow_factory():
     def api_switches(count: int):
         flow = linear_flow.Flow("api-switches")
         for index in range(count):
-            flow.add(Switch(name=registry.atom_name(index, "step")))
+            flow.add(Switch(name=f"inst-{index:04d}-step"))
         return flow
 
     # NOTE: registered under a module-level name so the registry accepts it.
@@ -341,7 +341,7 @@ class FlowEngine:
         import time
 
         from fleetflow.engine.actions import show_flow
-        from fleetflow.engine.conductor_pool import ConductorPool
+        from fleetflow.engine.conductor.pool import ConductorPool
 
         deadline = time.monotonic() + 30
         with ConductorPool(self.conf, workers=1, persistence=self.backend, wait_timeout=0.05):
@@ -358,7 +358,7 @@ def flow_engine(conf, db, api_services):
     """Flows, a board and a logbook the app's flow routes use; ask before ``app``."""
     from taskflow.persistence import backends as tf_backends
 
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     _switch_flow_factory()
     SWITCH_FAULTS.clear()

@@ -33,7 +33,7 @@ class Down:
 @pytest.fixture
 def engine_parts(conf, db):
     import fleetflow.flows.provision  # noqa: F401  (registers the flow)
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.persistence.logbook.backend import LogbookBackend
 
     backend = LogbookBackend({"connection": db.url}, engine=db.engine)

@@ -40,7 +40,7 @@ def backend(db):
 @pytest.fixture
 def board(conf, db, backend):
     _toy_flows()
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(conf, backend)
     yield board

@@ -49,7 +49,7 @@ def fuzz_app(tmp_path_factory):
     from fleetflow.compute import agent as compute_agent
     from fleetflow.compute import messaging
     from fleetflow.compute.rpcapi import ComputeAPI
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.flows import runtime
     from fleetflow.persistence import fleet
     from fleetflow.persistence.db import Database

@@ -82,7 +82,7 @@ def test_config_files_come_from_the_environment_variable():
 def test_the_wsgi_app_serves_requests_and_leaves_flows_to_conductors(tmp_path):
     from fleetflow.common import config
     from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     path = write_config(tmp_path)
     app = wsgi.LazyApplication(clean_environ(FLEETFLOW_CONFIG=path))

@@ -102,7 +102,7 @@ def board(env):
     """A connected client of the cloud's Redis jobboard (close it when done)."""
     from fleetflow.common import config
     from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     conf = config.load(args=[], environ=env)
     return make_jobboard(conf, get_backend(conf))

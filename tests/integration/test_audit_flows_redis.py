@@ -32,7 +32,7 @@ def _toy_flows() -> None:
 @pytest.fixture
 def redis_setup(make_conf, redis_url):
     _toy_flows()
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.logbook.backend import LogbookBackend
 

@@ -1,4 +1,4 @@
-"""engine/jobboard_redis.py on the real Redis: claims expire and only their owner extends them."""
+"""engine/jobboard/redis.py on the real Redis: claims expire and only their owner extends them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 
-from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.jobboard.boards import make_jobboard
 
 
 @pytest.fixture

@@ -61,18 +61,18 @@ def random_kills(crash_engine) -> int:
     return RANDOM_KILLS if crash_engine == FLEETFLOW_ENGINE else max(1, RANDOM_KILLS // 2)
 
 
-#: What a flow's detail records when each engine ran it first (``engine.fast.meta``).
+#: What a flow's detail records when each engine ran it first (``plugin.flow_meta``).
 RECORDED = {FLEETFLOW_ENGINE: "fleetflow-parallel/1", STOCK_ENGINE: "parallel"}
 
 
 @pytest.fixture
 def assert_run_by_crash_engine(crash_engine):
     """``check(backend, flow_ids)``: every one of these flows was run by ``crash_engine``."""
-    from fleetflow.engine.fast import meta
+    from fleetflow.plugin import flow_meta
 
     def check(backend, flow_ids) -> None:
         with contextlib.closing(backend.get_connection()) as conn:
-            recorded = {conn.get_flow_details(flow_id).meta.get(meta.ENGINE_KEY)
+            recorded = {conn.get_flow_details(flow_id).meta.get(flow_meta.ENGINE_KEY)
                         for flow_id in flow_ids}
         assert recorded == {RECORDED[crash_engine]}
 

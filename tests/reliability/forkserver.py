@@ -26,9 +26,9 @@ import time
 import traceback
 
 PRELOAD = (
-    "fleetflow.cli.main", "fleetflow.engine.conductor", "fleetflow.engine.conductor_pool",
+    "fleetflow.cli.main", "fleetflow.engine.conductor.worker", "fleetflow.engine.conductor.pool",
     "fleetflow.engine.engines",
-    "fleetflow.engine.jobboard", "fleetflow.engine.backend", "fleetflow.engine.submit",
+    "fleetflow.engine.jobboard.boards", "fleetflow.engine.backend", "fleetflow.engine.submit",
     "fleetflow.flows.runtime", "fleetflow.compute.drivers.fake", "fleetflow.compute.rpcapi",
     "fleetflow.persistence.placement.client", "fleetflow.persistence.placement.store",
     "fleetflow.persistence.migrate", "taskflow.engines.action_engine.engine",

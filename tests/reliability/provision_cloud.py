@@ -138,7 +138,7 @@ class ProvisionCloud:
     # -- boards and reservations ---------------------------------------------------
     def board(self, name: str | None = None):
         """The SQL jobboard ``name`` (the cloud's default board when None)."""
-        from fleetflow.engine.jobboard_sql import SqlJobBoard
+        from fleetflow.engine.jobboard.sql import SqlJobBoard
 
         name = name or self.conf.jobboard.board_name
         if name not in self._boards:

@@ -127,8 +127,8 @@ def takeover_boot(instances: list, fail: bool = False, pause: float = 0.0,
     """
     flow = linear_flow.Flow(FLOW_NAME)
     for index, inst in enumerate(instances):
-        flow.add(ClaimResources(registry.atom_name(index, "claim", prefix), inst, pause),
-                 BootInstance(registry.atom_name(index, "boot", prefix), inst, pause))
+        flow.add(ClaimResources(f"{prefix}-{index:04d}-claim", inst, pause),
+                 BootInstance(f"{prefix}-{index:04d}-boot", inst, pause))
     if fail:
         flow.add(FailOnPurpose("fail-on-purpose"))
     return flow
@@ -176,7 +176,7 @@ class TakeoverCloud:
             placement.set_inventories(host["rp"], provider["generation"], inventory)
         from fleetflow.compute.drivers.fake import FakeDriver
         from fleetflow.engine.backend import get_backend
-        from fleetflow.engine.jobboard import make_jobboard
+        from fleetflow.engine.jobboard.boards import make_jobboard
         from fleetflow.persistence.placement.client import LocalPlacement
 
         self.driver = FakeDriver.from_conf(self.conf)

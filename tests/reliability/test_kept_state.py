@@ -9,7 +9,7 @@ from taskflow import states as tf_states
 
 from fleetflow.common import states
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.jobboard_sql import SqlJobBoard
+from fleetflow.engine.jobboard.sql import SqlJobBoard
 from fleetflow.persistence.db import Database
 from fleetflow.persistence.logbook.backend import LogbookBackend
 from fleetflow.persistence.models import VCluster

@@ -2,7 +2,7 @@
 
 The layers (docs/architecture.md, "Packages and layers"), top first::
 
-    api, cli -> services -> engine -> flows -> scheduler, compute, persistence -> common
+    api, cli -> services -> engine -> flows -> plugin, scheduler, compute -> persistence -> common
 
 Every ``import`` and ``from ... import`` of the shipped packages is read with
 ``ast`` (function-level imports too: a lazy import is still a dependency).
@@ -20,11 +20,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 #: What each package may import besides itself and ``common``.
 ALLOWED = {
-    "api": {"services", "engine", "flows", "scheduler", "compute", "persistence"},
-    "cli": {"api", "services", "engine", "flows", "scheduler", "compute", "persistence"},
-    "services": {"engine", "flows", "scheduler", "compute", "persistence"},
-    "engine": {"flows", "scheduler", "compute", "persistence"},
-    "flows": {"scheduler", "compute", "persistence"},
+    "api": {"services", "engine", "flows", "plugin", "scheduler", "compute", "persistence"},
+    "cli": {"api", "services", "engine", "flows", "plugin", "scheduler", "compute",
+            "persistence"},
+    "services": {"engine", "flows", "plugin", "scheduler", "compute", "persistence"},
+    "engine": {"flows", "plugin", "scheduler", "compute", "persistence"},
+    "flows": {"plugin", "scheduler", "compute", "persistence"},
+    "plugin": {"persistence"},
     "scheduler": {"persistence"},
     "compute": {"persistence"},
     "persistence": set(),

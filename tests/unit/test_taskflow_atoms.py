@@ -7,8 +7,8 @@ import random
 import pytest
 from taskflow import retry, task
 
-from fleetflow.flows.tasks import atoms as fast_atoms
-from fleetflow.flows.tasks.atoms import FastAtom
+from fleetflow.plugin import atoms as fast_atoms
+from fleetflow.plugin.atoms import FastAtom
 
 
 class Plain(task.Task):

@@ -16,8 +16,8 @@ from taskflow import exceptions as tf_exc
 from taskflow.patterns import linear_flow
 
 from fleetflow.engine import engines
-from fleetflow.engine.fast import compat
-from fleetflow.engine.fast.engine import FleetflowParallelEngine
+from fleetflow.plugin import compat
+from fleetflow.plugin.engine import FleetflowParallelEngine
 from tests.unit.test_taskflow_compiler import Echo, Produce
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,9 +12,9 @@ from taskflow.patterns import graph_flow, linear_flow, unordered_flow
 from taskflow.types import graph as tf_graph
 
 from fleetflow.engine import engines
-from fleetflow.engine.fast import compiler as fast_compiler
-from fleetflow.engine.fast.engine import gc_paused
-from fleetflow.engine.fast.scopes import IndexedScopeWalker, index_for
+from fleetflow.plugin import compiler as fast_compiler
+from fleetflow.plugin.engine import gc_paused
+from fleetflow.plugin.scopes import IndexedScopeWalker, index_for
 
 
 class Produce(task.Task):

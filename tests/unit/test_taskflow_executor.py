@@ -11,7 +11,7 @@ from taskflow import states as st
 from taskflow import task
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine.fast.executor import TaskExecutor
+from fleetflow.plugin.executor import TaskExecutor
 
 HANG_GUARD_S = 60
 

@@ -10,7 +10,7 @@ from taskflow import retry, task
 from taskflow import storage as tf_storage
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine.fast import fetch
+from fleetflow.plugin import fetch
 
 NAMES = ["p", "q", "r", "s"]
 

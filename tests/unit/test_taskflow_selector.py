@@ -11,7 +11,7 @@ from taskflow import states as st
 from taskflow.engines.action_engine.selector import Selector as STOCK_SELECTOR
 from taskflow.patterns import graph_flow, linear_flow, unordered_flow
 
-from fleetflow.engine.fast.selector import CursorSelector
+from fleetflow.plugin.selector import CursorSelector
 
 STATES = [st.PENDING, st.RUNNING, st.SUCCESS, st.FAILURE, st.REVERTING, st.REVERTED,
           st.IGNORE, st.RETRYING]

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from taskflow.types.sets import OrderedSet as StockOrderedSet
 
-from fleetflow.flows.tasks.atoms import OrderedSet
+from fleetflow.plugin.atoms import OrderedSet
 
 items = st.lists(st.one_of(st.integers(-5, 5), st.sampled_from("abcdef")), max_size=12)
 

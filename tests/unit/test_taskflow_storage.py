@@ -11,9 +11,9 @@ from taskflow import exceptions as tf_exc
 from taskflow import retry, task
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine.fast import storage as fast_storage
-from fleetflow.engine.fast import validation
-from fleetflow.engine.fast.storage import WriterReentrantLock
+from fleetflow.plugin import storage as fast_storage
+from fleetflow.plugin import validation
+from fleetflow.plugin.storage import WriterReentrantLock
 
 FAST = "fleetflow-parallel"
 

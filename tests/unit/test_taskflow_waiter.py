@@ -13,7 +13,7 @@ from taskflow import states as st
 from taskflow import task
 from taskflow.patterns import linear_flow, unordered_flow
 
-from fleetflow.engine.fast.waiter import CompletionWaiter
+from fleetflow.plugin.waiter import CompletionWaiter
 
 # Generous bound for a thread that must finish: a hang guard, not a speed check.
 HANG_GUARD_S = 60

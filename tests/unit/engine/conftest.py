@@ -56,7 +56,7 @@ def toy_linear(count: int, fail_at: int = -1, sleep: float = 0.0):
     """count Step atoms in a line; the one at index fail_at raises."""
     flow = linear_flow.Flow("toy-linear")
     for index in range(count):
-        flow.add(Step(registry.atom_name(index, "step"), sleep=sleep,
+        flow.add(Step(f"inst-{index:04d}-step", sleep=sleep,
                       fail=index == fail_at))
     return flow
 
@@ -93,7 +93,7 @@ def database(engine_conf):
 
 @pytest.fixture
 def board(engine_conf, database, memory_backend):
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(engine_conf, memory_backend)
     yield board

@@ -18,7 +18,7 @@ from taskflow.types import failure as tf_failure
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.engine import actions
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor_pool import ConductorPool
+from fleetflow.engine.conductor.pool import ConductorPool
 from fleetflow.flows import registry
 from fleetflow.flows.tasks.base import FleetTask
 
@@ -55,11 +55,11 @@ def switches_flow(count: int):
     """count Switch atoms in a line: inst-0000-step, inst-0001-step ..."""
     flow = linear_flow.Flow("ops-switches")
     for index in range(count):
-        flow.add(Switch(name=registry.atom_name(index, "step")))
+        flow.add(Switch(name=f"inst-{index:04d}-step"))
     return flow
 
 
-STEP = [registry.atom_name(i, "step") for i in range(3)]
+STEP = [f"inst-{i:04d}-step" for i in range(3)]
 
 
 @pytest.fixture(autouse=True)
@@ -280,7 +280,7 @@ def test_resume_of_a_running_flow_only_posts_its_missing_job(board, memory_backe
 
 def test_list_on_the_logbook_backend_reads_in_batches(engine_conf, database, monkeypatch):
     from fleetflow.engine.engines import logbook_backend
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     backend = logbook_backend(engine_conf)
     board = make_jobboard(engine_conf, backend)

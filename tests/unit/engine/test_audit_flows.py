@@ -17,7 +17,6 @@ from taskflow import states as tf_states
 
 from fleetflow.common import ids, states
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.flow_meta import META_KEY
 from fleetflow.persistence import intents
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook.backend import LogbookBackend
@@ -30,6 +29,7 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
+from fleetflow.plugin.flow_meta import META_KEY
 from fleetflow.services import audit_flows
 from fleetflow.services.audit import KINDS, audit
 
@@ -43,7 +43,7 @@ def sql_backend(database):
 
 @pytest.fixture
 def sql_board(engine_conf, database, sql_backend):
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(engine_conf, sql_backend)
     yield board
@@ -216,7 +216,7 @@ def test_a_flow_in_flight_is_left_alone_unless_strict(database, sql_board, sql_b
 
 
 def test_finished_and_other_boards_flows_are_not_judged(database, sql_board, sql_backend):
-    from fleetflow.engine.jobboard_sql import SqlJobBoard
+    from fleetflow.engine.jobboard.sql import SqlJobBoard
 
     done = _flow(sql_board, sql_backend, reservation_id="r-4")
     _set_flow(database, done, tf_states.SUCCESS)

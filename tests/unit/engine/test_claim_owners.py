@@ -1,4 +1,4 @@
-"""engine/claim_owners.py: claims of a provably dead owner are released at once, no other."""
+"""engine/conductor/claim_owners.py: only a provably dead owner's claims are released at once."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 import pytest
 from taskflow import states as tf_states
 
-from fleetflow.engine import claim_owners
-from fleetflow.engine.jobboard_sql import SqlJobBoard
+from fleetflow.engine.conductor import claim_owners
+from fleetflow.engine.jobboard.sql import SqlJobBoard
 
 pytestmark = pytest.mark.skipif(not claim_owners.proc_readable(),
                                 reason="needs /proc to read process start times")

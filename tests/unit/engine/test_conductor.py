@@ -1,4 +1,4 @@
-"""engine/conductor.py + submit.py: flows run by conductor threads, in memory.
+"""engine/conductor/worker.py + submit.py: flows run by conductor threads, in memory.
 
 The logbook lives in TaskFlow's in-memory backend; jobs and fences in a
 SQLite database, as in embedded mode.
@@ -12,16 +12,34 @@ import time
 import pytest
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
+from taskflow.listeners import base as listener_base
 
 from fleetflow.common.exceptions import InvalidInput, NotFound
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import make_conductor
-from fleetflow.engine.conductor_pool import ConductorPool
+from fleetflow.engine.conductor.pool import ConductorPool
+from fleetflow.engine.conductor.worker import make_conductor
 from fleetflow.engine.fencing import FencedBackend, StaleCheckpoint
-from fleetflow.flows import keys
+from fleetflow.flows import keys, registry
 from fleetflow.persistence import fences
 
 SETTLED = (tf_states.SUCCESS, tf_states.REVERTED, tf_states.SUSPENDED, tf_states.FAILURE)
+
+
+LISTENED: list[tuple[str, bool]] = []
+
+
+class _Listened(listener_base.Listener):
+    """Notes the flow it listened to and whether it was told the flow is paused."""
+
+    def __init__(self, engine, database, *, paused):
+        super().__init__(engine)
+        LISTENED.append((engine.storage.flow_uuid, paused()))
+
+
+@registry.flow_factory("toy-listened", listeners=(_Listened,))
+def toy_listened(count: int):
+    """The toy line, with a listener declared."""
+    return registry.build("toy-linear", count=count)
 
 
 def _wait_settled(backend, flow_ids, timeout=30.0):
@@ -122,6 +140,18 @@ def test_pool_runs_flows_to_success_with_a_fence_token_each(engine_conf, board, 
     assert len(effects_log("execute")) == 12  # every atom once
     assert {token for _, _, token in effects_log("execute")} == {1}
     assert board.job_count == 0  # consumed
+
+
+def test_the_conductor_attaches_the_listeners_the_flow_declares(engine_conf, board,
+                                                                memory_backend):
+    LISTENED.clear()
+    listened = submit_mod.submit(board, memory_backend, "toy-listened", {"count": 1})
+    plain = submit_mod.submit(board, memory_backend, "toy-linear", {"count": 1})
+    with ConductorPool(engine_conf, workers=1, persistence=memory_backend, wait_timeout=0.05):
+        _wait_settled(memory_backend, [listened, plain])
+    assert LISTENED == [(listened, False)]
+    assert registry.listeners_of("toy-listened") == (_Listened,)
+    assert registry.listeners_of("toy-linear") == ()
 
 
 def test_a_failure_reverts_the_flow_and_consumes_its_job(engine_conf, board, memory_backend,
@@ -269,7 +299,7 @@ def test_a_job_posted_in_process_wakes_an_idle_conductor(engine_conf, board, mem
 
 
 def test_the_idle_wait_ends_on_wake_and_on_stop():
-    from fleetflow.engine.conductor import WakeableTimeout
+    from fleetflow.engine.conductor.worker import WakeableTimeout
 
     timeout = WakeableTimeout(600)
     for end in (timeout.wake, timeout.interrupt):

@@ -20,12 +20,12 @@ from taskflow.patterns import unordered_flow
 
 from fleetflow.common.exceptions import Conflict
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import make_conductor
-from fleetflow.engine.conductor_log import ConductorLog
+from fleetflow.engine.conductor.log import ConductorLog
+from fleetflow.engine.conductor.worker import make_conductor
 from fleetflow.flows import registry
 from fleetflow.flows.tasks.base import FleetTask
 
-BOARD_LOGGER = "fleetflow.engine.jobboard_redis"
+BOARD_LOGGER = "fleetflow.engine.jobboard.redis"
 TASKFLOW_LOGGER = "taskflow.conductors.backends.impl_executor"
 
 
@@ -138,7 +138,7 @@ def toy_placing(error: str, count: int = 1):
     """``count`` placements side by side: two that fail are two failures of one flow."""
     flow = unordered_flow.Flow("toy-placing")
     for index in range(count):
-        flow.add(Place(registry.atom_name(index, "place"), error))
+        flow.add(Place(f"inst-{index:04d}-place", error))
     return flow
 
 

@@ -21,9 +21,9 @@ from taskflow.patterns import linear_flow
 
 from fleetflow.common import states
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import make_conductor
-from fleetflow.engine.conductor_pool import ConductorPool
-from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.conductor.pool import ConductorPool
+from fleetflow.engine.conductor.worker import make_conductor
+from fleetflow.engine.jobboard.boards import make_jobboard
 from fleetflow.flows import keys, registry, runtime
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import FleetTask
@@ -82,7 +82,7 @@ def toy_outage(count: int):
     """count Write atoms in a line."""
     flow = linear_flow.Flow("toy-outage")
     for index in range(count):
-        flow.add(Write(registry.atom_name(index, "write")))
+        flow.add(Write(f"inst-{index:04d}-write"))
     return flow
 
 

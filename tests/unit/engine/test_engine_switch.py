@@ -1,7 +1,7 @@
 """A flow checkpointed under one engine resumes under the other, both ways.
 
 Each flow detail records the engine and checkpoint semantics that first ran
-it (``engine.fast.meta``). Here a flow is stopped mid-way under one engine
+it (``plugin.flow_meta``). Here a flow is stopped mid-way under one engine
 (suspended in-process, or its process SIGKILLed after a task's side effect and
 before its checkpoint) and resumed from the SQLite logbook under the other:
 every task's effect is there exactly as often as an idempotent re-run allows,
@@ -26,8 +26,8 @@ from taskflow.persistence import models
 
 from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine import engines
-from fleetflow.engine.fast import meta
 from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.plugin import flow_meta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -85,14 +85,14 @@ def _effects(path) -> list[str]:
 
 
 def _resume_and_check(backend, flow_uuid, first, second, effects_path, caplog):
-    with caplog.at_level(logging.INFO, logger=meta.__name__):
+    with caplog.at_level(logging.INFO, logger=flow_meta.__name__):
         engine = _run(backend, flow_uuid, second, effects_path)
         engine.run()
     stored = _load(backend, flow_uuid)
     assert stored.state == st.SUCCESS
     assert {ad.name: ad.results for ad in stored if ad.name in "abc"} == \
         {"a": 1, "b": 2, "c": 3}
-    assert (stored.meta[meta.ENGINE_KEY], stored.meta[meta.CHECKPOINTS_KEY]) == \
+    assert (stored.meta[flow_meta.ENGINE_KEY], stored.meta[flow_meta.CHECKPOINTS_KEY]) == \
         RECORDED[first]
     switched = [r.getMessage() for r in caplog.records if "resumes under" in r.getMessage()]
     assert len(switched) == 1 and RECORDED[first][0] in switched[0]
@@ -149,11 +149,11 @@ def test_the_fleetflow_engine_refuses_a_flow_of_a_newer_version_of_itself(url, t
     backend = _backend(url)
     flow_uuid = _new_flow_detail(backend)
     flow_detail = _load(backend, flow_uuid)
-    flow_detail.meta[meta.ENGINE_KEY] = "fleetflow-parallel/2"
+    flow_detail.meta[flow_meta.ENGINE_KEY] = "fleetflow-parallel/2"
     with contextlib.closing(backend.get_connection()) as conn:
         conn.update_flow_details(flow_detail)
     engine = _run(backend, flow_uuid, "fleetflow-parallel", str(tmp_path / "effects"))
-    with pytest.raises(meta.NewerEngineVersion, match="fleetflow-parallel/2"):
+    with pytest.raises(flow_meta.NewerEngineVersion, match="fleetflow-parallel/2"):
         engine.run()
     assert not os.path.exists(tmp_path / "effects")
     backend.close()

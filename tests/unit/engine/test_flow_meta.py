@@ -1,6 +1,6 @@
-"""engine/flow_meta.py: fleetflow's options inside a flow detail's ``meta``."""
+"""plugin/flow_meta.py: fleetflow's options inside a flow detail's ``meta``."""
 
-from fleetflow.engine import flow_meta
+from fleetflow.plugin import flow_meta
 
 
 def test_options_are_a_copy_and_empty_when_absent():

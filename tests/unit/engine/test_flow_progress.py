@@ -9,8 +9,8 @@ from taskflow import states as tf_states
 
 from fleetflow.engine import actions
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor_pool import ConductorPool
-from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.conductor.pool import ConductorPool
+from fleetflow.engine.jobboard.boards import make_jobboard
 from fleetflow.persistence.logbook.backend import LogbookBackend
 
 

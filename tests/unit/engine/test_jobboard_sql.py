@@ -1,4 +1,4 @@
-"""engine/jobboard_sql.py: TaskFlow's jobboard contract on the fleetflow database."""
+"""engine/jobboard/sql.py: TaskFlow's jobboard contract on the fleetflow database."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
-from fleetflow.engine.jobboard_sql import SqlJobBoard
+from fleetflow.engine.jobboard.sql import SqlJobBoard
 
 
 def _board(database, name="b", expiry=2.0):

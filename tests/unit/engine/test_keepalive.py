@@ -1,4 +1,4 @@
-"""engine/conductor_keepalive.py: claim extensions, lost claims, and the lease they give."""
+"""engine/conductor/keepalive.py: claim extensions, lost claims, and the lease they give."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from fleetflow.engine import conductor_keepalive as keepalive
+from fleetflow.engine.conductor import keepalive
 from fleetflow.engine.fencing import FencedBackend, StaleCheckpoint
 from fleetflow.persistence import fences
 

@@ -15,7 +15,7 @@ from taskflow import states as tf_states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.engine import reconcile as reconcile_mod
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor_pool import ConductorPool
+from fleetflow.engine.conductor.pool import ConductorPool
 from fleetflow.persistence import intents
 from fleetflow.persistence.fences import Fence
 from fleetflow.persistence.jobs import Job as JobRow
@@ -30,7 +30,7 @@ def sql_backend(database):
 
 @pytest.fixture
 def sql_board(engine_conf, database, sql_backend):
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(engine_conf, sql_backend)
     yield board

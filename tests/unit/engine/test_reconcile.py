@@ -15,8 +15,8 @@ from taskflow import states as tf_states
 
 from fleetflow.engine import reconcile as reconcile_mod
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import make_conductor
-from fleetflow.engine.conductor_pool import ConductorPool
+from fleetflow.engine.conductor.pool import ConductorPool
+from fleetflow.engine.conductor.worker import make_conductor
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook import backend as logbook_backend
@@ -30,7 +30,7 @@ def sql_backend(database):
 
 @pytest.fixture
 def sql_board(engine_conf, database, sql_backend):
-    from fleetflow.engine.jobboard import make_jobboard
+    from fleetflow.engine.jobboard.boards import make_jobboard
 
     board = make_jobboard(engine_conf, sql_backend)
     yield board
@@ -108,7 +108,7 @@ def test_a_flow_without_a_job_gets_one_after_the_grace(monkeypatch, engine_conf,
 
 def test_each_board_reconciles_its_own_flows(monkeypatch, engine_conf, database, sql_board,
                                              sql_backend, submitter):
-    from fleetflow.engine.jobboard_sql import SqlJobBoard
+    from fleetflow.engine.jobboard.sql import SqlJobBoard
 
     monkeypatch.setattr(sql_board, "post", lambda *a, **kw: (_ for _ in ()).throw(
         ConnectionError("the jobboard is down")))

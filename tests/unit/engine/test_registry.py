@@ -45,13 +45,6 @@ def test_a_name_cannot_be_taken_by_another_factory():
         registry.register("toy-linear", registry.rebuild)
 
 
-def test_atom_name_format_and_validation():
-    assert registry.atom_name(3, "boot") == "inst-0003-boot"
-    assert registry.atom_name(12345, "claim", prefix="vol") == "vol-12345-claim"
-    with pytest.raises(ValueError):
-        registry.atom_name(-1, "boot")
-
-
 def test_saved_factory_details_rebuild_the_same_flow():
     factory, args, _ = registry.factory_details("toy-linear")
     detail = tf_models.FlowDetail("toy-linear", uuid="f-1")

@@ -7,7 +7,7 @@ import time
 from taskflow import states as tf_states
 
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor_pool import ConductorPool
+from fleetflow.engine.conductor.pool import ConductorPool
 
 
 def _wait(predicate, timeout=20.0):

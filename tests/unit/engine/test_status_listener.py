@@ -17,13 +17,14 @@ from taskflow.patterns import linear_flow
 from taskflow.retry import Times
 
 from fleetflow.common import states
-from fleetflow.engine import actions, flow_meta
+from fleetflow.engine import actions
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.conductor import PauseOnErrorListener
+from fleetflow.engine.conductor.pause import PauseOnErrorListener
 from fleetflow.flows import registry
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence.models import Reservation
+from fleetflow.plugin import flow_meta
 
 SEEN: list[tuple[str, str, str]] = []  # (event, atom, reservation status then)
 FAULTS: set[str] = set()
@@ -55,15 +56,15 @@ def observe_flow(count: int, retried: bool = False):
     """count Observe atoms; with ``retried`` the last one sits in a retry subflow."""
     flow = linear_flow.Flow("status-observe")
     for index in range(count - 1 if retried else count):
-        flow.add(Observe(name=registry.atom_name(index, "observe")))
+        flow.add(Observe(name=f"inst-{index:04d}-observe"))
     if retried:
         inner = linear_flow.Flow("retried", retry=Times(2, name="inst-retry"))
-        inner.add(Observe(name=registry.atom_name(count - 1, "observe")))
+        inner.add(Observe(name=f"inst-{count - 1:04d}-observe"))
         flow.add(inner)
     return flow
 
 
-STEP = [registry.atom_name(i, "observe") for i in range(3)]
+STEP = [f"inst-{i:04d}-observe" for i in range(3)]
 
 
 @pytest.fixture

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
-from fleetflow.engine import actions, conductor, conductor_pool, flow_meta
+from fleetflow.engine import actions
+from fleetflow.engine.conductor import pool, worker
 from fleetflow.flows.status_listener import ReservationStatusListener
+from fleetflow.plugin import flow_meta
 
 
 def runner(cloud, board, backend, timeout: float):
@@ -14,7 +16,7 @@ def runner(cloud, board, backend, timeout: float):
     flow is in one of ``states`` with no job left; fails after ``timeout`` seconds."""
 
     def engine_with_status(flow_detail, store, backend_, conf):
-        engine = conductor.default_engine_factory(flow_detail, store, backend_, conf)
+        engine = worker.default_engine_factory(flow_detail, store, backend_, conf)
         ReservationStatusListener(
             engine, cloud.database,
             paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)).register()
@@ -22,7 +24,7 @@ def runner(cloud, board, backend, timeout: float):
 
     def run_until(flow_id, *wanted):
         deadline = time.monotonic() + timeout
-        with conductor_pool.ConductorPool(cloud.conf, workers=1, persistence=backend,
+        with pool.ConductorPool(cloud.conf, workers=1, persistence=backend,
                                           engine_factory=engine_with_status,
                                           wait_timeout=0.05):
             while True:

@@ -13,7 +13,7 @@ from taskflow.persistence import backends as tf_backends
 from fleetflow.common import states
 from fleetflow.engine import actions, taskflow_retry_fix
 from fleetflow.engine import submit as submit_mod
-from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.jobboard.boards import make_jobboard
 from fleetflow.persistence import reservations as rows
 from tests.unit.flows import conductors as conductor_threads
 

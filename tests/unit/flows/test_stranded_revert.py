@@ -20,7 +20,7 @@ from taskflow import states as tf_states
 from fleetflow.common import states
 from fleetflow.compute.exceptions import OutcomeUnknown
 from fleetflow.engine import actions, taskflow_retry_fix
-from fleetflow.engine.jobboard import make_jobboard
+from fleetflow.engine.jobboard.boards import make_jobboard
 from fleetflow.engine.submit import Submitter
 from fleetflow.persistence.logbook.backend import LogbookBackend
 from fleetflow.persistence.models import Reservation

@@ -36,9 +36,9 @@ from taskflow.engines.action_engine.actions import task as tf_task_action
 from taskflow.persistence import models as tf_models
 from taskflow.utils import misc
 
-from fleetflow.engine.fast import checkpoints, scopes
-from fleetflow.engine.fast.selector import CursorSelector
-from fleetflow.engine.fast.waiter import CompletionWaiter
+from fleetflow.plugin import checkpoints, scopes
+from fleetflow.plugin.selector import CursorSelector
+from fleetflow.plugin.waiter import CompletionWaiter
 
 
 class TaskAction(tf_task_action.TaskAction):
@@ -97,7 +97,7 @@ class Runtime(tf_runtime.Runtime):
     def compile(self):
         """TaskFlow 6.5's ``Runtime.compile`` with indexed scope walkers.
 
-        The body is stock's except for the walker; ``engine.fast.compat``
+        The body is stock's except for the walker; ``plugin.compat``
         keeps it to the series it was copied from.
         """
         change_state_handlers = {

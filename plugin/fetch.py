@@ -14,7 +14,7 @@ providers, so the value depends only on what was injected, and that changes
 only through ``Storage.inject``, which always ends with
 ``Storage._set_result_mapping``. :func:`fetch_mapped_args` is stock's, except
 that such a value, once found, is remembered per storage until the next
-``_set_result_mapping`` (:class:`fleetflow.engine.fast.storage.Storage`
+``_set_result_mapping`` (:class:`fleetflow.plugin.storage.Storage`
 forgets them there); values found through atoms are looked up every time,
 as stock does.
 """
@@ -36,7 +36,7 @@ def fetch_mapped_args(self, args_mapping, atom_name=None, scope_walker=None,
                       optional_args=None):
     """``Storage.fetch_mapped_args``, remembering values found through default providers.
 
-    A method of :class:`fleetflow.engine.fast.storage.Storage`.
+    A method of :class:`fleetflow.plugin.storage.Storage`.
     """
     if optional_args is None:
         optional_args = []

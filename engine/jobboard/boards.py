@@ -3,13 +3,13 @@
 Both boards implement TaskFlow's ``JobBoard`` plus
 ``extend_claim(job, who) -> bool``, ``job_exists(job) -> bool`` and
 ``claim_expiry``, which the conductor's keep-alive relies on
-(engine/conductor_keepalive.py).
+(engine/conductor/keepalive.py).
 """
 
 from __future__ import annotations
 
-from fleetflow.engine.jobboard_redis import ExpiringRedisJobBoard, make_client
-from fleetflow.engine.jobboard_sql import SqlJobBoard
+from fleetflow.engine.jobboard.redis import ExpiringRedisJobBoard, make_client
+from fleetflow.engine.jobboard.sql import SqlJobBoard
 from fleetflow.persistence.db import get_database
 
 

@@ -28,7 +28,7 @@ atom wins) and stored together, in one transaction where the backend can
 
 Saves from other threads (a task's progress) are stored at once, as stock. The
 flow detail's meta says ``checkpoints: batched`` for a flow this engine wrote
-(``engine.fast.meta``). A lost database connection at a barrier is waited out
+(``plugin.flow_meta``). A lost database connection at a barrier is waited out
 within the database's outage window (``persistence.db_retry``), other storage
 failures are retried with storage's own policy
 (:func:`.storage.retry_storage_failures`); when the last attempt fails, the
@@ -58,8 +58,8 @@ from concurrent import futures
 from taskflow import states as tf_states
 from taskflow.types import failure
 
-from fleetflow.engine.fast.storage import retry_storage_failures
 from fleetflow.persistence import db_retry
+from fleetflow.plugin.storage import retry_storage_failures
 
 LOG = logging.getLogger(__name__)
 
@@ -69,10 +69,11 @@ _get_ident = threading.get_ident
 class CheckpointBuffer:
     """Atom detail saves of one engine thread, stored at the next barrier.
 
-    Stands in for a backend connection inside ``Storage._with_connection``:
-    ``update_atom_details`` is held; anything else stores what is held first,
-    then runs on a real connection. Outcomes caused by an unreachable
-    database are refused (see "Withheld outcomes" above).
+    Stands in for a backend connection inside ``Storage._with_connection``,
+    through which TaskFlow's storage only ever saves an atom detail or a flow
+    detail: ``update_atom_details`` is held; ``update_flow_details`` stores
+    what is held first, then runs on a real connection. Outcomes caused by an
+    unreachable database are refused (see "Withheld outcomes" above).
     """
 
     def __init__(self, backend):
@@ -97,13 +98,13 @@ class CheckpointBuffer:
         self._held[atom_detail.uuid] = atom_detail
         return atom_detail
 
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: self._call(name, *args, **kwargs)
+    def update_flow_details(self, flow_detail):
+        if self.withheld and flow_detail.state == tf_states.FAILURE:
+            raise db_retry.DatabaseUnavailable(f"flow stopped: {self.withheld} was withheld")
+        return self._call("update_flow_details", flow_detail)
 
     def _call(self, name, *args, **kwargs):
-        if (self.withheld and name == "update_flow_details"
-                and getattr(args[0] if args else None, "state", None) == tf_states.FAILURE):
-            raise db_retry.DatabaseUnavailable(f"flow stopped: {self.withheld} was withheld")
+        """Store what is held, then call connection method ``name``."""
         self.flush()
         try:
             with contextlib.closing(self._backend.get_connection()) as conn:
@@ -200,14 +201,12 @@ class HeldDispatch:
     While held, each call returns a future of its own at once (with ``atom``
     set, as the executors do); the real call is made at release and its
     outcome copied into that future. Not held, calls go straight through.
+    It offers only the four calls TaskFlow's task and retry actions make.
     """
 
     def __init__(self, executor):
         self._executor = executor
         self._held: list | None = None
-
-    def __getattr__(self, name):
-        return getattr(self._executor, name)
 
     def hold(self) -> None:
         self._held = []

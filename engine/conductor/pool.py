@@ -1,9 +1,9 @@
 """Conductor workers inside one process: ``fleetflow serve`` and ``fleetflow conductor``.
 
-A pool starts ``[conductor] workers`` conductors (engine/conductor.py), each on
+A pool starts ``[conductor] workers`` conductors (engine/conductor/worker.py), each on
 its own thread with its own board connection, and first releases the claims a
 dead process of the same state directory and host left behind
-(engine/claim_owners.py).
+(engine/conductor/claim_owners.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from fleetflow.engine import claim_owners
-from fleetflow.engine.conductor import FleetConductor, default_name, make_conductor
+from fleetflow.engine.conductor import claim_owners
+from fleetflow.engine.conductor.worker import FleetConductor, default_name, make_conductor
 
 LOG = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ConductorPool:
 
         Claims left by a dead conductor process of the same state directory
         and host are released first, so the workers take those jobs now
-        rather than once the claims expire (engine/claim_owners.py).
+        rather than once the claims expire (engine/conductor/claim_owners.py).
         """
         for index in range(self._count):
             self.conductors.append(make_conductor(self._conf, f"{self._name}-{index}",

@@ -2,7 +2,7 @@
 
 :class:`FastAtom` is mixed into ``flows.tasks.base.FleetTask`` and
 ``FleetRetry`` (so into every fleetflow atom, under either engine); TaskFlow's
-own classes are not changed. The engine's own parts are in ``engine/fast/``
+own classes are not changed. The engine's own parts are beside this module
 (docs/engine.md).
 
 **Argument mappings per shape.** Every atom works out, for its ``execute`` and

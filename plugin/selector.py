@@ -16,7 +16,7 @@ now finished, goes on from there instead of from the start. The answer is the
 same as a walk from the start as long as no atom that was passed over has
 since fallen back (a retry resetting its subflow, a revert): every change of
 an atom's state or intention goes through ``Storage._save_atom_detail``, which
-the engine's storage (:class:`fleetflow.engine.fast.storage.Storage`) extends
+the engine's storage (:class:`fleetflow.plugin.storage.Storage`) extends
 to count such setbacks per direction; a cursor taken before a setback is
 thrown away and the walk starts again, as stock does.
 

@@ -34,7 +34,7 @@ import fasteners
 from taskflow import exceptions as tf_exc
 from taskflow import storage as tf_storage
 
-from fleetflow.engine.fast import fetch, selector
+from fleetflow.plugin import fetch, selector
 
 _current_thread = threading.current_thread
 

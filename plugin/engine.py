@@ -11,7 +11,7 @@ owns it (``docs/engine.md`` lists them with their semantics):
 - the task pool (:mod:`.executor`);
 - this class: compile with the cyclic garbage collector paused, validate
   once (:mod:`.validation`), checkpoints buffered while it runs, and the
-  engine and checkpoint semantics recorded in the flow detail (:mod:`.meta`).
+  engine and checkpoint semantics recorded in the flow detail (:mod:`.flow_meta`).
 
 **Garbage collector paused while compiling.** Compiling (and the per-atom
 runtime set-up that follows) allocates tens of thousands of containers that
@@ -31,9 +31,9 @@ from taskflow.engines.action_engine import engine as tf_engine
 from taskflow.engines.action_engine import executor as tf_executor
 from taskflow.utils import misc
 
-from fleetflow.engine.fast import checkpoints, compat, compiler, executor, meta, validation
-from fleetflow.engine.fast.runtime import Runtime
-from fleetflow.engine.fast.storage import Storage
+from fleetflow.plugin import checkpoints, compat, compiler, executor, flow_meta, validation
+from fleetflow.plugin.runtime import Runtime
+from fleetflow.plugin.storage import Storage
 
 NAME = "fleetflow-parallel"
 #: Bumped whenever what the engine stores, or when, changes (recorded in flow details).
@@ -125,11 +125,11 @@ class FleetflowParallelEngine(tf_engine.ParallelActionEngine):
 
     def run_iter(self, timeout=None):
         """Stock ``run_iter``, its checkpoints stored in batches, the engine recorded."""
-        written_by = (self.storage._flowdetail.meta or {}).get(meta.ENGINE_KEY)
-        version = meta.version_of(written_by, NAME)
+        written_by = (self.storage._flowdetail.meta or {}).get(flow_meta.ENGINE_KEY)
+        version = flow_meta.version_of(written_by, NAME)
         if version is not None and version > VERSION:
-            raise meta.NewerEngineVersion(
+            raise flow_meta.NewerEngineVersion(
                 f"flow {self.storage.flow_uuid} was written by {written_by}, newer than "
-                f"{meta.label(NAME, VERSION)}: resume it with that version or later")
-        meta.record(self.storage, meta.label(NAME, VERSION), meta.BATCHED)
+                f"{flow_meta.label(NAME, VERSION)}: resume it with that version or later")
+        flow_meta.record_engine(self.storage, flow_meta.label(NAME, VERSION), flow_meta.BATCHED)
         return checkpoints.buffered_run(self.storage, super().run_iter(timeout=timeout))

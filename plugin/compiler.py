@@ -132,7 +132,7 @@ class FlowCompiler(tf_compiler.FlowCompiler):
     """TaskFlow's ``FlowCompiler.compile`` on a :class:`DiGraph`, merging in place.
 
     The body is TaskFlow 6.5's, line for line, except for the graph class and
-    the merge; ``engine.fast.compat`` keeps it to the series it was copied from.
+    the merge; ``plugin.compat`` keeps it to the series it was copied from.
     """
 
     def compile(self, flow, parent=None):

@@ -1,19 +1,19 @@
 """Conductor workers: TaskFlow's blocking conductor with leases, fences and a pause.
 
-A worker claims a job from the board (engine/jobboard.py), rebuilds the flow
+A worker claims a job from the board (engine/jobboard/boards.py), rebuilds the flow
 from its flow detail (flows/registry.py) and runs it; the workers of one
-process are started by engine/conductor_pool.py. On top of TaskFlow's
+process are started by engine/conductor/pool.py. On top of TaskFlow's
 ``BlockingConductor`` it adds, per job:
 
 1. **keep-alive**: the claim is extended every ``[jobboard] keepalive_interval``
-   while the job runs (engine/conductor_keepalive.py);
+   while the job runs (engine/conductor/keepalive.py);
 2. **fencing**: a new token from ``fences.advance(flow id, owner)`` is injected
    into the store under ``keys.FENCE`` for every task to hand to its side
    effects, and the engine checkpoints through engine/fencing.py;
 3. **on_error = pause**: the flow stops (SUSPENDED) at its first final
    failure (not one a retry absorbs), before anything is reverted, and its
    job is consumed so no other conductor resumes (and so reverts) it; an
-   operator decides;
+   operator decides (engine/conductor/pause.py);
 4. the ``after-checkpoint`` crash point of the crash tests (flows/tasks/base.py);
 5. **wake-up on post**: an idle worker looks at the board every 0.5 s
    (TaskFlow's wait); a job posted in the same process (``fleetflow serve``)
@@ -27,6 +27,9 @@ process are started by engine/conductor_pool.py. On top of TaskFlow's
    conductor, is running already is a duplicate (a re-post raced with
    another, engine/reconcile.py): it is consumed without running, rather
    than fencing the running owner out.
+8. **the flow's listeners**: the listeners the job's flow declared when it
+   was registered (flows/registry.py ``listeners_of``), such as the status
+   listener that keeps a reservation's row in step with its flow.
 
 ``ENGINE_FACTORY`` is the one seam through which every engine is made.
 """
@@ -44,23 +47,21 @@ from collections.abc import Callable
 
 from taskflow import states as tf_states
 from taskflow.conductors.backends import impl_blocking, impl_executor
-from taskflow.listeners import base as listener_base
 from taskflow.types import timing
 
 from fleetflow.common.crash_points import CRASH_ENV
-from fleetflow.engine import flow_meta
 from fleetflow.engine.backend import get_backend
-from fleetflow.engine.conductor_keepalive import ClaimKeepAlive
-from fleetflow.engine.conductor_log import ConductorLog
-from fleetflow.engine.failure_resolution import absorbed_by_retry
+from fleetflow.engine.conductor.keepalive import ClaimKeepAlive
+from fleetflow.engine.conductor.log import ConductorLog
+from fleetflow.engine.conductor.pause import PauseOnErrorListener
 from fleetflow.engine.fencing import FencedBackend
-from fleetflow.engine.flow_meta import META_KEY, ON_ERROR_PAUSE, SETTLED_FLOW_STATES
-from fleetflow.engine.jobboard import make_jobboard
-from fleetflow.flows import keys
-from fleetflow.flows.status_listener import ReservationStatusListener
+from fleetflow.engine.jobboard.boards import make_jobboard
+from fleetflow.flows import keys, registry
 from fleetflow.flows.tasks.base import CrashPointListener
 from fleetflow.persistence import fences
 from fleetflow.persistence.db import get_database
+from fleetflow.plugin import flow_meta
+from fleetflow.plugin.flow_meta import ON_ERROR_PAUSE, SETTLED_FLOW_STATES
 
 LOG = logging.getLogger(__name__)
 
@@ -89,47 +90,6 @@ ENGINE_FACTORY: Callable = default_engine_factory
 def default_name(conf) -> str:
     """``[conductor] name``, else host name and pid."""
     return conf.conductor.name or f"{socket.gethostname()}-{os.getpid()}"
-
-
-class PauseOnErrorListener(listener_base.Listener):
-    """Suspends the engine at the first final failure, before any revert runs.
-
-    TaskFlow notifies FAILURE after saving it and before deciding what to
-    revert; suspending then leaves the failed atom FAILURE, the others as
-    they were (their revert intentions recorded, nothing reverted) and the
-    flow SUSPENDED. Resuming that flow as it stands reverts it; an operator
-    "resume" resets the failed atoms first.
-
-    A failure that a retry controller absorbs (an instance's boot fails and
-    its next candidate host is tried) is not final: the flow goes on.
-    """
-
-    def __init__(self, engine):
-        super().__init__(engine, task_listen_for=(tf_states.FAILURE,),
-                         flow_listen_for=(), retry_listen_for=(tf_states.FAILURE,))
-        self.paused = False
-
-    def _pause(self, name: str) -> None:
-        LOG.warning("atom %s failed: pausing the flow for an operator", name)
-        self.paused = True
-        # Recorded in the flow detail, so a conductor that finds this job
-        # again (we died before consuming it) leaves the flow alone too.
-        options = flow_meta.options(self._engine.storage.flow_meta)
-        options.update(paused=True, paused_at=name)
-        self._engine.storage.update_flow_metadata({META_KEY: options})
-        self._engine.suspend()
-
-    def _receive(self, name: str, details: dict) -> None:
-        if absorbed_by_retry(self._engine, name, details.get("result")):
-            LOG.info("atom %s failed; its retry tries again, no pause", name)
-            return
-        self._pause(name)
-
-    def _task_receiver(self, state, details):
-        self._receive(details["task_name"], details)
-
-    def _retry_receiver(self, state, details):
-        self._receive(details["retry_name"], details)
 
 
 class WakeableTimeout(timing.Timeout):
@@ -352,11 +312,13 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
-        # Reservation rows follow their flow: PAUSED, BUILDING again, REVERTING.
-        listeners.append(ReservationStatusListener(
-            engine, self._database,
-            paused=lambda: flow_meta.is_paused(engine.storage.flow_meta)))
-        if self._job_options.get(job.uuid, {}).get("on_error") == ON_ERROR_PAUSE:
+        options = self._job_options.get(job.uuid, {})
+        # What the flow declared, e.g. its rows following it: PAUSED, BUILDING again.
+        listeners.extend(
+            factory(engine, self._database,
+                    paused=lambda: flow_meta.is_paused(engine.storage.flow_meta))
+            for factory in registry.listeners_of(options.get("flow_name", "")))
+        if options.get("on_error") == ON_ERROR_PAUSE:
             pause = PauseOnErrorListener(engine)
             self._pause_listeners[job.uuid] = pause
             listeners.append(pause)
