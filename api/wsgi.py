@@ -49,14 +49,14 @@ def make_services(conf, database, runtime, persistence, board) -> dict:
     from fleetflow.engine.submit import Submitter
     from fleetflow.services.evacuations import EvacuationOps
     from fleetflow.services.hosts import HostOps
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
     from fleetflow.services.vclusters import VClusterOps
 
     submit = Submitter(board, persistence)
     store = getattr(runtime.placement, "store", None)
     hosts = HostOps(conf, database, store, runtime.compute)
     return {
-        "operations": Operations(conf, database, submit),
+        "reservations": ReservationOps(conf, database, submit),
         "job_submitter": submit,
         "placement_store": store,
         "compute_rpcapi": runtime.compute,

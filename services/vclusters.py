@@ -37,7 +37,7 @@ from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import StorageBackend, VCluster
 from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
-from fleetflow.services.operations import resolve_flavor, resolve_image
+from fleetflow.services.reservations import resolve_flavor, resolve_image
 
 LOG = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from fleetflow.api.state import current_state
 from fleetflow.engine.flow_meta import ON_ERROR_REVERT
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Reservation
-from fleetflow.services.operations import ReservationRequest
+from fleetflow.services.reservations import ReservationRequest
 
 blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",
                        description="Reservations of N instances and their progress.")
@@ -183,13 +183,13 @@ class Reservations(MethodView):
         fields = body["reservation"]
         req = ReservationRequest(tenant_id=tenant_id,
                                  user_id=auth.current_context().user_id, **fields)
-        operations = current_state().service("operations")
+        reservations = current_state().service("reservations")
         if args["dry_run"]:
-            verdict = operations.dry_run(req)
+            verdict = reservations.dry_run(req)
             return flask.jsonify(schemas.DryRunResponseSchema().dump({"dry_run": verdict}))
         key = _idempotency_key()
         try:
-            reservation, created = operations.reserve(req, idempotency_key=key)
+            reservation, created = reservations.reserve(req, idempotency_key=key)
         except sa.exc.IntegrityError:
             if key is None:
                 raise
@@ -197,7 +197,7 @@ class Reservations(MethodView):
             # (tenant_id, idempotency_key) index let one insert win and rolled
             # this one back before anything was posted. Asking again finds
             # the winner's reservation.
-            reservation, created = operations.reserve(req, idempotency_key=key)
+            reservation, created = reservations.reserve(req, idempotency_key=key)
         headers = {"Location": _self_link(tenant_id, reservation.id)}
         if not created:
             _check_same_request(reservation, req)
@@ -224,6 +224,6 @@ class ReservationItem(MethodView):
     def delete(self, tenant_id, reservation_id):
         """Delete a settled reservation and all its instances (409 while it is building,
         or while an evacuation still moves one of them: SERVER_BEING_MOVED)."""
-        operations = current_state().service("operations")
-        reservation = operations.delete_reservation(tenant_id, reservation_id)
+        reservations = current_state().service("reservations")
+        reservation = reservations.delete_reservation(tenant_id, reservation_id)
         return {"reservation": _summary(reservation)}

@@ -96,5 +96,5 @@ class ServerItem(MethodView):
     def delete(self, tenant_id, server_id):
         """Delete one server (409 while it is still being built, or while an evacuation
         still moves it: SERVER_BEING_MOVED)."""
-        operations = current_state().service("operations")
-        return {"server": operations.delete_server(tenant_id, server_id)}
+        reservations = current_state().service("reservations")
+        return {"server": reservations.delete_server(tenant_id, server_id)}

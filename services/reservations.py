@@ -1,8 +1,9 @@
-"""What tenants and operators ask the cloud to do, turned into rows and flow jobs.
+"""Reservations (and the deletion of one server), turned into rows and flow jobs.
 
-The API and the CLI call these; they validate against the database, write the
+The API and the CLI call :class:`ReservationOps` (the API's service
+``reservations``); it validates a request against the database, writes the
 domain rows and the intent to run their flow in one transaction, and the flow
-is posted once it commits (engine/submit.py). They never wait for a flow:
+is posted once it commits (engine/submit.py). It never waits for a flow:
 status is read back from the rows.
 """
 
@@ -67,8 +68,8 @@ def resolve_image(session, ref: str) -> Image:
     return image
 
 
-class Operations:
-    """Entry points for reservations and servers; one per process."""
+class ReservationOps:
+    """Entry points for reservations and for deleting one server; one per process."""
 
     def __init__(self, conf, database, submit: Submitter):
         self.conf = conf
