@@ -145,9 +145,9 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
     ``services`` seeds ``AppState.services`` (see :mod:`fleetflow.api.state`).
     """
     if database is None:
-        from fleetflow.persistence.db import get_database
+        from fleetflow.services import wiring
 
-        database = get_database(conf)
+        database = wiring.database(conf)
     app = flask.Flask("fleetflow.api", static_folder=None)
     _configure(app, conf)
     state = AppState(conf=conf, database=database, enforcer=policy.make_enforcer(conf),
