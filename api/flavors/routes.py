@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
 from fleetflow.api import common, policy
 from fleetflow.api.flavors import schemas
 from fleetflow.api.state import current_state
-from fleetflow.persistence.models import Flavor
+from fleetflow.services import catalog
 
 blp = common.Blueprint("flavors", __name__, url_prefix="/v2/<tenant_id>/flavors",
                        description="Flavors (every project sees the same catalog).")
@@ -22,10 +21,11 @@ class Flavors(MethodView):
     @blp.response(200, schemas.FlavorListSchema)
     def get(self, args, tenant_id):
         """List flavors, sorted by name, paginated with limit/marker."""
-        with current_state().database.session() as session:
-            flavors, links = common.paginate(session, sa.select(Flavor), Flavor.name, args,
-                                             "flavor")
-            return {"flavors": flavors, "links": links}
+        limit = common.page_limit(args)
+        found, more = catalog.flavor_page(current_state().database, limit=limit,
+                                          marker=args.get("marker"))
+        return {"flavors": found,
+                "links": common.next_links(limit, found[-1].name) if more else []}
 
 
 @blp.route("/<flavor>")
@@ -34,8 +34,7 @@ class FlavorItem(MethodView):
     @blp.response(200, schemas.FlavorResponseSchema)
     def get(self, tenant_id, flavor):
         """Show a flavor by id or by name."""
-        with current_state().database.session() as session:
-            row = common.get_by_id_or_name(session, Flavor, flavor)
-            if row is None:
-                abort(404, message=f"Flavor {flavor} does not exist.")
-            return {"flavor": row}
+        row = catalog.find_flavor(current_state().database, flavor)
+        if row is None:
+            abort(404, message=f"Flavor {flavor} does not exist.")
+        return {"flavor": row}

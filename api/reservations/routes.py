@@ -23,10 +23,8 @@ from flask_smorest import abort
 from fleetflow.api import auth, common, fields, hosts_view, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
-from fleetflow.engine.flow_meta import ON_ERROR_REVERT
-from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Reservation
-from fleetflow.services.reservations import ReservationRequest
+from fleetflow.services import reservations as reservation_ops
+from fleetflow.services.reservations import ON_ERROR_REVERT, ReservationRequest
 
 blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",
                        description="Reservations of N instances and their progress.")
@@ -46,13 +44,13 @@ def _self_link(tenant_id: str, reservation_id: str) -> str:
                          reservation_id=reservation_id, _external=True)
 
 
-def _summary(reservation: Reservation) -> dict:
+def _summary(reservation) -> dict:
     return {"id": reservation.id, "status": reservation.status,
             "links": [{"rel": "self",
                        "href": _self_link(reservation.tenant_id, reservation.id)}]}
 
 
-def _view(reservation: Reservation, progress: dict) -> dict:
+def _view(reservation, progress: dict) -> dict:
     """The list item shape (instances are added by the item route)."""
     return {"id": reservation.id, "name": reservation.name, "status": reservation.status,
             "policy": reservation.policy, "flow_id": reservation.flow_id,
@@ -82,7 +80,7 @@ def _fault_body(fault: dict | None, view: hosts_view.HostView) -> dict | None:
 
 
 def _instance_body(instance: dict, view: hosts_view.HostView) -> dict:
-    """A row of ``rows.instance_views`` as ReservationInstanceSchema dumps it."""
+    """An instance of ``reservation_ops.show`` as ReservationInstanceSchema dumps it."""
     fault = instance["fault"]
     if fault is not None:
         instance["fault"] = _fault_body(fault, view)
@@ -119,7 +117,7 @@ def _idempotency_key() -> str | None:
     return key
 
 
-def _check_same_request(reservation: Reservation, req: ReservationRequest) -> None:
+def _check_same_request(reservation, req: ReservationRequest) -> None:
     first = reservation.request or {}
     asked = vars(req)
     changed = [name for name in _COMPARED
@@ -141,15 +139,12 @@ class Reservations(MethodView):
         Newest first (``created_at`` descending, the id breaking ties), paginated
         with limit/marker (a reservation id); ``status`` filters.
         """
-        stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
-        if args.get("status"):
-            stmt = stmt.where(Reservation.status == args["status"])
-        with current_state().database.session() as session:
-            page, links = common.paginate_newest_first(
-                session, stmt, Reservation, args, scope=(Reservation.tenant_id == tenant_id,))
-            progress = rows.progress_by_reservation(session, [r.id for r in page])
-            return {"reservations": [_view(r, progress[r.id]) for r in page],
-                    "links": links}
+        limit = common.page_limit(args)
+        page, more = reservation_ops.list_page(current_state().database, tenant_id,
+                                               limit=limit, marker=args.get("marker"),
+                                               status=args.get("status"))
+        return {"reservations": [_view(r, progress) for r, progress in page],
+                "links": common.next_links(limit, page[-1][0].id) if more else []}
 
     @policy.authorize("reservations:create")
     @blp.arguments(schemas.ReservationCreateArgsSchema, location="query")
@@ -211,10 +206,9 @@ class ReservationItem(MethodView):
     @blp.response(200, schemas.ReservationResponseSchema)
     def get(self, tenant_id, reservation_id):
         """Show a reservation: status, progress, and every instance with its fault."""
-        with current_state().database.read_session() as session:
-            reservation = rows.get(session, reservation_id, tenant_id)
-            view = _view(reservation, rows.progress(session, reservation_id))
-            body = _show_body(view, rows.instance_views(session, reservation_id))
+        reservation, progress, instances = reservation_ops.show(
+            current_state().database, tenant_id, reservation_id)
+        body = _show_body(_view(reservation, progress), instances)
         # A Response passes flask-smorest's response decorator unchanged.
         return flask.jsonify(body)
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import urllib.parse
 
 import flask
 import sqlalchemy as sa
@@ -56,7 +55,6 @@ from fleetflow.api.reservations.routes import _idempotency_key as idempotency_ke
 from fleetflow.api.state import current_state
 from fleetflow.api.vclusters import schemas
 from fleetflow.common.exceptions import NotFound
-from fleetflow.persistence.models import VCluster
 from fleetflow.services.vclusters import VClusterRequest
 
 LOG = logging.getLogger(__name__)
@@ -88,7 +86,7 @@ def _links(tenant_id: str, vcluster_id: str) -> list[dict]:
     return [{"rel": "self", "href": _self_link(tenant_id, vcluster_id)}]
 
 
-def _summary(vcluster: VCluster) -> dict:
+def _summary(vcluster) -> dict:
     return {"vcluster": {"id": vcluster.id, "status": vcluster.status,
                          "links": _links(vcluster.tenant_id, vcluster.id)}}
 
@@ -108,7 +106,7 @@ def _storable():
         abort(400, message="A value of the request does not fit the database.")
 
 
-def _check_same_request(vcluster: VCluster, asked: dict) -> None:
+def _check_same_request(vcluster, asked: dict) -> None:
     first = vcluster.request or {}
     changed = [name for name in _COMPARED if first.get(name) != asked[name]]
     if changed:
@@ -128,7 +126,7 @@ class VClusters(MethodView):
         Newest first (``created_at`` descending, the id breaking ties),
         paginated with limit/marker (a cluster id); ``status`` filters.
         """
-        limit = args.get("limit") or current_state().conf.api.page_size
+        limit = common.page_limit(args)
         try:
             # One more than asked tells whether a next page exists.
             page = _ops().list(tenant_id, args.get("status"), limit + 1, args.get("marker"))
@@ -138,10 +136,7 @@ class VClusters(MethodView):
         links = []
         if len(page) > limit:
             page = page[:limit]
-            query = flask.request.args.to_dict()
-            query.update(limit=str(limit), marker=page[-1]["id"])
-            links.append({"rel": "next",
-                          "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)})
+            links = common.next_links(limit, page[-1]["id"])
         for item in page:
             item["links"] = _links(tenant_id, item["id"])
         return {"vclusters": page, "links": links}
