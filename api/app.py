@@ -15,10 +15,12 @@ Adding a resource
    url_prefix="/v2/<tenant_id>/things", description=...)`` and one
    ``MethodView`` for the collection and one for the item; every method
    decorated ``@policy.authorize("things:list")`` (top-most) and the rule
-   added to ``policy.ROUTE_RULES``. Reach the database and services through
-   ``state.current_state()`` and the caller through ``auth.current_context()``;
-   fail with ``flask_smorest.abort(status, message=...)`` or a
-   ``FleetflowError``.
+   added to ``policy.ROUTE_RULES``. Read and write rows through a service
+   (``services/<resource>.py``; api/ imports no persistence or engine
+   module), given the database or the registered services of
+   ``state.current_state()``; reach the caller through
+   ``auth.current_context()``; fail with ``flask_smorest.abort(status,
+   message=...)`` or a ``FleetflowError``.
 3. One line in :data:`BLUEPRINTS` below. tests/functional/conftest.py gives
    ``app``/``client`` fixtures and headers for admin, member and reader.
 """
@@ -145,9 +147,9 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
     ``services`` seeds ``AppState.services`` (see :mod:`fleetflow.api.state`).
     """
     if database is None:
-        from fleetflow.persistence.db import get_database
+        from fleetflow.services import wiring
 
-        database = get_database(conf)
+        database = wiring.database(conf)
     app = flask.Flask("fleetflow.api", static_folder=None)
     _configure(app, conf)
     state = AppState(conf=conf, database=database, enforcer=policy.make_enforcer(conf),

@@ -3,8 +3,8 @@
 Pagination (every list route, the same way): ``?limit=N&marker=K``. What
 tenants and operators make (reservations, servers, volumes, groups, clusters,
 evacuations, flows) comes newest first: ``created_at`` descending, the id
-breaking ties (:mod:`fleetflow.persistence.paging`); the fleet and its catalogs
-(hosts, flavors, images) come sorted by name. ``marker`` is the key (id or
+breaking ties; the fleet and its catalogs (hosts, flavors, images) come
+sorted by name. ``marker`` is the key (id or
 name) of the last item already seen and the page holds the next ``limit`` items
 (``[api] page_size`` by default, at most :data:`MAX_LIMIT`). The body lists a
 ``next`` link while more remain::
@@ -14,7 +14,11 @@ name) of the last item already seen and the page holds the next ``limit`` items
 Keyset pagination needs no stable snapshot: rows made after the first page
 never shift the pages that follow. A marker must name an item of the list
 (before its filters: one whose status changed since still works); any other
-is a 400 naming ``marker`` (:mod:`fleetflow.persistence.paging`).
+is a 400 naming ``marker``.
+
+The services read the pages: given ``limit`` and ``marker`` they return the
+rows and whether more follow (:mod:`fleetflow.persistence.paging` below
+them); a route asks for :func:`page_limit` items and adds :func:`next_links`.
 """
 
 from __future__ import annotations
@@ -24,11 +28,9 @@ import urllib.parse
 import flask
 import flask_smorest
 import marshmallow as ma
-import sqlalchemy as sa
 
 from fleetflow.api.bodies import BodyParser
 from fleetflow.api.state import current_state
-from fleetflow.persistence import paging
 
 MAX_LIMIT = 1000
 
@@ -55,29 +57,9 @@ class LinkSchema(ma.Schema):
     href = ma.fields.String(required=True)
 
 
-def paginate(session, stmt: sa.Select, key: sa.orm.InstrumentedAttribute, args: dict,
-             what: str, scope: sa.Select | None = None):
-    """Run ``stmt`` for one page ordered by the unique column ``key``.
-
-    Returns ``(rows, links)``; ``links`` holds the ``next`` link when more
-    rows follow. An unknown marker (not in ``scope``, ``stmt`` by default) is a
-    400 saying there is no such ``what``.
-    """
-    limit = args.get("limit") or current_state().conf.api.page_size
-    rows, more = paging.keyset_page(session, stmt, key, limit, args.get("marker"), what,
-                                    scope)
-    return rows, (next_links(limit, str(getattr(rows[-1], key.key))) if more else [])
-
-
-def paginate_newest_first(session, stmt: sa.Select, model, args: dict, scope: tuple = ()):
-    """Run ``stmt`` for one page of ``model`` rows, newest first (marker: an id).
-
-    ``scope`` says whose rows these are (a tenant); a marker outside it is a
-    400. Returns ``(rows, links)`` as :func:`paginate` does.
-    """
-    limit = args.get("limit") or current_state().conf.api.page_size
-    rows, more = paging.newest_first(session, stmt, model, limit, args.get("marker"), scope)
-    return rows, (next_links(limit, rows[-1].id) if more else [])
+def page_limit(args: dict) -> int:
+    """Items per page: ``limit`` if the query gives one, else ``[api] page_size``."""
+    return args.get("limit") or current_state().conf.api.page_size
 
 
 def next_links(limit: int, marker: str) -> list[dict]:
@@ -85,11 +67,3 @@ def next_links(limit: int, marker: str) -> list[dict]:
     query = flask.request.args.to_dict()
     query.update(limit=str(limit), marker=marker)
     return [{"rel": "next", "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)}]
-
-
-def get_by_id_or_name(session, model, ref: str):
-    """The row of ``model`` whose id or (unique) name is ``ref``, or None."""
-    row = session.get(model, ref)
-    if row is None:
-        row = session.scalars(sa.select(model).where(model.name == ref)).first()
-    return row

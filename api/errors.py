@@ -39,7 +39,7 @@ from werkzeug import exceptions as wexc
 
 from fleetflow.common import exceptions
 from fleetflow.common.log_throttle import Throttle, first_line
-from fleetflow.persistence import db_retry
+from fleetflow.services.outage import database_unreachable
 
 LOG = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def handle_unexpected(error: Exception):
     """Anything else: a 500 that says nothing about the internals; the log says all."""
     if isinstance(error, wexc.HTTPException):  # pragma: no cover - routed above
         return handle_http_exception(error)
-    if db_retry.is_unavailable(error):
+    if database_unreachable(error):
         return service_unavailable(
             error, f"The database is unreachable for now; try again in "
                    f"{RETRY_AFTER_SECONDS} seconds.")

@@ -4,13 +4,23 @@ One Flask app holds one :class:`AppState` in ``app.extensions["fleetflow"]``,
 so tests can run several differently configured apps in one process. Views
 reach it with :func:`current_state`.
 
-Services are set by whoever builds the app (``fleetflow serve``, tests) and
-read by the routes that need them; the names in use are listed below so that
-each part adds its own without touching the others::
+Services are set by whoever builds the app (``services.wiring.make_services``
+for ``fleetflow serve`` and the WSGI app, tests) and read by the routes that
+need them; the names in use are listed below so that each part adds its own
+without touching the others::
 
+    reservations      services.reservations.ReservationOps
+    evacuations       services.evacuations.EvacuationOps
+    hosts             services.hosts.HostOps
+    vclusters         services.vclusters.VClusterOps
     placement_store   the placement allocation store (persistence layer)
     compute_rpcapi    compute.rpcapi client of the compute hosts
     job_submitter     the engine's entry point that posts flow jobs
+    jobboard          the jobboard flows are posted to (resume, revert, audit)
+    logbook_backend   TaskFlow's logbook backend (the flow routes read it)
+
+Routes that only read rows call module functions of their service with
+``database`` (``services.catalog``, ``services.groups`` ...).
 """
 
 from __future__ import annotations

@@ -39,55 +39,13 @@ def config_files(environ=None) -> list[str]:
     return [DEFAULT_CONFIG_FILE] if os.path.exists(DEFAULT_CONFIG_FILE) else []
 
 
-def make_services(conf, database, runtime, persistence, board) -> dict:
-    """The services the API's routes use (:mod:`fleetflow.api.state`).
-
-    ``runtime``: the flows' clients (``flows.runtime.install_from_conf``);
-    ``persistence``: TaskFlow's logbook backend; ``board``: the jobboard
-    requests post their flows to.
-    """
-    from fleetflow.engine.submit import Submitter
-    from fleetflow.services.evacuations import EvacuationOps
-    from fleetflow.services.hosts import HostOps
-    from fleetflow.services.operations import Operations
-    from fleetflow.services.vclusters import VClusterOps
-
-    submit = Submitter(board, persistence)
-    store = getattr(runtime.placement, "store", None)
-    hosts = HostOps(conf, database, store, runtime.compute)
-    return {
-        "operations": Operations(conf, database, submit),
-        "job_submitter": submit,
-        "placement_store": store,
-        "compute_rpcapi": runtime.compute,
-        "jobboard": board,
-        "logbook_backend": persistence,
-        "evacuations": EvacuationOps(conf, database, submit, compute=runtime.compute,
-                                     on_host_state=hosts.sync_placement,
-                                     placement=runtime.placement),
-        "hosts": hosts,
-        "vclusters": VClusterOps(conf, database, submit),
-    }
-
-
 def build_app(conf):
     """The API app of a distributed deployment: no conductors, no schema changes."""
     from fleetflow.api.app import create_app
-    from fleetflow.engine.backend import get_backend
-    from fleetflow.engine.jobboard.boards import make_jobboard
-    from fleetflow.flows import runtime
-    from fleetflow.persistence import migrate
-    from fleetflow.persistence.db import get_database
+    from fleetflow.services import wiring
 
-    database = get_database(conf)
-    if not migrate.is_current(database.engine):
-        raise RuntimeError("the database schema is not current: run "
-                           "'fleetflow db upgrade' before starting the API")
-    rt = runtime.install_from_conf(conf, database)
-    persistence = get_backend(conf)
-    board = make_jobboard(conf, persistence)
-    return create_app(conf, database, services=make_services(conf, database, rt,
-                                                               persistence, board))
+    database, services = wiring.build(conf)
+    return create_app(conf, database, services=services)
 
 
 class LazyApplication:

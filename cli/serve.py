@@ -116,7 +116,6 @@ class Cloud:
         from fleetflow.api import auth
         from fleetflow.api.app import create_app
         from fleetflow.api.server import APIServer
-        from fleetflow.api.wsgi import make_services
         from fleetflow.compute import agent_processes
         from fleetflow.compute.agent import serve_fleet
         from fleetflow.engine.backend import get_backend
@@ -124,6 +123,7 @@ class Cloud:
         from fleetflow.engine.jobboard.boards import make_jobboard
         from fleetflow.engine.reconcile import Reconciler
         from fleetflow.flows import runtime
+        from fleetflow.services.wiring import make_services
 
         conf = self.conf
         os.makedirs(conf.state_dir, exist_ok=True)

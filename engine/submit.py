@@ -179,7 +179,7 @@ def _engine_of(database, backend) -> sa.Engine | None:
 
 
 class Submitter:
-    """``submit`` bound to a board and a backend, the callable services/operations.py takes.
+    """``submit`` bound to a board and a backend, the callable services/reservations.py takes.
 
     ``submitter(flow_name, flow_kwargs, store=..., tenant_id=..., on_error=..., flow_id=...,
     session=...)``

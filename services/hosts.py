@@ -23,6 +23,7 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError, InvalidInput, NotFound
 from fleetflow.compute.exceptions import HostDead, OutcomeUnknown
 from fleetflow.persistence import evacuations as evacuation_rows
+from fleetflow.persistence import paging
 from fleetflow.persistence.models import Host, Instance, StorageBackend, utcnow
 
 LOG = logging.getLogger(__name__)
@@ -180,6 +181,26 @@ class HostOps:
     @property
     def service_down_time(self) -> float:
         return self.conf.compute.service_down_time
+
+    def list_page(self, *, limit: int, marker: str | None = None, state: str | None = None,
+                  region: str | None = None, zone: str | None = None,
+                  rack: str | None = None) -> tuple[list[dict], bool]:
+        """``(hosts, more)``: one page of host views, sorted by name.
+
+        Filters combine (AND); ``state`` is the effective state. The marker
+        must name a host of the fleet (InvalidInput naming ``marker``).
+        """
+        now = utcnow()
+        scope = stmt = sa.select(Host)
+        if state is not None:
+            stmt = stmt.where(effective_state_clause(state, self.service_down_time, now))
+        for column, value in (("region", region), ("zone", zone), ("rack", rack)):
+            if value is not None:
+                stmt = stmt.where(getattr(Host, column) == value)
+        with self.database.session() as session:
+            hosts, more = paging.keyset_page(session, stmt, Host.name, limit, marker, "host",
+                                             scope)
+            return views(session, hosts, self.service_down_time, now), more
 
     def show(self, name: str) -> dict:
         with self.database.session() as session:

@@ -1,4 +1,4 @@
-"""Servers (instances) one by one: the pages of a project's list, or of every
+"""Servers (instances) one by one: one of a project, the pages of its list or of every
 project's for operators.
 
 The project's list (``GET /v2/{project}/servers``) and the operator's
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from fleetflow.common import states
+from fleetflow.common import ids, states
 from fleetflow.persistence import paging
 from fleetflow.persistence.models import Instance
 
@@ -37,3 +37,14 @@ def list_page(database, *, limit: int, marker: str | None = None,
         stmt = stmt.where(Instance.host == host)
     with database.session() as session:
         return paging.newest_first(session, stmt, Instance, limit, marker, scope)
+
+
+def get(database, tenant_id: str, server_id: str) -> Instance | None:
+    """The project's server ``server_id`` (a uuid) whatever its status; None otherwise."""
+    if not ids.is_uuid(server_id):
+        return None
+    with database.session() as session:
+        instance = session.get(Instance, server_id)
+    if instance is None or instance.tenant_id != tenant_id:
+        return None
+    return instance

@@ -37,7 +37,7 @@ from fleetflow.persistence.models import StorageBackend, VCluster
 from fleetflow.plugin.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
-from fleetflow.services.operations import resolve_flavor, resolve_image
+from fleetflow.services.reservations import resolve_flavor, resolve_image
 
 LOG = logging.getLogger(__name__)
 

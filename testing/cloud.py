@@ -45,7 +45,7 @@ class FakeCloud:
     """The cloud :func:`fake_cloud` builds; its runtime is the installed one.
 
     ``posted`` lists every job submitted through :meth:`submit` (what a
-    service such as ``Operations`` would have posted to the jobboard), each a
+    service such as ``ReservationOps`` would have posted to the jobboard), each a
     dict of ``flow``, ``kwargs``, ``store`` and ``flow_id``; :meth:`run`
     runs one.
     """
@@ -78,9 +78,9 @@ class FakeCloud:
         ``capabilities``, ``group_id``, ``volume_gb``, ``min_count``,
         ``tenant_id`` ...); the image is ``cirros``.
         """
-        from fleetflow.services.operations import Operations, ReservationRequest
+        from fleetflow.services.reservations import ReservationOps, ReservationRequest
 
-        ops = Operations(self.conf, self.database, submit=self.submit)
+        ops = ReservationOps(self.conf, self.database, submit=self.submit)
         req = ReservationRequest(tenant_id=fields.pop("tenant_id", "t1"), user_id="u1",
                                  flavor_ref=flavor, image_ref="cirros",
                                  min_count=fields.pop("min_count", count), max_count=count,

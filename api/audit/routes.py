@@ -7,22 +7,12 @@ from flask.views import MethodView
 from fleetflow.api import common, policy
 from fleetflow.api.audit import schemas
 from fleetflow.api.state import current_state
-from fleetflow.services import audit_flows
+from fleetflow.services import audit_flows, wiring
 from fleetflow.services.audit import audit
 
 blp = common.Blueprint("audit", __name__, url_prefix="/v2/admin/audit",
                        description="Reconcile placement, instances, hosts and group "
                                    "memberships (administrators only).")
-
-
-def _placement_client(state):
-    """The placement the API serves (its store), else what the configuration names."""
-    from fleetflow.persistence.placement.client import LocalPlacement, from_conf
-
-    store = state.services.get("placement_store")
-    if store is not None:
-        return LocalPlacement(store)
-    return from_conf(state.conf, state.database)
 
 
 @blp.route("")
@@ -41,9 +31,11 @@ class Audit(MethodView):
         ``clean`` is true only when nothing disagrees.
         """
         state = current_state()
-        report = audit(state.database, _placement_client(state),
-                       state.service("compute_rpcapi"), hosts=args.get("host"),
-                       strict=args["strict"],
+        # The placement this API serves (its store), else the configured one.
+        placement = wiring.placement_client(state.conf, state.database,
+                                            state.services.get("placement_store"))
+        report = audit(state.database, placement, state.service("compute_rpcapi"),
+                       hosts=args.get("host"), strict=args["strict"],
                        service_down_time=state.conf.compute.service_down_time,
                        board=state.services.get("jobboard"),
                        flow_grace=audit_flows.grace(args["strict"], args.get("flow_grace"),

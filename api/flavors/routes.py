@@ -2,40 +2,12 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from flask.views import MethodView
-from flask_smorest import abort
-
-from fleetflow.api import common, policy
+from fleetflow.api import catalog
 from fleetflow.api.flavors import schemas
-from fleetflow.api.state import current_state
-from fleetflow.persistence.models import Flavor
+from fleetflow.services.catalog import find_flavor, flavor_page
 
-blp = common.Blueprint("flavors", __name__, url_prefix="/v2/<tenant_id>/flavors",
-                       description="Flavors (every project sees the same catalog).")
-
-
-@blp.route("")
-class Flavors(MethodView):
-    @policy.authorize("flavors:list")
-    @blp.arguments(schemas.FlavorQueryArgsSchema, location="query")
-    @blp.response(200, schemas.FlavorListSchema)
-    def get(self, args, tenant_id):
-        """List flavors, sorted by name, paginated with limit/marker."""
-        with current_state().database.session() as session:
-            flavors, links = common.paginate(session, sa.select(Flavor), Flavor.name, args,
-                                             "flavor")
-            return {"flavors": flavors, "links": links}
-
-
-@blp.route("/<flavor>")
-class FlavorItem(MethodView):
-    @policy.authorize("flavors:show")
-    @blp.response(200, schemas.FlavorResponseSchema)
-    def get(self, tenant_id, flavor):
-        """Show a flavor by id or by name."""
-        with current_state().database.session() as session:
-            row = common.get_by_id_or_name(session, Flavor, flavor)
-            if row is None:
-                abort(404, message=f"Flavor {flavor} does not exist.")
-            return {"flavor": row}
+blp = catalog.blueprint(catalog.Catalog(
+    kind="flavor", plural="flavors", article="a",
+    list_rule="flavors:list", show_rule="flavors:show",
+    query_schema=schemas.FlavorQueryArgsSchema, list_schema=schemas.FlavorListSchema,
+    item_schema=schemas.FlavorResponseSchema, page=flavor_page, find=find_flavor), __name__)

@@ -4,22 +4,17 @@
 shows only the flows that tenant submitted (another tenant's flow id answers
 404, so ids cannot be probed). Resume and revert answer ``202`` at once: they
 rewrite the flow's checkpoints and post its job; a conductor does the work
-(read the state back with ``GET``). The engine side is engine/actions.py.
+(read the state back with ``GET``). The service is services/flows.py.
 """
 
 from __future__ import annotations
 
-import urllib.parse
-
-import flask
 from flask.views import MethodView
 
 from fleetflow.api import common, policy
 from fleetflow.api.flows import schemas
 from fleetflow.api.state import current_state
-from fleetflow.common import ids
-from fleetflow.common.exceptions import InvalidInput, NotFound
-from fleetflow.engine import actions
+from fleetflow.services import flows
 
 blp = common.Blueprint("flows", __name__, url_prefix="/v2",
                        description="Flows run by the engine: state, atoms, failures; "
@@ -33,27 +28,10 @@ def _backend():
 def _page(args: dict, tenant: str | None, own: str | None = None) -> dict:
     """A page of flows (of ``tenant`` when given); the marker must be a flow the
     caller may see (``own``: the project whose flows those are, None for operators)."""
-    limit = args.get("limit") or current_state().conf.api.page_size
-    marker = args.get("marker")
-    if marker is not None:
-        try:
-            # Flow ids are uuids: anything else names no flow (and an empty
-            # name would read a logbook directory as a flow).
-            if not ids.is_uuid(marker):
-                raise NotFound(marker)
-            actions.show_flow(_backend(), marker, tenant=own)
-        except NotFound:
-            raise InvalidInput(f"Invalid query parameter field 'marker': no flow {marker} "
-                               "to list after.", field="marker") from None
-    flows, more = actions.list_flows(_backend(), state=args.get("state"), tenant=tenant,
-                                     limit=limit, marker=marker)
-    links = []
-    if more:
-        query = flask.request.args.to_dict()
-        query.update(limit=str(limit), marker=flows[-1]["id"])
-        links.append({"rel": "next",
-                      "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)})
-    return {"flows": flows, "links": links}
+    limit = common.page_limit(args)
+    found, more = flows.list_page(_backend(), limit=limit, marker=args.get("marker"),
+                                  state=args.get("state"), tenant=tenant, own=own)
+    return {"flows": found, "links": common.next_links(limit, found[-1]["id"]) if more else []}
 
 
 @blp.route("/admin/flows")
@@ -76,7 +54,7 @@ class AdminFlowItem(MethodView):
     @blp.response(200, schemas.FlowResponseSchema)
     def get(self, flow_id):
         """Show a flow: every atom's state, intention, attempts and failure."""
-        return {"flow": actions.show_flow(_backend(), flow_id)}
+        return {"flow": flows.show(_backend(), flow_id)}
 
 
 @blp.route("/admin/flows/<flow_id>/resume")
@@ -90,7 +68,7 @@ class FlowResume(MethodView):
         retries that revert. 409 for a flow that ended SUCCESS or REVERTED.
         """
         state = current_state()
-        return {"flow": actions.resume(state.service("jobboard"), _backend(), flow_id)}
+        return {"flow": flows.resume(state.service("jobboard"), _backend(), flow_id)}
 
 
 @blp.route("/admin/flows/<flow_id>/revert")
@@ -104,7 +82,7 @@ class FlowRevert(MethodView):
         shown as it is.
         """
         state = current_state()
-        return {"flow": actions.revert(state.service("jobboard"), _backend(), flow_id)}
+        return {"flow": flows.revert(state.service("jobboard"), _backend(), flow_id)}
 
 
 @blp.route("/<tenant_id>/flows")
@@ -123,4 +101,4 @@ class TenantFlowItem(MethodView):
     @blp.response(200, schemas.FlowResponseSchema)
     def get(self, tenant_id, flow_id):
         """Show one of the project's flows (404 for any other)."""
-        return {"flow": actions.show_flow(_backend(), flow_id, tenant=tenant_id)}
+        return {"flow": flows.show(_backend(), flow_id, tenant=tenant_id)}

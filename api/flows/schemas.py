@@ -1,4 +1,4 @@
-"""Schemas of the flow routes (shapes of engine/actions.py's views)."""
+"""Schemas of the flow routes (shapes of the views services/flows.py returns)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import marshmallow as ma
 
 from fleetflow.api import hosts_view
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
-from fleetflow.engine.actions import FLOW_STATES
+from fleetflow.services.flows import FLOW_STATES
 
 STATE_HELP = ("TaskFlow's flow state, or PAUSED: stopped at its first failure by "
               "on_error=pause, nothing reverted, waiting for an operator.")

@@ -7,14 +7,12 @@ import marshmallow as ma
 from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.reservations.schemas import valid_requirements
-from fleetflow.persistence import groups as group_rows
+from fleetflow.services.groups import POLICIES, SCOPES
 
-POLICIES_HELP = ("Placement rules of the members: " + ", ".join(group_rows.POLICIES)
+POLICIES_HELP = ("Placement rules of the members: " + ", ".join(POLICIES)
                  + ". Empty: no constraint.")
 # Attributes a client may never set: the server makes them (id, members).
 READ_ONLY = ("id", "members")
-# Attributes that may only change while the group has no member.
-RULES = ("policies", "scope", "max_per_host", "capabilities")
 
 
 def _members(group) -> list[str]:
@@ -31,7 +29,7 @@ class GroupSchema(ma.Schema):
                               metadata={"description": POLICIES_HELP})
     scope = ma.fields.String(required=True,
                              metadata={"description": "Where (anti-)affinity applies: "
-                                                      + " | ".join(group_rows.SCOPES)})
+                                                      + " | ".join(SCOPES)})
     max_per_host = ma.fields.Integer(allow_none=True)
     metadata = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.String(),
                               attribute="metadata_")
@@ -69,7 +67,7 @@ class GroupFieldsSchema(ma.Schema):
     tenant_id = fields.Name(
         metadata={"description": "Optional; must be the project of the path."})
     policies = ma.fields.List(fields.Name(), metadata={"description": POLICIES_HELP})
-    scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES))
+    scope = ma.fields.String(validate=ma.validate.OneOf(SCOPES))
     max_per_host = fields.Integer(allow_none=True, validate=ma.validate.Range(min=1))
     metadata = ma.fields.Dict(keys=fields.Name(validate=ma.validate.Length(max=255)),
                               values=ma.fields.String(validate=ma.validate.Length(max=255)),
@@ -99,7 +97,7 @@ class GroupFieldsSchema(ma.Schema):
 class GroupCreateFieldsSchema(GroupFieldsSchema):
     policies = ma.fields.List(fields.Name(), load_default=list,
                               metadata={"description": POLICIES_HELP})
-    scope = ma.fields.String(validate=ma.validate.OneOf(group_rows.SCOPES),
+    scope = ma.fields.String(validate=ma.validate.OneOf(SCOPES),
                              load_default="host")
 
 

@@ -8,7 +8,6 @@ evacuation routes' POST with that single host.
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from flask.views import MethodView
 
 from fleetflow.api import auth, common, openapi, policy
@@ -16,7 +15,6 @@ from fleetflow.api.evacuations import routes as evacuation_routes
 from fleetflow.api.evacuations import schemas as evacuation_schemas
 from fleetflow.api.hosts import schemas
 from fleetflow.api.state import current_state
-from fleetflow.persistence.models import Host, utcnow
 from fleetflow.services import hosts as host_ops
 
 blp = common.Blueprint("hosts", __name__, url_prefix="/v2/admin/hosts",
@@ -45,18 +43,12 @@ class Hosts(MethodView):
         Filters combine (AND); ``state`` is the effective state. Sorted by
         name, paginated with limit/marker.
         """
-        state = current_state()
-        down_time = state.conf.compute.service_down_time
-        now = utcnow()
-        scope = stmt = sa.select(Host)
-        if args.get("state") is not None:
-            stmt = stmt.where(host_ops.effective_state_clause(args["state"], down_time, now))
-        for column in ("region", "zone", "rack"):
-            if args.get(column) is not None:
-                stmt = stmt.where(getattr(Host, column) == args[column])
-        with state.database.session() as session:
-            hosts, links = common.paginate(session, stmt, Host.name, args, "host", scope)
-            return {"hosts": host_ops.views(session, hosts, down_time, now), "links": links}
+        limit = common.page_limit(args)
+        hosts, more = _ops().list_page(limit=limit, marker=args.get("marker"),
+                                       state=args.get("state"), region=args.get("region"),
+                                       zone=args.get("zone"), rack=args.get("rack"))
+        return {"hosts": hosts,
+                "links": common.next_links(limit, hosts[-1]["name"]) if more else []}
 
 
 @blp.route("/<name>")

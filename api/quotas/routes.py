@@ -14,19 +14,15 @@ from flask.views import MethodView
 from fleetflow.api import common, policy
 from fleetflow.api.quotas import schemas
 from fleetflow.api.state import current_state
-from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Quota
+from fleetflow.services import quotas
 
 blp = common.Blueprint("quotas", __name__, url_prefix="/v2",
                        description="Per project limits on instances, vcpus, RAM and volumes.")
 
 
-def _quota_view(session, tenant_id: str) -> dict:
-    limits = rows.quota_for(session, tenant_id, current_state().conf.quota)
-    return {"tenant_id": tenant_id, **limits,
-            "default": session.get(Quota, tenant_id) is None,
-            "usage": {**rows.usage(session, tenant_id),
-                      **rows.volume_usage(session, tenant_id)}}
+def _show(tenant_id: str) -> dict:
+    state = current_state()
+    return {"quota": quotas.show(state.database, state.conf, tenant_id)}
 
 
 @blp.route("/admin/quotas/<tenant_id>")
@@ -35,8 +31,7 @@ class AdminQuota(MethodView):
     @blp.response(200, schemas.QuotaResponseSchema)
     def get(self, tenant_id):
         """Show any project's limits and usage."""
-        with current_state().database.session() as session:
-            return {"quota": _quota_view(session, tenant_id)}
+        return _show(tenant_id)
 
     @policy.authorize("quotas:update")
     @blp.arguments(schemas.QuotaUpdateSchema)
@@ -50,12 +45,8 @@ class AdminQuota(MethodView):
         volume limits are only written when given, and follow the defaults
         until then.
         """
-        with current_state().database.session() as session:
-            current = rows.quota_for(session, tenant_id, current_state().conf.quota)
-            limits = {key: current[key] for key in rows.INSTANCE_RESOURCES}
-            limits.update(body["quota"])
-            rows.set_quota(session, tenant_id, limits)
-            return {"quota": _quota_view(session, tenant_id)}
+        state = current_state()
+        return {"quota": quotas.update(state.database, state.conf, tenant_id, body["quota"])}
 
 
 @blp.route("/<tenant_id>/quotas")
@@ -64,5 +55,4 @@ class ProjectQuota(MethodView):
     @blp.response(200, schemas.QuotaResponseSchema)
     def get(self, tenant_id):
         """Show the project's own limits and usage."""
-        with current_state().database.session() as session:
-            return {"quota": _quota_view(session, tenant_id)}
+        return _show(tenant_id)

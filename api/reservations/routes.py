@@ -5,35 +5,25 @@ count limit, the project's quota), writes the reservation and its instance
 rows and posts the provision flow, all before answering ``202``; it never
 waits for the flow. Status is read back from the rows with ``GET``.
 
-Idempotency: a POST with an ``Idempotency-Key`` header that this project has
-used before creates nothing and answers the first reservation again, with the
-same ``202`` and ``Location`` as the first time (so a client retrying after a
-lost answer needs no special case) plus ``Idempotent-Replayed: true``. The same
-key with a different request body is a client bug and answers ``422``
-(as the IETF Idempotency-Key draft says).
+A POST may carry an ``Idempotency-Key`` (:mod:`fleetflow.api.idempotency`): a
+retry answers the first reservation; the same key with another request (name,
+counts, flavor, image, group, policy, volume or on_error) is a ``422``.
 """
 
 from __future__ import annotations
 
 import flask
-import sqlalchemy as sa
 from flask.views import MethodView
-from flask_smorest import abort
 
-from fleetflow.api import auth, common, fields, hosts_view, openapi, policy
+from fleetflow.api import auth, common, fields, hosts_view, idempotency, openapi, policy
 from fleetflow.api.reservations import schemas
 from fleetflow.api.state import current_state
-from fleetflow.persistence import reservations as rows
-from fleetflow.persistence.models import Reservation
-from fleetflow.plugin.flow_meta import ON_ERROR_REVERT
-from fleetflow.services.operations import ReservationRequest
+from fleetflow.services import reservations as reservation_ops
+from fleetflow.services.reservations import ON_ERROR_REVERT, ReservationRequest
 
 blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/reservations",
                        description="Reservations of N instances and their progress.")
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-REPLAYED_HEADER = "Idempotent-Replayed"
-MAX_IDEMPOTENCY_KEY = 255  # the column's size
 # Request fields that must match for a replayed Idempotency-Key.
 _COMPARED = ("name", "flavor_ref", "image_ref", "min_count", "max_count", "capabilities",
              "group_id", "policy", "volume_gb", "on_error")
@@ -46,13 +36,13 @@ def _self_link(tenant_id: str, reservation_id: str) -> str:
                          reservation_id=reservation_id, _external=True)
 
 
-def _summary(reservation: Reservation) -> dict:
+def _summary(reservation) -> dict:
     return {"id": reservation.id, "status": reservation.status,
             "links": [{"rel": "self",
                        "href": _self_link(reservation.tenant_id, reservation.id)}]}
 
 
-def _view(reservation: Reservation, progress: dict) -> dict:
+def _view(reservation, progress: dict) -> dict:
     """The list item shape (instances are added by the item route)."""
     return {"id": reservation.id, "name": reservation.name, "status": reservation.status,
             "policy": reservation.policy, "flow_id": reservation.flow_id,
@@ -82,7 +72,7 @@ def _fault_body(fault: dict | None, view: hosts_view.HostView) -> dict | None:
 
 
 def _instance_body(instance: dict, view: hosts_view.HostView) -> dict:
-    """A row of ``rows.instance_views`` as ReservationInstanceSchema dumps it."""
+    """An instance of ``reservation_ops.show`` as ReservationInstanceSchema dumps it."""
     fault = instance["fault"]
     if fault is not None:
         instance["fault"] = _fault_body(fault, view)
@@ -105,29 +95,12 @@ def _show_body(view: dict, instances: list[dict]) -> dict:
     return {"reservation": body}
 
 
-def _idempotency_key() -> str | None:
-    raw = flask.request.headers.get(IDEMPOTENCY_HEADER)
-    if raw is None:
-        return None
-    # The IETF draft sends the key as a quoted string; bare values are common.
-    key = raw.strip()
-    if len(key) >= 2 and key[0] == key[-1] == '"':
-        key = key[1:-1]
-    if not key or len(key) > MAX_IDEMPOTENCY_KEY:
-        abort(400, message=f"Invalid header field '{IDEMPOTENCY_HEADER}': 1 to "
-                           f"{MAX_IDEMPOTENCY_KEY} characters.")
-    return key
-
-
-def _check_same_request(reservation: Reservation, req: ReservationRequest) -> None:
+def _check_same_request(reservation, req: ReservationRequest) -> None:
     first = reservation.request or {}
     asked = vars(req)
     changed = [name for name in _COMPARED
                if first.get(name, _STORED_DEFAULTS.get(name)) != asked.get(name)]
-    if changed:
-        abort(422, code="fleetflow.idempotency_key_reused",
-              message=f"{IDEMPOTENCY_HEADER} was already used for reservation "
-                      f"{reservation.id} with a different {', '.join(changed)}.")
+    idempotency.refuse_changed("reservation", reservation.id, changed)
 
 
 @blp.route("")
@@ -141,15 +114,12 @@ class Reservations(MethodView):
         Newest first (``created_at`` descending, the id breaking ties), paginated
         with limit/marker (a reservation id); ``status`` filters.
         """
-        stmt = sa.select(Reservation).where(Reservation.tenant_id == tenant_id)
-        if args.get("status"):
-            stmt = stmt.where(Reservation.status == args["status"])
-        with current_state().database.session() as session:
-            page, links = common.paginate_newest_first(
-                session, stmt, Reservation, args, scope=(Reservation.tenant_id == tenant_id,))
-            progress = rows.progress_by_reservation(session, [r.id for r in page])
-            return {"reservations": [_view(r, progress[r.id]) for r in page],
-                    "links": links}
+        limit = common.page_limit(args)
+        page, more = reservation_ops.list_page(current_state().database, tenant_id,
+                                               limit=limit, marker=args.get("marker"),
+                                               status=args.get("status"))
+        return {"reservations": [_view(r, progress) for r, progress in page],
+                "links": common.next_links(limit, page[-1][0].id) if more else []}
 
     @policy.authorize("reservations:create")
     @blp.arguments(schemas.ReservationCreateArgsSchema, location="query")
@@ -157,22 +127,14 @@ class Reservations(MethodView):
     @blp.response(202, schemas.ReservationSummaryResponseSchema,
                   description="Accepted: the provision flow is posted. The Location "
                               "header is the reservation's status URL.",
-                  headers={"Location": openapi.LOCATION, REPLAYED_HEADER: openapi.REPLAYED})
+                  headers={"Location": openapi.LOCATION,
+                           idempotency.REPLAYED_HEADER: openapi.REPLAYED})
     @blp.alt_response(200, schema=schemas.DryRunResponseSchema,
                       description="With dry_run=true: whether it fits now; nothing is "
                                   "claimed or written.")
-    # NOTE: parameters given here replace those @blp.arguments documents
-    # rather than add to them, so dry_run is listed again.
-    @blp.doc(parameters=[{
-        "in": "query", "name": "dry_run", "required": False,
-        "schema": {"type": "boolean", "default": False},
-        "description": "Only say whether it fits now (200); claim and write "
-                       "nothing."}, {
-        "in": "header", "name": IDEMPOTENCY_HEADER, "required": False,
-        "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY},
-        "description": "Retrying with the same key returns the first reservation (202, "
-                       "Idempotent-Replayed: true); the same key with another body is "
-                       "a 422."}])
+    @blp.doc(parameters=idempotency.post_parameters(
+        "reservation", dry_run="Only say whether it fits now (200); claim and write "
+                               "nothing."))
     def post(self, args, body, tenant_id):
         """Reserve N instances: ``count``, or ``min_count``/``max_count``.
 
@@ -183,25 +145,17 @@ class Reservations(MethodView):
         fields = body["reservation"]
         req = ReservationRequest(tenant_id=tenant_id,
                                  user_id=auth.current_context().user_id, **fields)
-        operations = current_state().service("operations")
+        reservations = current_state().service("reservations")
         if args["dry_run"]:
-            verdict = operations.dry_run(req)
+            verdict = reservations.dry_run(req)
             return flask.jsonify(schemas.DryRunResponseSchema().dump({"dry_run": verdict}))
-        key = _idempotency_key()
-        try:
-            reservation, created = operations.reserve(req, idempotency_key=key)
-        except sa.exc.IntegrityError:
-            if key is None:
-                raise
-            # NOTE: two retries with one key raced past the lookup; the unique
-            # (tenant_id, idempotency_key) index let one insert win and rolled
-            # this one back before anything was posted. Asking again finds
-            # the winner's reservation.
-            reservation, created = operations.reserve(req, idempotency_key=key)
+        key = idempotency.key()
+        reservation, created = idempotency.create(
+            lambda: reservations.reserve(req, idempotency_key=key), key)
         headers = {"Location": _self_link(tenant_id, reservation.id)}
         if not created:
             _check_same_request(reservation, req)
-            headers[REPLAYED_HEADER] = "true"
+            headers[idempotency.REPLAYED_HEADER] = "true"
         return {"reservation": _summary(reservation)}, headers
 
 
@@ -211,10 +165,9 @@ class ReservationItem(MethodView):
     @blp.response(200, schemas.ReservationResponseSchema)
     def get(self, tenant_id, reservation_id):
         """Show a reservation: status, progress, and every instance with its fault."""
-        with current_state().database.read_session() as session:
-            reservation = rows.get(session, reservation_id, tenant_id)
-            view = _view(reservation, rows.progress(session, reservation_id))
-            body = _show_body(view, rows.instance_views(session, reservation_id))
+        reservation, progress, instances = reservation_ops.show(
+            current_state().database, tenant_id, reservation_id)
+        body = _show_body(_view(reservation, progress), instances)
         # A Response passes flask-smorest's response decorator unchanged.
         return flask.jsonify(body)
 
@@ -224,6 +177,6 @@ class ReservationItem(MethodView):
     def delete(self, tenant_id, reservation_id):
         """Delete a settled reservation and all its instances (409 while it is building,
         or while an evacuation still moves one of them: SERVER_BEING_MOVED)."""
-        operations = current_state().service("operations")
-        reservation = operations.delete_reservation(tenant_id, reservation_id)
+        reservations = current_state().service("reservations")
+        reservation = reservations.delete_reservation(tenant_id, reservation_id)
         return {"reservation": _summary(reservation)}

@@ -8,8 +8,8 @@ from fleetflow.api import fields, hosts_view
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
-from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_REVERT
 from fleetflow.scheduler import capabilities as caps
+from fleetflow.services.reservations import ON_ERROR_CHOICES, ON_ERROR_REVERT
 
 # The volume size column is a 32-bit integer on PostgreSQL.
 MAX_VOLUME_GB = 2**31 - 1

@@ -17,8 +17,6 @@ from flask_smorest import abort
 from fleetflow.api import common, policy
 from fleetflow.api.servers import schemas
 from fleetflow.api.state import current_state
-from fleetflow.common import ids
-from fleetflow.persistence.models import Instance
 from fleetflow.services import servers
 
 blp = common.Blueprint("servers", __name__, url_prefix="/v2",
@@ -26,15 +24,8 @@ blp = common.Blueprint("servers", __name__, url_prefix="/v2",
                                    "project's for operators.")
 
 
-def _get_server(session, tenant_id: str, server_id: str) -> Instance:
-    instance = session.get(Instance, server_id) if ids.is_uuid(server_id) else None
-    if instance is None or instance.tenant_id != tenant_id:
-        abort(404, message=f"Server {server_id} does not exist.")
-    return instance
-
-
 def _page(args: dict, tenant_id: str | None) -> dict:
-    limit = args.get("limit") or current_state().conf.api.page_size
+    limit = common.page_limit(args)
     found, more = servers.list_page(
         current_state().database, limit=limit, marker=args.get("marker"), tenant_id=tenant_id,
         reservation_id=args.get("reservation_id"), status=args.get("status"),
@@ -86,8 +77,10 @@ class ServerItem(MethodView):
     @blp.response(200, schemas.ServerResponseSchema)
     def get(self, tenant_id, server_id):
         """Show one server with its host, attempts and fault."""
-        with current_state().database.session() as session:
-            return {"server": _get_server(session, tenant_id, server_id)}
+        server = servers.get(current_state().database, tenant_id, server_id)
+        if server is None:
+            abort(404, message=f"Server {server_id} does not exist.")
+        return {"server": server}
 
     @policy.authorize("servers:delete")
     @blp.response(202, schemas.ServerDeleteResponseSchema,
@@ -96,5 +89,5 @@ class ServerItem(MethodView):
     def delete(self, tenant_id, server_id):
         """Delete one server (409 while it is still being built, or while an evacuation
         still moves it: SERVER_BEING_MOVED)."""
-        operations = current_state().service("operations")
-        return {"server": operations.delete_server(tenant_id, server_id)}
+        reservations = current_state().service("reservations")
+        return {"server": reservations.delete_server(tenant_id, server_id)}

@@ -8,9 +8,9 @@ A cluster changes (add members, remove one, delete) only once ACTIVE, one
 run at a time (409 otherwise); renaming is always allowed. Another
 project's cluster answers 404.
 
-Idempotency-Key works as for reservations: a retried ``POST`` answers the
-first cluster (``202``, ``Location``, ``Idempotent-Replayed: true``); the
-same key with another body (name, instances or groupings) is a ``422``.
+A POST may carry an ``Idempotency-Key`` (:mod:`fleetflow.api.idempotency`): a
+retry answers the first cluster; the same key with another body (name,
+instances or groupings) is a ``422``.
 
 XML (``Content-Type``/``Accept: application/xml``, see
 :mod:`fleetflow.api.xml`) has this shape: members are repeated
@@ -39,24 +39,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import urllib.parse
 
 import flask
 import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
-from fleetflow.api import auth, common, openapi, policy, xml
-from fleetflow.api.reservations.routes import (
-    IDEMPOTENCY_HEADER,
-    MAX_IDEMPOTENCY_KEY,
-    REPLAYED_HEADER,
-)
-from fleetflow.api.reservations.routes import _idempotency_key as idempotency_key
+from fleetflow.api import auth, common, idempotency, openapi, policy, xml
 from fleetflow.api.state import current_state
 from fleetflow.api.vclusters import schemas
 from fleetflow.common.exceptions import NotFound
-from fleetflow.persistence.models import VCluster
 from fleetflow.services.vclusters import VClusterRequest
 
 LOG = logging.getLogger(__name__)
@@ -88,7 +80,7 @@ def _links(tenant_id: str, vcluster_id: str) -> list[dict]:
     return [{"rel": "self", "href": _self_link(tenant_id, vcluster_id)}]
 
 
-def _summary(vcluster: VCluster) -> dict:
+def _summary(vcluster) -> dict:
     return {"vcluster": {"id": vcluster.id, "status": vcluster.status,
                          "links": _links(vcluster.tenant_id, vcluster.id)}}
 
@@ -108,13 +100,10 @@ def _storable():
         abort(400, message="A value of the request does not fit the database.")
 
 
-def _check_same_request(vcluster: VCluster, asked: dict) -> None:
+def _check_same_request(vcluster, asked: dict) -> None:
     first = vcluster.request or {}
     changed = [name for name in _COMPARED if first.get(name) != asked[name]]
-    if changed:
-        abort(422, code="fleetflow.idempotency_key_reused",
-              message=f"{IDEMPOTENCY_HEADER} was already used for vcluster {vcluster.id} "
-                      f"with a different {', '.join(changed)}.")
+    idempotency.refuse_changed("vcluster", vcluster.id, changed)
 
 
 @blp.route("")
@@ -128,7 +117,7 @@ class VClusters(MethodView):
         Newest first (``created_at`` descending, the id breaking ties),
         paginated with limit/marker (a cluster id); ``status`` filters.
         """
-        limit = args.get("limit") or current_state().conf.api.page_size
+        limit = common.page_limit(args)
         try:
             # One more than asked tells whether a next page exists.
             page = _ops().list(tenant_id, args.get("status"), limit + 1, args.get("marker"))
@@ -138,10 +127,7 @@ class VClusters(MethodView):
         links = []
         if len(page) > limit:
             page = page[:limit]
-            query = flask.request.args.to_dict()
-            query.update(limit=str(limit), marker=page[-1]["id"])
-            links.append({"rel": "next",
-                          "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)})
+            links = common.next_links(limit, page[-1]["id"])
         for item in page:
             item["links"] = _links(tenant_id, item["id"])
         return {"vclusters": page, "links": links}
@@ -152,22 +138,14 @@ class VClusters(MethodView):
     @blp.response(202, schemas.VClusterSummaryResponseSchema,
                   description="Accepted: the build flow is posted. The Location header is "
                               "the cluster's status URL.",
-                  headers={"Location": openapi.LOCATION, REPLAYED_HEADER: openapi.REPLAYED})
+                  headers={"Location": openapi.LOCATION,
+                           idempotency.REPLAYED_HEADER: openapi.REPLAYED})
     @blp.alt_response(200, schema=schemas.VClusterDryRunResponseSchema,
                       description="With dry_run=true: whether it fits now and where each "
                                   "member would go; nothing is claimed or written.")
-    # NOTE: parameters given here replace those @blp.arguments documents
-    # rather than add to them, so dry_run is listed again.
-    @blp.doc(parameters=[{
-        "in": "query", "name": "dry_run", "required": False,
-        "schema": {"type": "boolean", "default": False},
-        "description": "Only say whether it fits now and where each member would go "
-                       "(200); claim and write nothing."}, {
-        "in": "header", "name": IDEMPOTENCY_HEADER, "required": False,
-        "schema": {"type": "string", "maxLength": MAX_IDEMPOTENCY_KEY},
-        "description": "Retrying with the same key returns the first vcluster (202, "
-                       "Idempotent-Replayed: true); the same key with another body is "
-                       "a 422."}])
+    @blp.doc(parameters=idempotency.post_parameters(
+        "vcluster", dry_run="Only say whether it fits now and where each member would go "
+                            "(200); claim and write nothing."))
     def post(self, args, body, tenant_id):
         """Build a cluster: its servers, its volumes, and groupings over them.
 
@@ -183,21 +161,14 @@ class VClusters(MethodView):
         if args["dry_run"]:
             verdict = _ops().dry_run(req)
             return flask.jsonify(schemas.VClusterDryRunResponseSchema().dump({"dry_run": verdict}))
-        key = idempotency_key()
+        key = idempotency.key()
         with _storable():
-            try:
-                vcluster, created = _ops().create(req, idempotency_key=key)
-            except sa.exc.IntegrityError:
-                if key is None:
-                    raise
-                # NOTE: two retries with one key raced past the lookup; the unique
-                # (tenant_id, idempotency_key) constraint let one insert win and
-                # rolled this one back before its flow was posted.
-                vcluster, created = _ops().create(req, idempotency_key=key)
+            vcluster, created = idempotency.create(
+                lambda: _ops().create(req, idempotency_key=key), key)
         headers = {"Location": _self_link(tenant_id, vcluster.id)}
         if not created:
             _check_same_request(vcluster, fields)
-            headers[REPLAYED_HEADER] = "true"
+            headers[idempotency.REPLAYED_HEADER] = "true"
         return _summary(vcluster), headers
 
 

@@ -11,27 +11,18 @@ volume answers 404. ``Accept: application/xml`` answers XML (``<volumes>`` of
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from flask.views import MethodView
 from flask_smorest import abort
 
 from fleetflow.api import common, policy, xml
 from fleetflow.api.state import current_state
 from fleetflow.api.volumes import schemas
-from fleetflow.common import states
-from fleetflow.persistence.models import Volume
+from fleetflow.services import volumes
 
 blp = common.Blueprint("volumes", __name__, url_prefix="/v2/<tenant_id>/volumes",
                        description="Volumes of the project (JSON or XML).")
 
 xml.enable(blp, xml.XmlShape(lists={"volumes": "volume"}))
-
-
-def _get_volume(session, tenant_id: str, volume_id: str) -> Volume:
-    volume = session.get(Volume, volume_id)
-    if volume is None or volume.tenant_id != tenant_id:
-        abort(404, message=f"Volume {volume_id} does not exist.")
-    return volume
 
 
 @blp.route("")
@@ -46,17 +37,12 @@ class Volumes(MethodView):
         with limit/marker (a volume id). Deleted volumes are left out
         unless ``status=DELETED`` asks for them.
         """
-        stmt = sa.select(Volume).where(Volume.tenant_id == tenant_id)
-        if args.get("vcluster_id") is not None:
-            stmt = stmt.where(Volume.vcluster_id == args["vcluster_id"])
-        if args.get("status") is not None:
-            stmt = stmt.where(Volume.status == args["status"])
-        else:
-            stmt = stmt.where(Volume.status != states.VOLUME_DELETED)
-        with current_state().database.session() as session:
-            volumes, links = common.paginate_newest_first(
-                session, stmt, Volume, args, scope=(Volume.tenant_id == tenant_id,))
-            return {"volumes": volumes, "links": links}
+        limit = common.page_limit(args)
+        found, more = volumes.list_page(
+            current_state().database, tenant_id, limit=limit, marker=args.get("marker"),
+            vcluster_id=args.get("vcluster_id"), status=args.get("status"))
+        return {"volumes": found,
+                "links": common.next_links(limit, found[-1].id) if more else []}
 
 
 @blp.route("/<volume_id>")
@@ -65,5 +51,7 @@ class VolumeItem(MethodView):
     @blp.response(200, schemas.VolumeResponseSchema)
     def get(self, tenant_id, volume_id):
         """Show one volume: size, type, status, the server it is attached to."""
-        with current_state().database.session() as session:
-            return {"volume": _get_volume(session, tenant_id, volume_id)}
+        volume = volumes.get(current_state().database, tenant_id, volume_id)
+        if volume is None:
+            abort(404, message=f"Volume {volume_id} does not exist.")
+        return {"volume": volume}

@@ -48,7 +48,7 @@ def group_spec(session, spec: dict, own_instances: list[str]) -> GroupSpec | Non
 
 def request_spec(session, spec: dict, instance_uuids: list[str],
                  excluded_hosts: list[str] = (), count: int | None = None) -> RequestSpec:
-    """The scheduler's RequestSpec for a stored request (see services.operations)."""
+    """The scheduler's RequestSpec for a stored request (see services.reservations)."""
     min_count = spec["min_count"] if count is None else count
     max_count = spec["max_count"] if count is None else count
     return RequestSpec(

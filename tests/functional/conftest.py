@@ -33,13 +33,13 @@ def recording_services(conf, db, jobs):
 
     A test module uses them by overriding ``api_services`` to return them.
     """
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))
         return options.get("flow_id") or "flow"
 
-    return {"operations": Operations(conf, db, submit=submit)}
+    return {"reservations": ReservationOps(conf, db, submit=submit)}
 
 
 @pytest.fixture
@@ -229,13 +229,13 @@ class SmallCloud:
 
         from fleetflow.common import ids
         from fleetflow.flows import registry
-        from fleetflow.services.operations import Operations, ReservationRequest
+        from fleetflow.services.reservations import ReservationOps, ReservationRequest
 
         def record(flow_name, flow_kwargs, store=None, tenant_id=None, flow_id=None, **_):
             self.posted.append((flow_name, flow_kwargs, store))
             return flow_id or ids.new_uuid()
 
-        ops = Operations(self.conf, self.database, submit=record)
+        ops = ReservationOps(self.conf, self.database, submit=record)
         ops.reserve(ReservationRequest(tenant_id="t1", user_id="u1", flavor_ref="m1.small",
                                        image_ref="cirros", min_count=count, max_count=count,
                                        **kwargs))

@@ -24,14 +24,14 @@ BODY = {"reservation": {"count": 2, "flavor_ref": "m1.small", "image_ref": "cirr
 
 def _app(conf, database, jobs):
     from fleetflow.api.app import create_app
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))
         return options.get("flow_id") or "flow"
 
     return create_app(conf, database=database,
-                      services={"operations": Operations(conf, database, submit=submit)})
+                      services={"reservations": ReservationOps(conf, database, submit=submit)})
 
 
 def _assert_503(response):

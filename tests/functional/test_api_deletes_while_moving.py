@@ -29,14 +29,14 @@ def cloud(small_cloud, api_services, conf, db):
     import fleetflow.flows.evacuate  # noqa: F401  (registers the flow)
     from fleetflow.compute.drivers.fake_moves import MoveRules
     from fleetflow.services.evacuations import EvacuationOps
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     def record(flow_name, flow_kwargs, store=None, flow_id=None, **_):
         small_cloud.posted.append((flow_name, flow_kwargs, store))
         return flow_id or ids.new_uuid()
 
     api_services.update(
-        operations=Operations(conf, db, submit=record),
+        reservations=ReservationOps(conf, db, submit=record),
         evacuations=EvacuationOps(conf, db, record, compute=small_cloud.compute))
     # Each live move takes a while: the deletes below land while moves hold servers.
     small_cloud.driver.move_rules = MoveRules(live_seconds=0.5)

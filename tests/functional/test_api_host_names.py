@@ -35,13 +35,13 @@ RESERVATION = {"count": 2, "flavor_ref": "m1.small", "image_ref": "cirros"}
 def reserving(small_cloud, api_services, conf, db):
     """Reservations posted through the API run on the small cloud (ask before ``app``)."""
     from fleetflow.common import ids
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     def record(flow_name, flow_kwargs, store=None, flow_id=None, **_):
         small_cloud.posted.append((flow_name, flow_kwargs, store))
         return flow_id or ids.new_uuid()
 
-    api_services["operations"] = Operations(conf, db, submit=record)
+    api_services["reservations"] = ReservationOps(conf, db, submit=record)
     return small_cloud
 
 

@@ -49,14 +49,14 @@ def services(small_cloud, flow_engine, api_services, conf, db):
     """Every service a write route reaches, jobs recorded instead of run."""
     from fleetflow.services.evacuations import EvacuationOps
     from fleetflow.services.hosts import HostOps
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     def submit(flow_name, flow_kwargs, **options):
         return options.get("flow_id") or "flow"
 
     hosts = HostOps(conf, db, small_cloud.placement.store, small_cloud.compute)
     api_services.update(
-        operations=Operations(conf, db, submit=submit), hosts=hosts,
+        reservations=ReservationOps(conf, db, submit=submit), hosts=hosts,
         evacuations=EvacuationOps(conf, db, submit, compute=small_cloud.compute,
                                   on_host_state=hosts.sync_placement))
     return api_services

@@ -205,9 +205,9 @@ def test_group_times_carry_their_utc_offset_in_json_and_xml(client, member_heade
 @pytest.fixture
 def api_services(conf, db):
     """Reservations are accepted; their flows are only recorded, never run."""
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
-    return {"operations": Operations(conf, db, submit=lambda *a, **options: "flow")}
+    return {"reservations": ReservationOps(conf, db, submit=lambda *a, **options: "flow")}
 
 
 def test_reservation_and_server_times_carry_their_utc_offset(client, member_headers,

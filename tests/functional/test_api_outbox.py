@@ -1,6 +1,6 @@
 """POST a reservation while the jobboard is down: 202, and its flow is posted once it is back.
 
-The real Operations service and Submitter, on the SQL jobboard and the
+The real ReservationOps service and Submitter, on the SQL jobboard and the
 logbook backend of the test's SQLite database; only the board's ``post``
 fails while the test says the board is down.
 """
@@ -44,10 +44,10 @@ def engine_parts(conf, db):
 
 @pytest.fixture
 def api_services(conf, db, engine_parts):
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     board, backend, _ = engine_parts
-    return {"operations": Operations(conf, db, submit_mod.Submitter(board, backend))}
+    return {"reservations": ReservationOps(conf, db, submit_mod.Submitter(board, backend))}
 
 
 def _post(client, headers, **extra):

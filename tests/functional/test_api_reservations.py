@@ -1,6 +1,6 @@
-"""POST/GET/DELETE /v2/{tenant_id}/reservations against a real Operations service.
+"""POST/GET/DELETE /v2/{tenant_id}/reservations against a real ReservationOps service.
 
-The Operations service is the real one; only its ``submit`` (the engine's job
+The ReservationOps service is the real one; only its ``submit`` (the engine's job
 poster) records the jobs in a list, so each test can say exactly which flow
 the API posted, with which arguments, and that a refused request posted none.
 """
@@ -493,7 +493,7 @@ def test_concurrent_retries_with_one_key_make_one_reservation_on_postgresql(pg_u
     from fleetflow.api.app import create_app
     from fleetflow.persistence.db import Database
     from fleetflow.persistence.models import Flavor, Image
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     conf = make_conf(database={"connection": pg_url})
     database = Database(pg_url)
@@ -504,8 +504,8 @@ def test_concurrent_retries_with_one_key_make_one_reservation_on_postgresql(pg_u
                          Image(id="33333333-3333-3333-3333-333333333333", name="cirros",
                                min_disk_gb=1, min_ram_mb=64)])
     posted = []
-    operations = Operations(conf, database, submit=lambda *a, **kw: posted.append(a))
-    app = create_app(conf, database=database, services={"operations": operations})
+    operations = ReservationOps(conf, database, submit=lambda *a, **kw: posted.append(a))
+    app = create_app(conf, database=database, services={"reservations": operations})
     start = threading.Barrier(8)
     headers = {"X-Project-Id": "tenant-a", "X-Roles": "member", "Idempotency-Key": "same"}
 

@@ -1,4 +1,4 @@
-"""GET/DELETE /v2/{tenant_id}/servers: instances one by one, with a real Operations service.
+"""GET/DELETE /v2/{tenant_id}/servers: instances one by one, with a real ReservationOps service.
 
 Its ``submit`` only records the posted jobs (see test_api_reservations.py).
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from fleetflow.common import states
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance
-from fleetflow.services.operations import Operations, ReservationRequest
+from fleetflow.services.reservations import ReservationOps, ReservationRequest
 
 URL = "/v2/tenant-a/servers"
 
@@ -27,12 +27,12 @@ def operations(conf, db, jobs):
         jobs.append((flow_name, flow_kwargs, options))
         return "flow"
 
-    return Operations(conf, db, submit=submit)
+    return ReservationOps(conf, db, submit=submit)
 
 
 @pytest.fixture
 def api_services(operations):
-    return {"operations": operations}
+    return {"reservations": operations}
 
 
 @pytest.fixture

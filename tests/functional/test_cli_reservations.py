@@ -1,7 +1,7 @@
 """``fleetflow reserve`` and ``fleetflow reservations ...`` against a real API server thread.
 
 The API runs on 127.0.0.1 (werkzeug, the ``live_server`` fixture) with the real
-Operations service; its ``submit`` plays a flow that finishes at once, setting
+ReservationOps service; its ``submit`` plays a flow that finishes at once, setting
 every instance to ``outcome["status"]``, so ``--watch`` has something to see.
 """
 
@@ -32,7 +32,7 @@ def jobs():
 
 @pytest.fixture
 def api_services(conf, db, jobs, outcome):
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))
@@ -47,7 +47,7 @@ def api_services(conf, db, jobs, outcome):
                 rows.set_status(session, rid, outcome["status"], fault=fault)
         return "flow"
 
-    return {"operations": Operations(conf, db, submit=submit)}
+    return {"reservations": ReservationOps(conf, db, submit=submit)}
 
 
 @pytest.fixture

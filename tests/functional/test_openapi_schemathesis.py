@@ -56,7 +56,7 @@ def fuzz_app(tmp_path_factory):
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
     from fleetflow.services.evacuations import EvacuationOps
     from fleetflow.services.hosts import HostOps
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
     from fleetflow.services.vclusters import VClusterOps
 
     root = tmp_path_factory.mktemp("fuzz")
@@ -81,7 +81,7 @@ def fuzz_app(tmp_path_factory):
 
     hosts = HostOps(conf, database, rt.placement.store, rt.compute)
     app = create_app(conf, database, services={
-        "operations": Operations(conf, database, record),
+        "reservations": ReservationOps(conf, database, record),
         "placement_store": rt.placement.store,
         "compute_rpcapi": rt.compute,
         "jobboard": board,

@@ -3,7 +3,7 @@
 Not a test module: tests/reliability/conftest.py hands it out through fixtures.
 
 Real throughout: SQLite with a fleet loaded and registered in placement,
-reservations made by ``Operations.reserve`` on the SQL jobboard, and
+reservations made by ``ReservationOps.reserve`` on the SQL jobboard, and
 ``fleetflow conductor`` processes (forked: tests/reliability/forkserver.py)
 that serve the simulated hosts in-process themselves (cli/conductor.py) from
 one shared fake-driver state file.
@@ -152,9 +152,9 @@ class ProvisionCloud:
                 policy: str = states.ALL_OR_NOTHING) -> str:
         """A reservation of ``count`` instances in ``pool``, posted on ``board``."""
         from fleetflow.engine.submit import Submitter
-        from fleetflow.services.operations import Operations, ReservationRequest
+        from fleetflow.services.reservations import ReservationOps, ReservationRequest
 
-        ops = Operations(self.conf, self.database,
+        ops = ReservationOps(self.conf, self.database,
                          submit=Submitter(self.board(board), self.backend))
         reservation, _ = ops.reserve(ReservationRequest(
             tenant_id=TENANT, user_id="crash-user", flavor_ref=FLAVOR, image_ref=IMAGE,

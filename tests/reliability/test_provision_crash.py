@@ -3,7 +3,7 @@
 Conductors are real ``fleetflow conductor`` subprocesses on the SQL jobboard
 (embedded mode: SQLite, the simulated hosts served in-process by each
 conductor from one shared state file). Reservations are made the way the API
-makes them (services/operations.py). See tests/reliability/provision_cloud.py.
+makes them (services/reservations.py). See tests/reliability/provision_cloud.py.
 
 1. Every atom boundary of a 5-instance reservation: one reservation per
    (atom, crash point), each on a board of its own, so the conductor that

@@ -18,7 +18,7 @@ from fleetflow.persistence.evacuations import ServerBeingMoved
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.models import GroupMember, Instance
 from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
-from fleetflow.services.operations import Operations
+from fleetflow.services.reservations import ReservationOps
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
 IMAGE = "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01"
@@ -57,8 +57,8 @@ def assert_clean(cloud) -> None:
     cloud.assert_audit_clean()
 
 
-def servers(cloud) -> Operations:
-    return Operations(cloud.conf, cloud.database, submit=cloud.submit)
+def servers(cloud) -> ReservationOps:
+    return ReservationOps(cloud.conf, cloud.database, submit=cloud.submit)
 
 
 def moves(cloud, evacuation_id: str) -> dict[str, dict]:

@@ -364,11 +364,11 @@ def test_on_error_revert_cancels_moves_in_flight(evac_cloud):
 
 def test_a_server_being_moved_cannot_be_deleted(evac_cloud):
     from fleetflow.common.exceptions import Conflict
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     uuid = boot(evac_cloud)
     ops(evac_cloud).evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE))
-    servers = Operations(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
+    servers = ReservationOps(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
     with pytest.raises(Conflict):
         servers.delete_server("t1", uuid)
     with evac_cloud.database.session() as session:
@@ -380,11 +380,11 @@ def test_a_server_being_moved_cannot_be_deleted(evac_cloud):
 
 def test_deleting_a_server_of_a_dead_host_finishes_and_the_host_cleans_up_on_return(
         evac_cloud):
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     uuid = boot(evac_cloud)
     kill(evac_cloud, SOURCE)
-    servers = Operations(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
+    servers = ReservationOps(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
     servers.delete_server("t1", uuid)
     assert evac_cloud.posted[-1]["flow"] == "teardown"
     assert evac_cloud.run(evac_cloud.posted[-1]) == tf_states.SUCCESS

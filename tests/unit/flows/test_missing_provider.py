@@ -22,7 +22,7 @@ from fleetflow.persistence.placement.models import (
     ResourceProvider,
 )
 from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
-from fleetflow.services.operations import Operations, ReservationRequest
+from fleetflow.services.reservations import ReservationOps, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 from tests.unit.flows.test_evacuate_flow import SOURCE, allocations, boot
 
@@ -71,7 +71,7 @@ def request(count: int) -> ReservationRequest:
 
 def test_a_host_without_provider_takes_no_instance_and_the_dry_run_agrees(cloud):
     drop_provider(cloud.database, GONE)
-    ops = Operations(cloud.conf, cloud.database, submit=cloud.submit)
+    ops = ReservationOps(cloud.conf, cloud.database, submit=cloud.submit)
     # Six hosts of 4 VCPUs: without GONE's, 20 instances fit and 24 do not.
     assert ops.dry_run(request(24))["fits"] is False
     planned = ops.dry_run(request(20))

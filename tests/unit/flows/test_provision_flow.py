@@ -146,9 +146,9 @@ def test_data_volumes_are_created_near_the_host_and_attached(cloud):
 
 
 def _dry_run(cloud, count, **fields):
-    from fleetflow.services.operations import Operations, ReservationRequest
+    from fleetflow.services.reservations import ReservationOps, ReservationRequest
 
-    ops = Operations(cloud.conf, cloud.database, submit=lambda *a, **k: None)
+    ops = ReservationOps(cloud.conf, cloud.database, submit=lambda *a, **k: None)
     return ops.dry_run(ReservationRequest(tenant_id="t1", user_id="u1", flavor_ref="m1.small",
                                           image_ref="cirros", min_count=count,
                                           max_count=count, **fields))

@@ -25,7 +25,7 @@ from fleetflow.engine.submit import Submitter
 from fleetflow.persistence.logbook.backend import LogbookBackend
 from fleetflow.persistence.models import Reservation
 from fleetflow.services.audit import audit
-from fleetflow.services.operations import Operations, ReservationRequest
+from fleetflow.services.reservations import ReservationOps, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 from tests.unit.flows import conductors as conductor_threads
 
@@ -122,7 +122,7 @@ def reserve_failing_undone(cloud, board, backend, monkeypatch):
     lost = lose_answers(cloud, monkeypatch, "destroy_instance", "uuid", per_key=EVERY)
     for host in cloud.driver.hosts:
         cloud.driver.set_faults(host, fail_next=EVERY)
-    ops = Operations(cloud.conf, cloud.database, submit=Submitter(board, backend))
+    ops = ReservationOps(cloud.conf, cloud.database, submit=Submitter(board, backend))
     reservation, _ = ops.reserve(ReservationRequest(
         tenant_id="t1", user_id="u1", flavor_ref="m1.small", image_ref="cirros",
         min_count=1, max_count=1))

@@ -325,7 +325,7 @@ def test_an_evacuation_keeps_every_group_of_a_cluster_server(evac_cloud):
 
 def test_a_cluster_server_being_moved_or_deleted_alone_is_refused(evac_cloud):
     from fleetflow.persistence.models import Instance
-    from fleetflow.services.operations import Operations
+    from fleetflow.services.reservations import ReservationOps
 
     vcluster_id = create(evac_cloud, SEED_TWO)
     assert run_last(evac_cloud) == "SUCCESS"
@@ -334,7 +334,7 @@ def test_a_cluster_server_being_moved_or_deleted_alone_is_refused(evac_cloud):
     posted = len(evac_cloud.posted)
     # Its own delete would leave the cluster with a hole the cluster does not know.
     with pytest.raises(Conflict, match=vcluster_id):
-        Operations(evac_cloud.conf, evac_cloud.database,
+        ReservationOps(evac_cloud.conf, evac_cloud.database,
                    submit=evac_cloud.submit).delete_server("t1", server_id)
     with evac_cloud.database.session() as session:
         session.execute(sa.update(Instance).where(Instance.id == server_id)

@@ -1,9 +1,14 @@
-"""What tenants and operators ask the cloud to do, turned into rows and flow jobs.
+"""Reservations (and the deletion of one server), turned into rows and flow jobs.
 
-The API and the CLI call these; they validate against the database, write the
+The API and the CLI call :class:`ReservationOps` (the API's service
+``reservations``); it validates a request against the database, writes the
 domain rows and the intent to run their flow in one transaction, and the flow
-is posted once it commits (engine/submit.py). They never wait for a flow:
-status is read back from the rows.
+is posted once it commits (engine/submit.py). It never waits for a flow:
+status is read back from the rows (:func:`list_page`, :func:`show`).
+
+A request is a :class:`ReservationRequest`; its ``on_error`` is one of
+``ON_ERROR_CHOICES`` (``ON_ERROR_REVERT`` by default), which the API's schema
+offers as they are.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.flows import keys
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups as group_rows
-from fleetflow.persistence import intents
+from fleetflow.persistence import intents, paging
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
@@ -67,8 +72,36 @@ def resolve_image(session, ref: str) -> Image:
     return image
 
 
-class Operations:
-    """Entry points for reservations and servers; one per process."""
+def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None,
+              status: str | None = None) -> tuple[list[tuple[Reservation, dict]], bool]:
+    """``(page, more)``: the project's reservations newest first, each with its progress.
+
+    ``status`` filters; the marker must be a reservation of the project
+    (InvalidInput naming ``marker`` otherwise).
+    """
+    scope = (Reservation.tenant_id == tenant_id,)
+    stmt = sa.select(Reservation).where(*scope)
+    if status:
+        stmt = stmt.where(Reservation.status == status)
+    with database.session() as session:
+        page, more = paging.newest_first(session, stmt, Reservation, limit, marker, scope)
+        progress = rows.progress_by_reservation(session, [r.id for r in page])
+        return [(r, progress[r.id]) for r in page], more
+
+
+def show(database, tenant_id: str,
+         reservation_id: str) -> tuple[Reservation, dict, list[dict]]:
+    """``(reservation, progress, instances)`` of the project's reservation (NotFound
+    otherwise); ``instances`` as :func:`persistence.reservations.instance_views` reads them.
+    """
+    with database.read_session() as session:
+        reservation = rows.get(session, reservation_id, tenant_id)
+        return (reservation, rows.progress(session, reservation_id),
+                rows.instance_views(session, reservation_id))
+
+
+class ReservationOps:
+    """Entry points for reservations and for deleting one server; one per process."""
 
     def __init__(self, conf, database, submit: Submitter):
         self.conf = conf
