@@ -66,7 +66,7 @@ class FakeCloud:
     runtime: object
     agent: object
     #: TaskFlow's in-memory persistence backend: the logbook of every flow run here.
-    backend: object = dataclasses.field(default_factory=_memory_backend)
+    backend: object = dataclasses.field(default_factory=_memory_backend, repr=False)
     posted: list = dataclasses.field(default_factory=list)
     #: The TaskFlow engine :meth:`run` uses unless told otherwise; None: ``[conductor] engine``.
     engine: str | None = None
