@@ -150,8 +150,7 @@ class FakeCloud:
             flow_id = stopped
         if flow_id is None:
             raise ValueError("resume needs the outcome of the run, or a job with a flow_id")
-        with contextlib.closing(self.backend.get_connection()) as conn:
-            detail = conn.get_flow_details(flow_id)
+        detail = self._detail(flow_id)
         store = {} if fence is None else {keys.FENCE: fence}
         options = {"store": store, "workers": workers, "engine": engine or self.engine}
         flow = self._flows.get(flow_id)
@@ -207,11 +206,16 @@ class FakeCloud:
                 # Stopped as a crash would stop it: what was saved stays for resume.
                 pass
             except Exception as error:
-                failed = outcome.of_failed(loaded.storage, error, flow_id)
+                failed = outcome.of_failed(loaded.storage, self._detail(flow_id), error)
                 if failed is None:
                     raise
                 return failed
-        return outcome.of(loaded.storage, flow_id)
+        return outcome.of(loaded.storage, self._detail(flow_id))
+
+    def _detail(self, flow_id: str):
+        """The flow detail ``flow_id`` as the cloud's logbook has it."""
+        with contextlib.closing(self.backend.get_connection()) as conn:
+            return conn.get_flow_details(flow_id)
 
     def assert_audit_clean(self, **audit_kwargs):
         """The strict audit of this cloud; AssertionError listing any mismatch."""

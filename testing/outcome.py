@@ -79,13 +79,24 @@ def _line(fail) -> str:
     return str(fail).removeprefix("Failure: ")
 
 
-def of(storage, flow_id: str | None = None) -> Outcome:
-    """The outcome a loaded engine's storage records."""
-    return Outcome(storage.get_flow_state(), storage.get_execute_failures(),
-                   storage.get_revert_failures(), flow_id)
+def of(storage, detail) -> Outcome:
+    """The outcome an engine's ``storage`` and its saved flow ``detail`` record.
+
+    Every atom of ``detail`` that holds a failure is listed. (Storage's own
+    failure lists leave out an atom that failed once the flow was already
+    reverting, as the second of two failing side by side does.) Each failure
+    is storage's copy when it has one, which still has its exception.
+    """
+    failures, revert_failures = {}, {}
+    for atom in detail:
+        if atom.failure is not None:
+            failures[atom.name] = storage.get_execute_result(atom.name)
+        if atom.revert_failure is not None:
+            revert_failures[atom.name] = storage.get_revert_result(atom.name)
+    return Outcome(storage.get_flow_state(), failures, revert_failures, detail.uuid)
 
 
-def of_failed(storage, error: Exception, flow_id: str | None = None) -> Outcome | None:
+def of_failed(storage, detail, error: Exception) -> Outcome | None:
     """The outcome of a run whose engine raised ``error``; None when no atom's failure did.
 
     The engine of a failed flow ends REVERTED (or FAILURE) and raises the
@@ -94,7 +105,7 @@ def of_failed(storage, error: Exception, flow_id: str | None = None) -> Outcome 
     """
     from taskflow.types import failure as tf_failure
 
-    outcome = of(storage, flow_id)
+    outcome = of(storage, detail)
     recorded = [*outcome.failures.values(), *outcome.revert_failures.values()]
     if isinstance(error, tf_exc.WrappedFailure):
         raised = list(error)

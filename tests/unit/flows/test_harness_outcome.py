@@ -6,9 +6,11 @@ imports what it needs from ``fleetflow.testing`` alone.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from taskflow import exceptions as tf_exc
-from taskflow.patterns import linear_flow
+from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.testing import FleetTask, Outcome, flow_factory
@@ -32,6 +34,36 @@ class NeedsSomething(FleetTask):
 def steps_flow(count: int, fail_at: str = ""):
     return linear_flow.Flow("steps").add(
         *(Step(f"step-{i}", inject={"fail_at": fail_at}) for i in range(count)))
+
+
+class BadUndo(FleetTask):
+    def execute(self):
+        RAN.append(self.name)
+
+    def revert(self, **kwargs):
+        raise ValueError(f"{self.name} cannot be undone")
+
+
+class Together(FleetTask):
+    """Fails once its partner runs too: both fail, side by side."""
+
+    meeting = threading.Barrier(2, timeout=30)
+
+    def execute(self):
+        self.meeting.wait()
+        raise RuntimeError(f"{self.name} broke")
+
+
+@flow_factory("harness-outcome-pair")
+def pair_flow():
+    # The engine raises the two failures together (a WrappedFailure).
+    return unordered_flow.Flow("pair").add(Together("left"), Together("right"))
+
+
+@flow_factory("harness-outcome-stuck")
+def stuck_flow():
+    return linear_flow.Flow("stuck").add(BadUndo("undo-fails"),
+                                         Step("breaks", inject={"fail_at": "breaks"}))
 
 
 @flow_factory("harness-outcome-needy")
@@ -67,6 +99,20 @@ def test_a_failed_atom_comes_back_with_its_exception_and_traceback(fleetflow_clo
     # What pytest prints when `assert outcome == "SUCCESS"` fails.
     assert "step-1 broke" in repr(outcome)
     assert RAN == ["step-0", "step-1"]
+
+
+def test_failures_side_by_side_are_all_reported(fleetflow_cloud):
+    outcome = fleetflow_cloud.run({"flow": "harness-outcome-pair", "kwargs": {}})
+    assert outcome == "REVERTED"
+    assert sorted(outcome.failures) == ["left", "right"]
+
+
+def test_a_failed_revert_is_a_failure_with_both_failures(fleetflow_cloud):
+    outcome = fleetflow_cloud.run({"flow": "harness-outcome-stuck", "kwargs": {}})
+    assert outcome == "FAILURE"
+    assert list(outcome.failures) == ["breaks"]
+    assert list(outcome.revert_failures) == ["undo-fails"]
+    assert outcome.revert_failures["undo-fails"].check(ValueError)
 
 
 def test_a_flow_built_by_hand_reports_the_same(fleetflow_cloud):
