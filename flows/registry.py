@@ -38,6 +38,7 @@ import collections
 import importlib
 import importlib.metadata
 import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,8 @@ from typing import Any
 from taskflow import flow as tf_flow
 
 from fleetflow.common.exceptions import InvalidInput
+
+LOG = logging.getLogger(__name__)
 
 Factory = Callable[..., tf_flow.Flow]
 
@@ -98,7 +101,8 @@ def get(name: str) -> Factory:
             factory = _factories.get(name)
     if factory is None:
         if _broken:
-            raise FlowEntryPointError("; ".join(_broken))
+            raise FlowEntryPointError(f"unknown flow {name!r}, maybe one of a package that "
+                                      f"could not register its flows: {'; '.join(_broken)}")
         raise InvalidInput(f"unknown flow {name!r}", flow_name=name)
     return factory
 
@@ -129,6 +133,7 @@ def load_entry_points() -> None:
                 _broken.append(f"flow entry point {entry_point.name!r} "
                                f"({entry_point.value}) of group {ENTRY_POINT_GROUP!r} "
                                f"failed: {type(exc).__name__}: {exc}")
+                LOG.warning("%s", _broken[-1], exc_info=True)
         _entry_points_loaded = True
 
 
