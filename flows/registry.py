@@ -26,6 +26,11 @@ positional arguments and the flow's keyword arguments as they are. The
 resuming process imports that module (which registers the factory) and builds
 the same flow again, with the same deterministic atom names.
 
+A package of flows of its own registers them through the ``fleetflow.flows``
+entry point group (:func:`load_entry_points`): a name not registered yet is
+looked for there, once, so conductors and the test harness find the package's
+flows without importing it first.
+
 Building a flow of thousands of atoms takes a noticeable part of a second, and
 the submitter builds it once already (to fail on bad arguments before posting
 anything). When a conductor in the same process runs that flow next,
@@ -39,7 +44,9 @@ from __future__ import annotations
 
 import collections
 import importlib
+import importlib.metadata
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +54,8 @@ from typing import Any
 from taskflow import flow as tf_flow
 
 from fleetflow.common.exceptions import InvalidInput
+
+LOG = logging.getLogger(__name__)
 
 Factory = Callable[..., tf_flow.Flow]
 #: ``factory(engine, database, paused=callable)`` -> a TaskFlow listener.
@@ -58,6 +67,11 @@ _listeners: dict[str, tuple[ListenerFactory, ...]] = {}
 HANDOVER_SLOTS = 8
 _handed_over: collections.OrderedDict[tuple[str, str], tf_flow.Flow] = (
     collections.OrderedDict())
+#: The entry point group through which installed packages register their flows.
+ENTRY_POINT_GROUP = "fleetflow.flows"
+_entry_points_lock = threading.Lock()
+_entry_points_loaded = False
+_broken: list[str] = []
 
 
 def register(name: str, factory: Factory,
@@ -94,12 +108,58 @@ def listeners_of(name: str) -> tuple[ListenerFactory, ...]:
 
 
 def get(name: str) -> Factory:
-    """The factory registered as ``name``; InvalidInput when there is none."""
+    """The factory registered as ``name``; InvalidInput when there is none.
+
+    A name not registered yet is looked for in the installed packages' flows
+    (:func:`load_entry_points`) before it is refused.
+    """
     with _lock:
         factory = _factories.get(name)
     if factory is None:
+        load_entry_points()
+        with _lock:
+            factory = _factories.get(name)
+    if factory is None:
+        if _broken:
+            raise FlowEntryPointError(f"unknown flow {name!r}, maybe one of a package that "
+                                      f"could not register its flows: {'; '.join(_broken)}")
         raise InvalidInput(f"unknown flow {name!r}", flow_name=name)
     return factory
+
+
+class FlowEntryPointError(RuntimeError):
+    """An entry point of :data:`ENTRY_POINT_GROUP` that could not register its flows."""
+
+
+def load_entry_points() -> None:
+    """Register the flows of every installed package's ``fleetflow.flows`` entry point, once.
+
+    An entry point names a module whose ``@flow_factory`` functions register
+    its flows when it is imported (``canary = mypackage.canary``), or a
+    function that registers them when called (``mypackage.flows:register``).
+    One that fails is remembered by name and reported when a flow cannot be
+    found; the others' flows are there all the same.
+    """
+    global _entry_points_loaded
+    with _entry_points_lock:
+        if _entry_points_loaded:
+            return
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = entry_point.load()
+                if callable(loaded) and not _is_registered(loaded):
+                    loaded()
+            except Exception as exc:  # noqa: BLE001 - reported with the entry point's name
+                _broken.append(f"flow entry point {entry_point.name!r} "
+                               f"({entry_point.value}) of group {ENTRY_POINT_GROUP!r} "
+                               f"failed: {type(exc).__name__}: {exc}")
+                LOG.warning("%s", _broken[-1], exc_info=True)
+        _entry_points_loaded = True
+
+
+def _is_registered(factory) -> bool:
+    with _lock:
+        return any(factory is known for known in _factories.values())
 
 
 def names() -> list[str]:

@@ -3,8 +3,9 @@
 Real pieces throughout: an upgraded SQLite database with a fleet loaded and
 registered in the placement store, the simulated hosts served over the
 in-process oslo.messaging transport, the placement and compute clients that
-tasks use. Only TaskFlow's persistence is its in-memory backend, so a flow
-runs start to end in the test's own thread, without conductors or a jobboard.
+tasks use. Only TaskFlow's persistence is its in-memory backend, kept by the
+cloud, so a flow runs start to end in the test's own thread, without
+conductors or a jobboard, and one stopped half way can be resumed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import os
 from taskflow import exceptions as tf_exc
 
 from fleetflow.common import ids
+from fleetflow.flows import keys
+from fleetflow.testing import outcome
+from fleetflow.testing.crash_points import CrashPointReached
 from fleetflow.testing.fleets import SMALL_FLEET
+from fleetflow.testing.outcome import Outcome
 
 
 def isolated_conf(directory, **groups):
@@ -40,6 +45,12 @@ def isolated_conf(directory, **groups):
     return conf
 
 
+def _memory_backend():
+    from taskflow.persistence.backends import impl_memory
+
+    return impl_memory.MemoryBackend()
+
+
 @dataclasses.dataclass
 class FakeCloud:
     """The cloud :func:`fake_cloud` builds; its runtime is the installed one.
@@ -47,16 +58,20 @@ class FakeCloud:
     ``posted`` lists every job submitted through :meth:`submit` (what a
     service such as ``ReservationOps`` would have posted to the jobboard), each a
     dict of ``flow``, ``kwargs``, ``store`` and ``flow_id``; :meth:`run`
-    runs one.
+    runs one, and :meth:`resume` runs on a flow that stopped half way.
     """
 
     conf: object
     database: object
     runtime: object
     agent: object
+    #: TaskFlow's in-memory persistence backend: the logbook of every flow run here.
+    backend: object = dataclasses.field(default_factory=_memory_backend, repr=False)
     posted: list = dataclasses.field(default_factory=list)
     #: The TaskFlow engine :meth:`run` uses unless told otherwise; None: ``[conductor] engine``.
     engine: str | None = None
+    #: The flows :meth:`run_flow` was given, by flow id: they have no factory to rebuild them.
+    _flows: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def driver(self):
@@ -88,47 +103,119 @@ class FakeCloud:
         reservation, _ = ops.reserve(req)
         return reservation.id, self.posted[-1]
 
-    def run(self, job, fence=None, engine: str | None = None, workers: int = 8) -> str:
-        """Run a posted job to its end on TaskFlow's in-memory backend.
+    def run(self, job, fence=None, engine: str | None = None, workers: int = 8) -> Outcome:
+        """Run a posted job to its end; returns its :class:`~fleetflow.testing.Outcome`.
 
         ``job`` is one of :attr:`posted`, or any dict with the registered flow
-        name (``flow``), its ``kwargs`` and its ``store``. Returns the flow's
-        final state: SUCCESS, or REVERTED when it failed and rolled back.
+        name (``flow``), its ``kwargs``, its ``store`` and, optionally, its
+        ``flow_id``. The outcome's state is SUCCESS, or REVERTED when the flow
+        failed and rolled back, with the atoms' failures. Whatever else the
+        engine raises (a missing requirement, a bug) is raised here. A job run
+        again starts afresh.
         """
         from fleetflow.flows import registry
 
-        return self.run_flow(registry.build(job["flow"], **job["kwargs"]),
-                             store=job.get("store"), fence=fence, engine=engine,
-                             workers=workers)
+        flow = registry.build(job["flow"], **job["kwargs"])
+        detail = self._save(flow, job.get("flow_id"), factory=(job["flow"], job["kwargs"]))
+        return self._run(flow, detail, job.get("store"), fence, engine, workers)
 
     def run_flow(self, flow, store=None, fence=None, engine: str | None = None,
-                 workers: int = 8) -> str:
-        """Run ``flow`` (built by the caller) to its end; returns its final state.
+                 workers: int = 8) -> Outcome:
+        """Run ``flow`` (built by the caller) to its end; returns its outcome.
 
         ``engine``: ``fleetflow-parallel``, ``parallel`` (TaskFlow's stock
         parallel engine) or ``serial``; by default :attr:`engine`.
         """
-        import taskflow.engines
+        detail = self._save(flow, None)
+        self._flows[detail.uuid] = flow
+        return self._run(flow, detail, store, fence, engine, workers)
 
-        from fleetflow.common import crash_points
+    def resume(self, stopped, fence=None, engine: str | None = None,
+               workers: int = 8) -> Outcome:
+        """Run a flow this cloud ran before on from its checkpoints, as a conductor would.
+
+        ``stopped`` is the :class:`~fleetflow.testing.Outcome` of the run that
+        stopped (at a crash point armed with ``stop=True``, see
+        :mod:`fleetflow.testing.crash_points`), the job it ran, or its flow
+        id. The flow is loaded again from the cloud's logbook, rebuilt by its
+        registered factory, and only the atoms that had not finished run.
+        """
         from fleetflow.engine import engines
-        from fleetflow.flows import keys
-        from fleetflow.flows.tasks import base
+
+        if isinstance(stopped, Outcome):
+            flow_id = stopped.flow_id
+        elif isinstance(stopped, dict):
+            flow_id = stopped.get("flow_id")
+        else:
+            flow_id = stopped
+        if flow_id is None:
+            raise ValueError("resume needs the outcome of the run, or a job with a flow_id")
+        detail = self._detail(flow_id)
+        store = {} if fence is None else {keys.FENCE: fence}
+        options = {"store": store, "workers": workers, "engine": engine or self.engine}
+        flow = self._flows.get(flow_id)
+        if flow is None:
+            loaded = engines.load_from_detail(detail, self.backend, self.conf, **options)
+        else:
+            loaded = engines.make_engine(flow, detail, self.backend, self.conf, **options)
+        return self._finish(loaded, flow_id)
+
+    def _save(self, flow, flow_id: str | None, factory: tuple[str, dict] | None = None):
+        """A new flow detail of ``flow`` in the cloud's logbook (its factory's, if any)."""
+        from taskflow.engines import helpers as tf_helpers
+        from taskflow.persistence import models as tf_models
+
+        from fleetflow.flows import registry
+
+        flow_id = flow_id or ids.new_uuid()
+        book = tf_models.LogBook(f"{flow.name}-{flow_id}", uuid=flow_id)
+        detail = tf_models.FlowDetail(flow.name, uuid=flow_id)
+        if factory is not None:
+            name, kwargs = factory
+            function, args, _ = registry.factory_details(name)
+            tf_helpers.save_factory_details(detail, function, args, kwargs)
+        book.add(detail)
+        with contextlib.closing(self.backend.get_connection()) as conn:
+            with contextlib.suppress(tf_exc.NotFound):
+                conn.destroy_logbook(flow_id)
+            conn.save_logbook(book)
+        return detail
+
+    def _run(self, flow, detail, store, fence, engine, workers) -> Outcome:
+        from fleetflow.engine import engines
 
         store = dict(store or {})
         if fence is not None:
             store[keys.FENCE] = fence
-        options = engines.engine_options(self.conf, workers=workers,
-                                         engine=engine or self.engine)
-        loaded = taskflow.engines.load(flow, store=store, **options)
+        loaded = engines.make_engine(flow, detail, self.backend, self.conf, store=store,
+                                     workers=workers, engine=engine or self.engine)
+        return self._finish(loaded, detail.uuid)
+
+    def _finish(self, loaded, flow_id: str) -> Outcome:
+        """Run a loaded engine; its outcome, or what it raised that no atom's failure was."""
+        from fleetflow.common import crash_points
+        from fleetflow.flows.tasks import base
+
         with contextlib.ExitStack() as stack:
             if crash_points.CRASH_ENV in os.environ:
                 # As a conductor does: the after-checkpoint points fire too.
                 stack.enter_context(base.CrashPointListener(loaded))
-            # A failed flow raises once it has reverted; its state says what happened.
-            with contextlib.suppress(tf_exc.WrappedFailure, Exception):
+            try:
                 loaded.run()
-        return loaded.storage.get_flow_state()
+            except CrashPointReached:
+                # Stopped as a crash would stop it: what was saved stays for resume.
+                pass
+            except Exception as error:
+                failed = outcome.of_failed(loaded.storage, self._detail(flow_id), error)
+                if failed is None:
+                    raise
+                return failed
+        return outcome.of(loaded.storage, self._detail(flow_id))
+
+    def _detail(self, flow_id: str):
+        """The flow detail ``flow_id`` as the cloud's logbook has it."""
+        with contextlib.closing(self.backend.get_connection()) as conn:
+            return conn.get_flow_details(flow_id)
 
     def assert_audit_clean(self, **audit_kwargs):
         """The strict audit of this cloud; AssertionError listing any mismatch."""

@@ -16,7 +16,8 @@ Fixtures (all prefixed ``fleetflow_`` so they never meet a project's own):
     The same of :data:`~fleetflow.testing.EVACUATION_FLEET`.
 ``fleetflow_crash_points``
     Arms fleetflow's crash points (``FLEETFLOW_CRASH_AT``) for one test and
-    records each one reached instead of killing the process.
+    records each one reached instead of killing the process, or stops the
+    flow's run there (:mod:`fleetflow.testing.crash_points`).
 
 Nothing is imported from fleetflow until a fixture is used, so the plugin costs
 nothing in test sessions that do not use it (``-p no:fleetflow`` turns it off).
@@ -76,41 +77,18 @@ def fleetflow_evacuation_cloud(fleetflow_make_conf, fleetflow_engine):
     yield from _cloud(fleetflow_make_conf, EVACUATION_FLEET, fleetflow_engine)
 
 
-class CrashPoints:
-    """Crash points armed for one test; :attr:`reached` lists those hit, in order."""
-
-    def __init__(self, monkeypatch):
-        self._monkeypatch = monkeypatch
-        self._armed: list[str] = []
-        self.reached: list[tuple[str, str]] = []
-
-    def arm(self, atom_name: str, point: str) -> None:
-        """Make ``point`` (``before-execute``, ``after-effect`` ...) of ``atom_name`` fire."""
-        from fleetflow.common import crash_points
-
-        if point not in crash_points.CRASH_POINTS:
-            raise ValueError(f"{point!r} is not among {', '.join(crash_points.CRASH_POINTS)}")
-        self._armed.append(f"{atom_name}:{point}")
-        self._monkeypatch.setenv(crash_points.CRASH_ENV, ",".join(self._armed))
-
-    def _record(self, atom_name: str, point: str) -> None:
-        from fleetflow.common import crash_points
-
-        if (atom_name, point) in crash_points.crash_targets():
-            self.reached.append((atom_name, point))
-
-
 @pytest.fixture
 def fleetflow_crash_points(monkeypatch):
     """Crash points that record instead of killing: ``arm(atom, point)``, then ``reached``.
 
     A flow run meanwhile goes on past each point, so a test can check that a
-    point is reached (and in which order); a real crash and the resumption
-    after it need a process to kill and a persistent backend (see
-    docs/testing.md).
+    point is reached (and in which order); ``arm(atom, point, stop=True)``
+    stops the run there instead, for :meth:`~fleetflow.testing.FakeCloud.resume`
+    to finish (see docs/testing.md).
     """
     from fleetflow.common import crash_points
     from fleetflow.flows.tasks import base
+    from fleetflow.testing.crash_points import CrashPoints
 
     points = CrashPoints(monkeypatch)
     # The tasks' points (flows/tasks/base.py) and the submission's after-commit

@@ -26,7 +26,12 @@ def test_the_document_holds_a_flow_module_and_its_tests():
     files = example_files()
     assert set(files) == {"canary.py", "test_canary.py"}
     assert "@flow_factory" in files["canary.py"]
+    # A flow's module needs nothing but the public harness.
+    assert [line for line in files["canary.py"].splitlines()
+            if line.startswith(("from fleetflow", "import fleetflow"))] == [
+        "from fleetflow.testing import FleetTask, flow_factory, runtime"]
     assert "fleetflow_cloud" in files["test_canary.py"]
+    assert ".resume(" in files["test_canary.py"]
 
 
 def test_the_example_passes_with_the_public_harness(tmp_path):
@@ -37,4 +42,4 @@ def test_the_example_passes_with_the_public_harness(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
-    assert re.search(r"\b3 passed\b", report), report
+    assert re.search(r"\b4 passed\b", report), report
