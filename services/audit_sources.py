@@ -39,7 +39,7 @@ from fleetflow.persistence.placement.models import (
     ProviderTrait,
     ResourceProvider,
 )
-from fleetflow.scheduler.vcluster_check import Place
+from fleetflow.scheduler.vcluster.check import Place
 
 LOG = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fleetflow.common import states
-from fleetflow.scheduler.vcluster_check import holds
+from fleetflow.scheduler.vcluster.check import holds
 
 KINDS = {
     "orphan_volume_allocation": "a consumer holds space on a storage backend and is no live "

@@ -18,7 +18,7 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
-from fleetflow.scheduler.vcluster_check import holds
+from fleetflow.scheduler.vcluster.check import holds
 
 SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
 ACTIVE_VOLUME = (states.VOLUME_AVAILABLE, states.VOLUME_IN_USE)

@@ -35,7 +35,7 @@ from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import StorageBackend, VCluster
-from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
+from fleetflow.scheduler.vcluster.place import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
 from fleetflow.services.operations import resolve_flavor, resolve_image
 

@@ -1,4 +1,4 @@
-"""Where an evacuation's servers go: one view of the cloud, one pass (scheduler/moves.py).
+"""Where an evacuation's servers go: one view of the cloud, one pass (scheduler/moves/place.py).
 
 Used by the schedule task (every server of a run), by a retry that ran out
 of candidates (one server, afresh) and by the API's dry run. The view: every
@@ -24,7 +24,7 @@ from fleetflow.persistence.models import (
     Reservation,
     ServerGroup,
 )
-from fleetflow.scheduler.moves import ServerToMove, place_moves
+from fleetflow.scheduler.moves.place import ServerToMove, place_moves
 from fleetflow.scheduler.snapshot import snapshot_from_db
 from fleetflow.scheduler.spec import GroupSpec
 

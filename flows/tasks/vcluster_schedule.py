@@ -17,7 +17,8 @@ from fleetflow.common import states
 from fleetflow.flows.tasks.move_schedule import snapshot_with_heartbeats
 from fleetflow.persistence import vclusters as vc_rows
 from fleetflow.persistence.models import Flavor, Host, Instance, StorageBackend, Volume
-from fleetflow.scheduler.vcluster import (
+from fleetflow.scheduler.vcluster.check import Place
+from fleetflow.scheduler.vcluster.place import (
     BackendState,
     Grouping,
     ServerMember,
@@ -25,7 +26,6 @@ from fleetflow.scheduler.vcluster import (
     VolumeMember,
     place_vcluster,
 )
-from fleetflow.scheduler.vcluster_check import Place
 
 ALTERNATES = 2
 

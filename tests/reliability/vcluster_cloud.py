@@ -55,7 +55,7 @@ AT_REST = (*BUILT, states.DELETED, states.ERROR, states.PAUSED)
 FAILED_CREATES = 1_000_000
 EXTRA_PRELOAD = ("fleetflow.flows.vcluster", "fleetflow.flows.tasks.vcluster",
                  "fleetflow.flows.tasks.vcluster_members",
-                 "fleetflow.flows.tasks.vcluster_teardown", "fleetflow.scheduler.vcluster")
+                 "fleetflow.flows.tasks.vcluster_teardown", "fleetflow.scheduler.vcluster.place")
 
 
 def fleet_doc(lanes: dict[str, tuple[int, int]], vcpus: int) -> dict:

@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any
 
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import capabilities as caps
-from fleetflow.scheduler.moves import canonical
-from fleetflow.scheduler.moves_explain import domain_text
+from fleetflow.scheduler.moves.explain import domain_text
+from fleetflow.scheduler.moves.place import canonical
 from fleetflow.scheduler.snapshot import HostState
 from fleetflow.scheduler.spec import AFFINITY
-from fleetflow.scheduler.vcluster_explain import Step, resources_label
-from fleetflow.scheduler.vcluster_pool import Pool, types_ok
-from fleetflow.scheduler.vcluster_rules import Rules
+from fleetflow.scheduler.vcluster.explain import Step, resources_label
+from fleetflow.scheduler.vcluster.pool import Pool, types_ok
+from fleetflow.scheduler.vcluster.rules import Rules
 
 if TYPE_CHECKING:
-    from fleetflow.scheduler.vcluster_pass import Placer
+    from fleetflow.scheduler.vcluster.passes import Placer
 
 
 def _bad(message: str) -> InvalidInput:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleetflow.scheduler.filters import FilterStep
-from fleetflow.scheduler.moves_pass import Eligibility, MovePass
+from fleetflow.scheduler.moves.passes import Eligibility, MovePass
 from fleetflow.scheduler.policies import GroupRule
 from fleetflow.scheduler.spec import ANTI_AFFINITY
 

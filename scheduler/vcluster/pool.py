@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fleetflow.scheduler.snapshot import HostState
-from fleetflow.scheduler.vcluster import BackendState
+from fleetflow.scheduler.vcluster.place import BackendState
 from fleetflow.scheduler.weighers import SPREAD
 
 

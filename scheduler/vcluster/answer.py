@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fleetflow.scheduler.moves_explain import domain_text
+from fleetflow.scheduler.moves.explain import domain_text
 from fleetflow.scheduler.spec import AFFINITY
-from fleetflow.scheduler.vcluster import VClusterPlacement
-from fleetflow.scheduler.vcluster_alternates import backend_alternates, host_alternates
+from fleetflow.scheduler.vcluster.alternates import backend_alternates, host_alternates
+from fleetflow.scheduler.vcluster.place import VClusterPlacement
 
 if TYPE_CHECKING:
-    from fleetflow.scheduler.vcluster_pass import Placer
+    from fleetflow.scheduler.vcluster.passes import Placer
 
 
 def answer(placer: Placer, alternates: int) -> VClusterPlacement:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fleetflow.scheduler.vcluster_pass import Placer
+    from fleetflow.scheduler.vcluster.passes import Placer
 
 
 @dataclasses.dataclass(frozen=True)

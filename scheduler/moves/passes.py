@@ -1,4 +1,4 @@
-"""The engine under :func:`fleetflow.scheduler.moves.place_moves`.
+"""The engine under :func:`fleetflow.scheduler.moves.place.place_moves`.
 
 The servers of an evacuation differ (flavors, capabilities, volumes), so the
 single heap of ``scheduler.py`` cannot serve them all. Servers with the same

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleetflow.scheduler import capabilities as caps
-from fleetflow.scheduler.moves import canonical
-from fleetflow.scheduler.moves_pass import Eligibility
-from fleetflow.scheduler.vcluster_explain import Step, chain
-from fleetflow.scheduler.vcluster_pool import types_ok
+from fleetflow.scheduler.moves.passes import Eligibility
+from fleetflow.scheduler.moves.place import canonical
+from fleetflow.scheduler.vcluster.explain import Step, chain
+from fleetflow.scheduler.vcluster.pool import types_ok
 
 if TYPE_CHECKING:
-    from fleetflow.scheduler.vcluster_pass import Placer
+    from fleetflow.scheduler.vcluster.passes import Placer
 
 
 def static_filters(placer: Placer) -> str | None:

@@ -1,4 +1,4 @@
-"""The engine under :func:`fleetflow.scheduler.vcluster.place_vcluster`.
+"""The engine under :func:`fleetflow.scheduler.vcluster.place.place_vcluster`.
 
 Hosts come from the heaps of :class:`MovePass` (one per distinct set of
 static requirements, best host first, updated as the pass consumes room).
@@ -9,7 +9,7 @@ host reaches. Everything is tentative until the whole unit fits; otherwise
 the next anchor is tried. Usage and member counts only grow, so the first
 unit that fits nowhere ends the pass: the answer is all-or-nothing.
 
-Pinned members (see :mod:`vcluster_pins`) are where they are: a unit's
+Pinned members (see :mod:`fleetflow.scheduler.vcluster.pins`) are where they are: a unit's
 pinned host sets are put first in every trial, its new host sets are
 filtered to the rack or zone and backends the pinned ones force, and only
 new members (``fresh_servers``, ``fresh_volumes``) consume room or count
@@ -22,17 +22,17 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from fleetflow.scheduler.moves import size_measure, sum_resources
-from fleetflow.scheduler.moves_pass import Eligibility, MovePass
+from fleetflow.scheduler.moves.passes import Eligibility, MovePass
+from fleetflow.scheduler.moves.place import size_measure, sum_resources
 from fleetflow.scheduler.snapshot import CloudSnapshot
 from fleetflow.scheduler.spec import AFFINITY
-from fleetflow.scheduler.vcluster import BackendState, VClusterPlacement
-from fleetflow.scheduler.vcluster_answer import answer
-from fleetflow.scheduler.vcluster_explain import Step, explain_unit
-from fleetflow.scheduler.vcluster_pins import Pins
-from fleetflow.scheduler.vcluster_pool import Pool, Trial, types_ok
-from fleetflow.scheduler.vcluster_rules import AntiRule, Rules
-from fleetflow.scheduler.vcluster_static import static_filters
+from fleetflow.scheduler.vcluster.answer import answer
+from fleetflow.scheduler.vcluster.explain import Step, explain_unit
+from fleetflow.scheduler.vcluster.pins import Pins
+from fleetflow.scheduler.vcluster.place import BackendState, VClusterPlacement
+from fleetflow.scheduler.vcluster.pool import Pool, Trial, types_ok
+from fleetflow.scheduler.vcluster.rules import AntiRule, Rules
+from fleetflow.scheduler.vcluster.static import static_filters
 
 # Anchors (or hosts of a forced domain) a unit tries before it is declared
 # not to fit: bounds a failing pass on a large fleet to a few thousand checks.

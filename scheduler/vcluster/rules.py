@@ -21,7 +21,7 @@ from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler.spec import AFFINITY, ANTI_AFFINITY
 
 if TYPE_CHECKING:
-    from fleetflow.scheduler.vcluster import Grouping, ServerMember, VolumeMember
+    from fleetflow.scheduler.vcluster.place import Grouping, ServerMember, VolumeMember
 
 RULES = (AFFINITY, ANTI_AFFINITY)
 SCOPES = ("host", "backend", "rack", "zone")

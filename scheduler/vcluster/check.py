@@ -1,7 +1,7 @@
 """Does a grouping hold where its members are now? (the API's view, the audit)
 
 Pure: it takes where each member is and the topology of those places, the
-same rules as the placer (the table in scheduler/vcluster.py), pair by pair.
+same rules as the placer (the table in scheduler/vcluster/place.py), pair by pair.
 A member with no place yet (not built, or gone) makes a grouping not hold.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from fleetflow.scheduler.vcluster_rules import AFFINITY, pair_scopes
+from fleetflow.scheduler.vcluster.rules import AFFINITY, pair_scopes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def holds(rule: str, scope: str | None, members: Sequence[str],
     ``servers`` / ``volumes``: every member of the cluster of that kind, with
     its place (None: not placed).
     """
-    from fleetflow.scheduler.vcluster import Grouping
+    from fleetflow.scheduler.vcluster.place import Grouping
 
     s_names = [m for m in members if m in servers]
     v_names = [m for m in members if m in volumes]

@@ -34,9 +34,9 @@ from typing import Any
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import capabilities as caps
 from fleetflow.scheduler.filters import FilterStep
-from fleetflow.scheduler.moves_explain import domain_text, explain_server, explain_unit
-from fleetflow.scheduler.moves_pass import Eligibility, MovePass
-from fleetflow.scheduler.moves_units import (
+from fleetflow.scheduler.moves.explain import domain_text, explain_server, explain_unit
+from fleetflow.scheduler.moves.passes import Eligibility, MovePass
+from fleetflow.scheduler.moves.units import (
     allowed_domains,
     place_unit,
     unit_alternates,

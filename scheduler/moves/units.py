@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fleetflow.scheduler.moves_pass import ALTERNATE_SCAN, Eligibility, MovePass, covers
+from fleetflow.scheduler.moves.passes import ALTERNATE_SCAN, Eligibility, MovePass, covers
 from fleetflow.scheduler.policies import GroupRule
 from fleetflow.scheduler.spec import SCOPES
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from fleetflow.scheduler.moves_pass import ALTERNATE_SCAN
+from fleetflow.scheduler.moves.passes import ALTERNATE_SCAN
 
 if TYPE_CHECKING:
-    from fleetflow.scheduler.vcluster_pass import Placer
+    from fleetflow.scheduler.vcluster.passes import Placer
 
 _NONE: Counter = Counter()
 

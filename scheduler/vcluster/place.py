@@ -180,7 +180,7 @@ class VClusterPlacement:
 def check_groupings(servers: Sequence[ServerMember], volumes: Sequence[VolumeMember],
                     groupings: Sequence[Grouping]) -> None:
     """Raise InvalidInput naming the first bad member, grouping or contradiction."""
-    from fleetflow.scheduler.vcluster_rules import analyse
+    from fleetflow.scheduler.vcluster.rules import analyse
 
     analyse(servers, volumes, groupings)
 
@@ -197,8 +197,8 @@ def place_vcluster(servers: Sequence[ServerMember], volumes: Sequence[VolumeMemb
     A pinned name that is no server (volume) of the cluster, or a host or
     backend that does not exist, is InvalidInput (field ``instances``).
     """
-    from fleetflow.scheduler.vcluster_pass import Placer
-    from fleetflow.scheduler.vcluster_rules import analyse
+    from fleetflow.scheduler.vcluster.passes import Placer
+    from fleetflow.scheduler.vcluster.rules import analyse
 
     rules = analyse(servers, volumes, groupings)
     placer = Placer(rules, hosts, backends, weigher, pinned_hosts, pinned_backends)
