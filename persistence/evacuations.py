@@ -16,11 +16,26 @@ from sqlalchemy import orm
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, NotFound
-from fleetflow.persistence.models import Evacuation, Host, Instance, Move, utcnow
+from fleetflow.persistence.models import (
+    Evacuation,
+    Host,
+    Instance,
+    Move,
+    StorageBackend,
+    Volume,
+    utcnow,
+)
 
 EVACUATION_PREFIX = "e-"
 # Namespace of migration ids: uuid5(namespace, "<evacuation id>/<instance uuid>").
 MIGRATION_NAMESPACE = uuidlib.UUID("5d0c7b2e-61a4-4f0e-a7f3-0b9c4e2d8a61")
+
+# Codes of a move's fault, shown by the API per server: stable, upper case.
+NO_VALID_HOST = "NO_VALID_HOST"
+MIGRATION_FAILED = "MIGRATION_FAILED"
+GROUP_POLICY = "GROUP_POLICY"
+VOLUME_UNREACHABLE = "VOLUME_UNREACHABLE"
+HOST_ALIVE = "HOST_ALIVE"
 
 
 class EvacuationInProgress(Conflict):
@@ -200,6 +215,14 @@ def progress(session: orm.Session, evacuation_id: str) -> dict[str, int]:
             "moving": counts[states.MOVING],
             "pending": counts[states.PENDING], "failed": counts[states.FAILED],
             "skipped": counts[states.SKIPPED], "reverted": counts[states.REVERTED]}
+
+
+def attached_volumes(session: orm.Session, uuid: str) -> list[tuple[Volume, StorageBackend | None]]:
+    return list(session.execute(
+        sa.select(Volume, StorageBackend).outerjoin(
+            StorageBackend, StorageBackend.name == Volume.backend)
+        .where(Volume.instance_id == uuid, Volume.status == states.VOLUME_IN_USE)
+        .order_by(Volume.id)).all())
 
 
 def move_view(move: Move) -> dict:

@@ -14,9 +14,9 @@ import dataclasses
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.flows.tasks.move_schedule import snapshot_with_heartbeats
 from fleetflow.persistence import vclusters as vc_rows
 from fleetflow.persistence.models import Flavor, Host, Instance, StorageBackend, Volume
+from fleetflow.scheduler.snapshot import snapshot_with_heartbeats
 from fleetflow.scheduler.vcluster.check import Place
 from fleetflow.scheduler.vcluster.place import (
     BackendState,

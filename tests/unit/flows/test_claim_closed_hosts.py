@@ -123,7 +123,7 @@ def _first_destination(answer: dict) -> str:
 @pytest.mark.parametrize("how", ["held", "maintenance"])
 def test_an_evacuation_moves_nothing_onto_a_host_closed_after_its_schedule(
         evac_cloud, monkeypatch, how):
-    from fleetflow.flows.tasks import evacuation as evacuation_tasks
+    from fleetflow.flows.evacuate import tasks as evacuation_tasks
     from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 
     source = "z1-r1-h01"

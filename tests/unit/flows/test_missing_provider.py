@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from taskflow import states as tf_states
 
 from fleetflow.common import states
-from fleetflow.flows.tasks import move_schedule, schedule
+from fleetflow.flows.tasks import schedule
 from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
@@ -21,6 +21,7 @@ from fleetflow.persistence.placement.models import (
     ProviderTrait,
     ResourceProvider,
 )
+from fleetflow.scheduler.moves import plan as move_plan
 from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 from fleetflow.services.operations import Operations, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
@@ -164,7 +165,7 @@ def test_an_evacuation_never_picks_a_host_without_provider(evac_cloud):
 def test_a_move_whose_destination_provider_vanished_goes_to_an_alternate(evac_cloud,
                                                                           monkeypatch):
     uuid = boot(evac_cloud)
-    plan = move_schedule.plan
+    plan = move_plan.plan
     dropped = []
 
     def plan_then_drop(session, *args, **kwargs):
@@ -175,7 +176,7 @@ def test_a_move_whose_destination_provider_vanished_goes_to_an_alternate(evac_cl
             drop_provider_in(session, dropped[0])
         return result
 
-    monkeypatch.setattr(move_schedule, "plan", plan_then_drop)
+    monkeypatch.setattr(move_plan, "plan", plan_then_drop)
     done = _evacuate_live(evac_cloud)
     # on_error pause: never FAILED for a lost claim; an alternate takes the server.
     assert done["status"] == states.DONE
@@ -191,7 +192,7 @@ def test_a_move_with_no_alternate_left_fails_alone_and_the_evacuation_pauses(eva
                                                                              monkeypatch):
     uuid = boot(evac_cloud)
     target = "z1-r1-h02"
-    plan = move_schedule.plan
+    plan = move_plan.plan
     dropped = []
 
     def plan_then_drop(session, *args, **kwargs):
@@ -201,7 +202,7 @@ def test_a_move_with_no_alternate_left_fails_alone_and_the_evacuation_pauses(eva
             drop_provider_in(session, target)
         return result
 
-    monkeypatch.setattr(move_schedule, "plan", plan_then_drop)
+    monkeypatch.setattr(move_plan, "plan", plan_then_drop)
     paused = _evacuate_live(evac_cloud, target_hosts=[target])
     # on_error pause: the one move FAILED, the evacuation PAUSED, never FAILED.
     assert dropped and paused["status"] == states.PAUSED

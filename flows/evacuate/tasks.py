@@ -10,11 +10,12 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict
 from fleetflow.compute.exceptions import ComputeError, HostNotServed
 from fleetflow.flows import keys, runtime
-from fleetflow.flows.tasks import move_rows, move_schedule
+from fleetflow.flows.evacuate import rows
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as reservation_rows
 from fleetflow.persistence.models import Evacuation, Move
+from fleetflow.scheduler.moves import plan as move_plan
 
 LOG = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ PING_TIMEOUT = 5
 class HostAlive(Conflict):
     """A rebuild-evacuation of a host that still answers: two copies would run."""
 
-    code = move_rows.HOST_ALIVE
+    code = evac_rows.HOST_ALIVE
 
 
 def answers(compute, host: str, timeout: float) -> bool:
@@ -117,8 +118,8 @@ class ScheduleMoves(FleetTask):
             evacuation = evac_rows.get(session, evacuation_id)
             # A new run starts from what the row says now (an operator's
             # resume cleared ``stopping`` in another process, perhaps just now).
-            move_rows.stopped(rt.database, evacuation_id, evacuation.stopping)
-            plan = move_schedule.plan(session, evacuation, list(instance_uuids), usage,
+            rows.stopped(rt.database, evacuation_id, evacuation.stopping)
+            plan = move_plan.plan(session, evacuation, list(instance_uuids), usage,
                                       rt.conf)
             fallback = (evacuation.mode == states.MODE_DRAIN
                         and evacuation.fallback == states.FALLBACK_COLD)

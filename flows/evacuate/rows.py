@@ -8,22 +8,20 @@ import time
 import sqlalchemy as sa
 
 from fleetflow.common import states
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as reservation_rows
+from fleetflow.persistence.evacuations import (
+    GROUP_POLICY,
+    MIGRATION_FAILED,
+    NO_VALID_HOST,
+)
 from fleetflow.persistence.models import (
     Evacuation,
     GroupMember,
     Host,
     Move,
     StorageBackend,
-    Volume,
 )
-
-# Codes the API shows per server: stable, upper case (the issue's words).
-NO_VALID_HOST = "NO_VALID_HOST"
-MIGRATION_FAILED = "MIGRATION_FAILED"
-GROUP_POLICY = "GROUP_POLICY"
-VOLUME_UNREACHABLE = "VOLUME_UNREACHABLE"
-HOST_ALIVE = "HOST_ALIVE"
 
 
 def fault_code(exc: Exception) -> str:
@@ -98,20 +96,12 @@ def reaches(backend: StorageBackend, host: Host) -> bool:
     return (backend.region, backend.zone, backend.rack) == (host.region, host.zone, host.rack)
 
 
-def attached_volumes(session, uuid: str) -> list[tuple[Volume, StorageBackend | None]]:
-    return list(session.execute(
-        sa.select(Volume, StorageBackend).outerjoin(
-            StorageBackend, StorageBackend.name == Volume.backend)
-        .where(Volume.instance_id == uuid, Volume.status == states.VOLUME_IN_USE)
-        .order_by(Volume.id)).all())
-
-
 def volumes_for(session, uuid: str, destination: str) -> tuple[list[str], list[str]]:
     """(volumes the destination reaches, volumes lost with a source's own disk).
 
     A volume on another host's local disk cannot follow its server: lost.
     """
-    attached = attached_volumes(session, uuid)
+    attached = evac_rows.attached_volumes(session, uuid)
     if not attached:
         return [], []
     host = session.execute(sa.select(Host).where(Host.name == destination)).scalar_one()

@@ -1,4 +1,4 @@
-"""Where an evacuation's servers go: one view of the cloud, one pass (scheduler/moves/place.py).
+"""Where an evacuation's servers go: one view of the cloud, one pass (:mod:`.place`).
 
 Used by the schedule task (every server of a run), by a retry that ran out
 of candidates (one server, afresh) and by the API's dry run. The view: every
@@ -14,7 +14,6 @@ import dataclasses
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.flows.tasks import move_rows
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence.models import (
     Evacuation,
@@ -25,7 +24,7 @@ from fleetflow.persistence.models import (
     ServerGroup,
 )
 from fleetflow.scheduler.moves.place import ServerToMove, place_moves
-from fleetflow.scheduler.snapshot import snapshot_from_db
+from fleetflow.scheduler.snapshot import snapshot_with_heartbeats
 from fleetflow.scheduler.spec import GroupSpec
 
 
@@ -37,16 +36,6 @@ class MovePlan:
     unplaced: dict[str, tuple[str, str]]
     #: What each server is: source, mode, resources, image, whether it has volumes.
     servers: dict[str, dict] = dataclasses.field(default_factory=dict)
-
-
-def snapshot_with_heartbeats(session, usage: dict, service_down_time: float):
-    """Every host, a host whose heartbeat is stale reading down."""
-    snapshot = snapshot_from_db(session, usage)
-    for host in session.scalars(sa.select(Host).where(Host.heartbeat_at.is_not(None))):
-        state = evac_rows.effective_host_state(host, service_down_time)
-        if state != host.state and host.name in snapshot.by_name:
-            snapshot.by_name[host.name].state = state
-    return snapshot
 
 
 def _flavor_capabilities(flavor: Flavor) -> dict:
@@ -113,7 +102,7 @@ class _Builder:
                 continue
             if backend.scope == "host":
                 if self.evacuation.mode != states.MODE_REBUILD:
-                    return (move_rows.VOLUME_UNREACHABLE,
+                    return (evac_rows.VOLUME_UNREACHABLE,
                             f"volume {volume.id} is on {backend.host_name}'s own disk: a "
                             f"{self.evacuation.mode} move cannot take it along")
                 continue  # lost with the dead host; recorded at confirm
@@ -138,7 +127,7 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
         if instance is None or instance.status in (states.DELETING, states.DELETED):
             unplaced[uuid] = ("MOVE_NOT_POSSIBLE", f"server {uuid} is being deleted")
             continue
-        attached = move_rows.attached_volumes(session, uuid)
+        attached = evac_rows.attached_volumes(session, uuid)
         infos[uuid] = builder.info(instance, bool(attached))
         server = builder.server(instance, attached)
         if isinstance(server, tuple):
@@ -155,6 +144,6 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
         # A group's own rule left no host (an affinity unit, or anti-affinity
         # taking the last hosts): say so; otherwise capacity or filters did.
         by_group = why.startswith("group") or "-> 0 (group" in why
-        code = move_rows.GROUP_POLICY if by_group else move_rows.NO_VALID_HOST
+        code = evac_rows.GROUP_POLICY if by_group else evac_rows.NO_VALID_HOST
         unplaced[key] = (code, why)
     return MovePlan(dict(result.candidates), unplaced, infos)

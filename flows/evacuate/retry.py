@@ -23,13 +23,14 @@ from taskflow import retry
 
 from fleetflow.common import states
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import move_gone, move_rows, move_schedule
+from fleetflow.flows.evacuate import gone, rows
+from fleetflow.flows.evacuate.fastpath import CLAIMED
+from fleetflow.flows.evacuate.move import MoveNotPossible
 from fleetflow.flows.tasks.base import FleetRetry
-from fleetflow.flows.tasks.move import MoveNotPossible
-from fleetflow.flows.tasks.move_fastpath import CLAIMED
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as reservation_rows
 from fleetflow.persistence.models import Evacuation, Instance
+from fleetflow.scheduler.moves import plan as move_plan
 
 LOG = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class MoveHostRetry(FleetRetry):
         rt = runtime.get()
         uuid = instance_uuids[self.index]
         tried = [h for h in history.provided_iter() if h is not NO_HOST]
-        stopping = move_rows.stopping(rt.database, evacuation_id)
+        stopping = rows.stopping(rt.database, evacuation_id)
         if stopping:
             if not self._skip_if_deleted(evacuation_id, uuid, fence):
                 self._leave(evacuation_id, uuid, stopping, fence)
@@ -62,7 +63,7 @@ class MoveHostRetry(FleetRetry):
                 self._give_up(evacuation_id, uuid, None)
             return NO_HOST
         unplaced = (move_placements.get("unplaced") or {}).get(str(self.index))
-        if unplaced and unplaced[0] != move_rows.NO_VALID_HOST and not tried:
+        if unplaced and unplaced[0] != evac_rows.NO_VALID_HOST and not tried:
             # Not a matter of capacity: another host would not help.
             if not self._skip_if_deleted(evacuation_id, uuid, fence):
                 self._give_up(evacuation_id, uuid, reservation_rows.fault(*unplaced,
@@ -91,7 +92,7 @@ class MoveHostRetry(FleetRetry):
         usage = rt.placement.usages_by_provider()
         with rt.database.session() as session:
             evacuation = evac_rows.get(session, evacuation_id)
-            plan = move_schedule.plan(session, evacuation, [uuid], usage, rt.conf,
+            plan = move_plan.plan(session, evacuation, [uuid], usage, rt.conf,
                                       excluded_hosts=tried, alternates=0)
         candidates = plan.candidates.get(uuid)
         if candidates:
@@ -107,7 +108,7 @@ class MoveHostRetry(FleetRetry):
         common path reads no row more.
         """
         rt = runtime.get()
-        if not move_gone.skip_if_gone(rt.placement, rt.database, evacuation_id, uuid, fence):
+        if not gone.skip_if_gone(rt.placement, rt.database, evacuation_id, uuid, fence):
             return False
         LOG.info("evacuation %s: %s was deleted; its move is skipped", evacuation_id, uuid)
         return True
@@ -137,7 +138,7 @@ class MoveHostRetry(FleetRetry):
         with runtime.get().database.session() as session:
             move = evac_rows.move(session, evacuation_id, uuid)
             fault = fault or move.fault or reservation_rows.fault(
-                move_rows.NO_VALID_HOST,
+                evac_rows.NO_VALID_HOST,
                 f"no host left to move {uuid} to (tried: {', '.join(move.hosts_tried) or '-'})",
                 step="schedule")
             evac_rows.update_move(session, evacuation_id, uuid, status=states.FAILED,
@@ -151,7 +152,7 @@ class MoveHostRetry(FleetRetry):
                     values["status"] = states.REVERTING
                 session.execute(sa.update(Evacuation).where(Evacuation.id == evacuation_id)
                                 .values(**values))
-        move_rows.stopped(runtime.get().database, evacuation_id, stopping)
+        rows.stopped(runtime.get().database, evacuation_id, stopping)
         LOG.warning("evacuation %s: %s cannot be moved: %s", evacuation_id, uuid,
                     fault["message"])
 

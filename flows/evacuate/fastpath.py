@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.flows import keys, runtime
-from fleetflow.flows.tasks import move_gone
+from fleetflow.flows.evacuate import gone
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.claim import ClaimRace, refuse_closed_hosts
 from fleetflow.persistence import evacuations as evac_rows
@@ -107,7 +107,7 @@ class ClaimPrimaryMoves(FleetTask):
         for uuid in lost:
             # A delete took the server between the read above and the record:
             # the claim goes back, and the retry skips the move.
-            move_gone.give_back_claim(rt.placement, rt.database, uuid, wanted[uuid][3], fence)
+            gone.give_back_claim(rt.placement, rt.database, uuid, wanted[uuid][3], fence)
         return {index: migration for uuid, (index, _h, _a, migration, _t, _r)
                 in wanted.items() if uuid not in lost}
 

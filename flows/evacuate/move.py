@@ -24,10 +24,10 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, FleetflowError
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound, OutcomeUnknown
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import move_rows, move_writes
+from fleetflow.flows.evacuate import rows, writes
+from fleetflow.flows.evacuate.fastpath import CLAIMED
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.claim import ClaimRace, join_group
-from fleetflow.flows.tasks.move_fastpath import CLAIMED
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence.fleet import stable_uuid
@@ -82,7 +82,7 @@ def _fail_step(evacuation_id: str, uuid: str, step: str, host: str | None,
     """Write the failure on the move row (the API and the retry read it), then raise."""
     with runtime.get().database.session() as session:
         evac_rows.update_move(session, evacuation_id, uuid,
-                              fault=move_rows.fault_of(exc, step, host))
+                              fault=rows.fault_of(exc, step, host))
 
 
 class ClaimMove(FleetTask):
@@ -159,7 +159,7 @@ class ClaimMove(FleetTask):
                         groups.lock(session, group_id)
                     for group_id in group_ids:
                         join_group(session, group_id, uuid, host,
-                                   also_exclude=move_rows.unlanded_members(
+                                   also_exclude=rows.unlanded_members(
                                        session, evacuation_id, group_id))
             rt.placement.move(uuid, migration_id, {stable_uuid(host): resources},
                               project_id=tenant, user_id=tenant, fence=fence)
@@ -210,7 +210,7 @@ class MoveServer(FleetTask):
                 "resources": server["resources"], "image": server["image"]}
         fallback = bool(move_placements.get("fallback_cold"))
         migration_id = migration
-        move_writes.write_move(rt.database, evacuation_id, uuid,
+        writes.write_move(rt.database, evacuation_id, uuid,
                                {"status": states.MOVING, "step": "move"})
         try:
             record = self._start(rt, host, migration_id, spec, fence, fallback,
@@ -240,7 +240,7 @@ class MoveServer(FleetTask):
 
         interval = rt.conf.compute.move_poll_interval
         while record["status"] in ("queued", "running"):
-            if move_rows.stopping(rt.database, evacuation_id) == states.ON_ERROR_REVERT:
+            if rows.stopping(rt.database, evacuation_id) == states.ON_ERROR_REVERT:
                 raise MoveCancelled(f"evacuation {evacuation_id} is reverting: move of "
                                     f"{record['uuid']} cancelled")
             time.sleep(interval)
@@ -267,7 +267,7 @@ class MoveServer(FleetTask):
             LOG.warning("%s: could not undo its move on %s: %s", uuid, host, exc)
             with rt.database.session() as session:
                 evac_rows.update_move(session, evacuation_id, uuid,
-                                      fault=move_rows.fault_of(exc, "move", host))
+                                      fault=rows.fault_of(exc, "move", host))
 
 
 def _ask(rt, host: str, migration_id: str) -> dict | None:
@@ -314,7 +314,7 @@ class ReattachVolumes(FleetTask):
         with rt.database.session() as session:
             if _finished(session, evacuation_id, uuid):
                 return []
-            reachable, _lost = move_rows.volumes_for(session, uuid, host)
+            reachable, _lost = rows.volumes_for(session, uuid, host)
             if reachable:
                 evac_rows.update_move(session, evacuation_id, uuid, step="attach")
         try:
@@ -348,7 +348,7 @@ class ConfirmMove(FleetTask):
     allocation goes, and the instance row moves (one transaction, move DONE).
 
     The two writes go with other moves' ending at the same time (group
-    commit: move_writes), each committed before this task returns.
+    commit: writes.py), each committed before this task returns.
 
     Revert: nothing; a confirmed move is finished and stays.
     """
@@ -363,18 +363,18 @@ class ConfirmMove(FleetTask):
         server = move_placements["servers"][str(index)]
         try:
             rt.compute.confirm_move(host, migration, fence=fence)
-            move_writes.release_migration(rt.placement, migration, fence=fence)
+            writes.release_migration(rt.placement, migration, fence=fence)
         except FleetflowError as exc:
             _fail_step(evacuation_id, uuid, "confirm", host, exc)
             raise
         lost = []
         if server["volumes"]:
             with rt.database.session() as session:
-                _reachable, lost = move_rows.volumes_for(session, uuid, host)
+                _reachable, lost = rows.volumes_for(session, uuid, host)
                 for volume in session.scalars(sa.select(Volume).where(Volume.id.in_(lost))):
                     # Its data was on the dead source's own disk.
                     volume.status, volume.instance_id = states.VOLUME_ERROR, None
-        move_writes.write_move(
+        writes.write_move(
             rt.database, evacuation_id, uuid,
             {"status": states.DONE, "step": None, "fault": None, "destination": host,
              "volumes_lost": lost},
