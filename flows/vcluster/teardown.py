@@ -15,7 +15,7 @@ from __future__ import annotations
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows.registry import flow_factory
-from fleetflow.flows.tasks.vcluster_teardown import (
+from fleetflow.flows.vcluster.teardown_tasks import (
     DeleteMemberVolume,
     DestroyMemberServer,
     DetachLeaving,

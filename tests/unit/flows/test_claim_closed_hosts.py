@@ -18,7 +18,7 @@ from taskflow import states as tf_states
 
 from fleetflow.common import states
 from fleetflow.flows.tasks import schedule as schedule_tasks
-from fleetflow.flows.tasks import vcluster as vcluster_tasks
+from fleetflow.flows.vcluster import build_tasks as vcluster_tasks
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.models import Host, Instance

@@ -12,7 +12,6 @@ from taskflow import states as tf_states
 
 from fleetflow.common import states
 from fleetflow.flows.tasks import schedule
-from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.placement.models import (
@@ -22,6 +21,7 @@ from fleetflow.persistence.placement.models import (
     ResourceProvider,
 )
 from fleetflow.scheduler.moves import plan as move_plan
+from fleetflow.scheduler.vcluster import plan as vcluster_plan
 from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 from fleetflow.services.operations import Operations, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
@@ -111,7 +111,7 @@ def test_a_provider_gone_between_schedule_and_claim_is_a_lost_claim(cloud, monke
 
 
 def test_a_vcluster_member_whose_host_lost_its_provider_is_placed_again(cloud, monkeypatch):
-    place = vsched.place
+    place = vcluster_plan.place
     dropped = []
 
     def place_then_drop(session, *args, **kwargs):
@@ -122,7 +122,7 @@ def test_a_vcluster_member_whose_host_lost_its_provider_is_placed_again(cloud, m
             drop_provider_in(session, dropped[0])
         return result
 
-    monkeypatch.setattr(vsched, "place", place_then_drop)
+    monkeypatch.setattr(vcluster_plan, "place", place_then_drop)
     ops = VClusterOps(cloud.conf, cloud.database, submit=cloud.submit)
     servers = [{"name": f"s{i}", "type": "server",
                 "spec": {"imageRef": "cirros", "flavorRef": "m1.small"}} for i in (1, 2)]

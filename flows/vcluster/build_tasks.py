@@ -24,15 +24,15 @@ from taskflow import retry
 from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.flows import keys, runtime
-from fleetflow.flows.tasks import storage_routes
-from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.flows.tasks.base import FleetRetry, FleetTask
 from fleetflow.flows.tasks.claim import ClaimRace, refuse_closed_hosts
+from fleetflow.flows.vcluster import storage_routes
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
 from fleetflow.persistence.models import Instance, Volume
 from fleetflow.persistence.placement.errors import PlacementConflict
+from fleetflow.scheduler.vcluster import plan as vcluster_plan
 
 LOG = logging.getLogger(__name__)
 
@@ -121,8 +121,8 @@ class ScheduleVCluster(FleetTask):
             states.MEMBER_SERVER: servers, states.MEMBER_VOLUME: volumes}
         usage = rt.placement.usages_by_provider()
         with rt.database.session() as session:
-            cluster = vsched.cluster_input(session, vcluster_id, adding)
-            placement = vsched.place(session, cluster, usage, rt.conf)
+            cluster = vcluster_plan.cluster_input(session, vcluster_id, adding)
+            placement = vcluster_plan.place(session, cluster, usage, rt.conf)
             if not placement.fits:
                 raise VClusterNoValidHost(f"vcluster {vcluster_id}: {placement.explanation}",
                                           explanation=placement.explanation)
@@ -130,7 +130,7 @@ class ScheduleVCluster(FleetTask):
             answer = placement.to_dict()
             answer["ids"] = {m.name: m.resource_id for m in vc_rows.members(session, vcluster_id)}
             answer["new"] = [m.name for m in [*server_rows, *volume_rows]]
-            answer["host_uuids"], answer["backend_uuids"] = vsched.provider_uuids(
+            answer["host_uuids"], answer["backend_uuids"] = vcluster_plan.provider_uuids(
                 session, placement)
             # Where each candidate backend's calls go (a create re-checks on failure).
             answer["routes"] = storage_routes.first_routes(session, answer["backend_uuids"],
@@ -181,7 +181,7 @@ def server_groups_joined(session, vcluster_id: str, placement: dict) -> None:
 
 def _check_group_rule(session, group, hosts: dict[str, str]) -> None:
     """ClaimRace unless ``hosts`` (member -> host) keep the group's rule at its scope."""
-    places = vsched.host_places(session, hosts.values())
+    places = vcluster_plan.host_places(session, hosts.values())
     scope = group.scope or "host"
     domains = [places[h].domain(scope) if h in places else h for h in hosts.values()]
     policy = (group.policies or ["anti-affinity"])[0]

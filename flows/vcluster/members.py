@@ -19,10 +19,10 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import storage_routes
 from fleetflow.flows.tasks.base import FleetRetry, FleetTask
 from fleetflow.flows.tasks.claim import ClaimRace, join_group, refuse_closed_hosts
-from fleetflow.flows.tasks.vcluster import VClusterNoValidHost
+from fleetflow.flows.vcluster import storage_routes
+from fleetflow.flows.vcluster.build_tasks import VClusterNoValidHost
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
 from fleetflow.persistence.models import Instance, VClusterMember, Volume

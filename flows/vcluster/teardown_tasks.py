@@ -23,9 +23,9 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import storage_routes
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.vcluster_members import each
+from fleetflow.flows.vcluster import storage_routes
+from fleetflow.flows.vcluster.members import each
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
