@@ -53,7 +53,7 @@ def is_live(volume) -> bool:
 
 def created_on_backend(volume) -> bool:
     """Whether the backend must list it: a vcluster's volumes are created there,
-    while a reservation's data volume (``flows/tasks/volume.py``) is only
+    while a reservation's data volume (``flows/provision/volume.py``) is only
     attached, its id unknown to the backend, as are older volumes."""
     return volume.vcluster_id is not None
 

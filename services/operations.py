@@ -155,11 +155,11 @@ class Operations:
 
     def dry_run(self, req: ReservationRequest) -> dict[str, Any]:
         """Whether ``req`` fits right now, with the scheduler's explanation; claims nothing."""
-        from fleetflow.flows.tasks import schedule
+        from fleetflow.scheduler import plan
 
         with self.database.session() as session:
             spec = self.request_spec(session, req)
-            return schedule.dry_run(session, spec, self.conf)
+            return plan.dry_run(session, spec, self.conf)
 
     def delete_reservation(self, tenant_id: str | None, reservation_id: str) -> Reservation:
         with self.database.session() as session:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from taskflow.patterns import linear_flow, unordered_flow
 
+from fleetflow.flows.provision.teardown_tasks import DeleteInstance, FinishTeardown
 from fleetflow.flows.registry import flow_factory
-from fleetflow.flows.tasks.teardown import DeleteInstance, FinishTeardown
 
 
 @flow_factory("teardown")

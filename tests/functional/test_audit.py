@@ -247,7 +247,7 @@ def test_members_of_gone_or_moved_instances_are_stale(small_cloud):
 
 
 def test_volume_mismatches(small_cloud):
-    from fleetflow.flows.tasks.volume import volume_id_for
+    from fleetflow.flows.provision.volume import volume_id_for
 
     assert small_cloud.provision(1, volume_gb=10) == tf_states.SUCCESS
     with small_cloud.database.session() as session:

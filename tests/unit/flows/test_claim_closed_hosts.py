@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from taskflow import states as tf_states
 
 from fleetflow.common import states
-from fleetflow.flows.tasks import schedule as schedule_tasks
+from fleetflow.flows.provision import schedule as schedule_tasks
 from fleetflow.flows.vcluster import build_tasks as vcluster_tasks
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid

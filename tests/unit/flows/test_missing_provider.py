@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from taskflow import states as tf_states
 
 from fleetflow.common import states
-from fleetflow.flows.tasks import schedule
+from fleetflow.flows.provision import schedule
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.placement.models import (

@@ -26,7 +26,7 @@ from taskflow import retry
 
 from fleetflow.common import states
 from fleetflow.flows import runtime
-from fleetflow.flows.tasks import schedule
+from fleetflow.flows.provision import schedule
 from fleetflow.flows.tasks.base import FleetRetry
 from fleetflow.flows.tasks.claim import ClaimRace
 from fleetflow.persistence import reservations as rows

@@ -15,8 +15,8 @@ from fleetflow.common import states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.compute.exceptions import HostDead
 from fleetflow.flows import runtime
+from fleetflow.flows.provision.volume import detach_and_delete, volume_id_for
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.volume import detach_and_delete, volume_id_for
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
