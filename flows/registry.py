@@ -44,13 +44,19 @@ Factory = Callable[..., tf_flow.Flow]
 
 _lock = threading.Lock()
 _factories: dict[str, Factory] = {}
+#: An older name of a factory -> the name it is registered under now.
+_aliases: dict[str, str] = {}
 HANDOVER_SLOTS = 8
 _handed_over: collections.OrderedDict[tuple[str, str], tf_flow.Flow] = (
     collections.OrderedDict())
 
 
-def register(name: str, factory: Factory) -> Factory:
-    """Register ``factory`` under ``name``; returns it (usable as a decorator body)."""
+def register(name: str, factory: Factory, aliases: tuple[str, ...] = ()) -> Factory:
+    """Register ``factory`` under ``name``; returns it (usable as a decorator body).
+
+    ``aliases`` are names the factory was registered under before: flows
+    already saved name it so, and resuming them rebuilds by that name.
+    """
     if not callable(factory):
         raise TypeError(f"flow factory {name!r} is not callable")
     qualname = getattr(factory, "__qualname__", "")
@@ -62,28 +68,36 @@ def register(name: str, factory: Factory) -> Factory:
         if existing is not None and _identity(existing) != _identity(factory):
             raise ValueError(f"flow name {name!r} is already registered to "
                              f"{_identity(existing)}")
+        if name in _aliases:
+            raise ValueError(f"flow name {name!r} is already an alias of "
+                             f"{_aliases[name]!r}")
+        for alias in aliases:
+            if alias in _factories or _aliases.get(alias, name) != name:
+                raise ValueError(f"flow name {alias!r} is already taken")
         _factories[name] = factory
+        _aliases.update(dict.fromkeys(aliases, name))
     return factory
 
 
-def flow_factory(name: str) -> Callable[[Factory], Factory]:
+def flow_factory(name: str, aliases: tuple[str, ...] = ()) -> Callable[[Factory], Factory]:
     """Decorator form of :func:`register`."""
     def decorate(factory: Factory) -> Factory:
-        return register(name, factory)
+        return register(name, factory, aliases)
     return decorate
 
 
 def get(name: str) -> Factory:
-    """The factory registered as ``name``; InvalidInput when there is none."""
+    """The factory registered as ``name`` (or with ``name`` as an alias); InvalidInput when
+    there is none."""
     with _lock:
-        factory = _factories.get(name)
+        factory = _factories.get(_aliases.get(name, name))
     if factory is None:
         raise InvalidInput(f"unknown flow {name!r}", flow_name=name)
     return factory
 
 
 def names() -> list[str]:
-    """Registered flow names, sorted."""
+    """Registered flow names, sorted (not their aliases)."""
     with _lock:
         return sorted(_factories)
 
@@ -139,7 +153,7 @@ def rebuild(name: str, module: str, /, **kwargs: Any) -> tf_flow.Flow:
     parameters keep a flow argument called ``name`` or ``module`` possible.
     """
     with _lock:
-        known = name in _factories
+        known = _aliases.get(name, name) in _factories
         handed_over = _handed_over.pop(_handover_key(name, kwargs), None)
     if handed_over is not None:
         return handed_over

@@ -25,7 +25,7 @@ from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 
 PROVISION = "provision"
-TEARDOWN = "teardown"
+TEARDOWN = "reservation-teardown"
 
 # submit(flow_name, flow_kwargs, store=, tenant_id=, on_error=, flow_id=, session=) -> flow id
 Submitter = Callable[..., str]

@@ -71,7 +71,7 @@ class DeleteInstance(FleetTask):
         return None
 
 
-class FinishTeardown(FleetTask):
+class FinishReservationTeardown(FleetTask):
     """The reservation is DELETED once none of its instances is left.
 
     Revert: nothing.

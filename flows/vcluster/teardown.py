@@ -19,7 +19,7 @@ from fleetflow.flows.vcluster.teardown_tasks import (
     DeleteMemberVolume,
     DestroyMemberServer,
     DetachLeaving,
-    FinishTeardown,
+    FinishVClusterTeardown,
     ReleaseLeaving,
 )
 
@@ -43,5 +43,5 @@ def teardown_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list
                                             inject={"instance_id": server["id"]}))
         flow.add(members)
     flow.add(ReleaseLeaving("release", inject=indexes),
-             FinishTeardown("finish-teardown", inject=indexes))
+             FinishVClusterTeardown("finish-teardown", inject=indexes))
     return flow

@@ -155,7 +155,7 @@ class ReleaseLeaving(FleetTask):
         return dropped
 
 
-class FinishTeardown(FleetTask):
+class FinishVClusterTeardown(FleetTask):
     """Remove: forget the members, groupings lose them, the cluster ACTIVE again.
     Delete: the cluster's server groups go and the cluster is DELETED.
 
