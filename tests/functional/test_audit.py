@@ -324,7 +324,7 @@ def test_api_route_admin_only(small_cloud, client, admin_headers, member_headers
 
 def test_api_unknown_host_is_404_without_asking_any_host(small_cloud, client, admin_headers,
                                                         monkeypatch):
-    from fleetflow.services import audit_sources
+    from fleetflow.services.audit import sources as audit_sources
 
     def ask_hosts(*args, **kwargs):
         raise AssertionError("a host was asked over RPC")
@@ -396,7 +396,7 @@ def test_cli_error_is_status_2(make_conf, tmp_path):
 def test_audit_over_a_remote_placement(small_cloud, live_server):
     """A Placement reached over HTTP is read per provider and gives the same answer."""
     from fleetflow.persistence.placement.http_client import HttpPlacement
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     remote = HttpPlacement(live_server + "/placement", "admin")
     small_cloud.boot(H1)

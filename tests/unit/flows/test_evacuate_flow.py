@@ -70,7 +70,7 @@ def guest(cloud, host: str, uuid: str):
 
 
 def assert_clean(cloud) -> None:
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)

@@ -58,7 +58,7 @@ def reservation_status(cloud, rid) -> str:
 
 
 def audit_kinds(cloud) -> list:
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)

@@ -4,7 +4,7 @@ the volumes on the storage backends.
 Each source is read in bulk (one query per table, one RPC per host and per
 backend, asked in parallel) so that a 10,000-host cloud audits in seconds,
 not hours.
-The readers return plain tuples and dicts; :mod:`fleetflow.services.audit`
+The readers return plain tuples and dicts; :mod:`fleetflow.services.audit.report`
 compares them.
 """
 

@@ -13,9 +13,9 @@ who runs it is on the jobboard. This module compares the two:
   unclaimed (or whose claim expired) for the grace period too. An intent
   committed longer ago than the grace that never got a flow detail is one
   as well: its operation was accepted and nothing will run it.
-- ``status_mismatch`` (:mod:`.audit_status`): a row whose status disagrees
+- ``status_mismatch`` (:mod:`.status`): a row whose status disagrees
   with its members or its flow;
-- ``stranded_operation`` (:mod:`.audit_status`): a row still in progress
+- ``stranded_operation`` (:mod:`.status`): a row still in progress
   whose flow ended FAILURE half way, which only an operator's revert or
   resume finishes.
 

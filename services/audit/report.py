@@ -2,7 +2,7 @@
 
 fleetflow promises that after every flow (success, revert, crash) nothing
 leaks (docs/architecture.md). :func:`audit` checks it by reading the four places the
-cloud's state lives, each in bulk (see :mod:`.audit_sources`), and comparing:
+cloud's state lives, each in bulk (see :mod:`.sources`), and comparing:
 
 - placement allocations: instance consumers on their host's provider, volume
   consumers on their backend's provider, migration consumers during a move;
@@ -16,12 +16,12 @@ that is still running legitimately has half-made state, so instances and
 volumes in transitional states (and the members of a vcluster running a flow)
 are skipped unless ``strict=True`` — which tests use once every flow has
 settled, and which then reports the in-flight rows themselves. The volume and
-vcluster checks live in :mod:`.audit_volumes`.
+vcluster checks live in :mod:`.volumes`.
 
 Work that should be moving and is not is checked too: flows that nothing
-runs any more (:mod:`.audit_flows`, with the jobboard when there is one) and
+runs any more (:mod:`.flows`, with the jobboard when there is one) and
 rows whose status disagrees with their members or their flow, or whose flow
-ended FAILURE half way (:mod:`.audit_status`). In flight there means "progressed within the grace
+ended FAILURE half way (:mod:`.status`). In flight there means "progressed within the grace
 period", which ``strict`` lowers to nothing.
 """
 
@@ -32,9 +32,11 @@ from collections import Counter
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import NotFound
-from fleetflow.services import audit_flows, audit_status, audit_volumes
-from fleetflow.services import audit_sources as sources
-from fleetflow.services.audit_volumes import GONE, VolumeChecks, fmt
+from fleetflow.services.audit import flows as audit_flows
+from fleetflow.services.audit import sources
+from fleetflow.services.audit import status as audit_status
+from fleetflow.services.audit import volumes as audit_volumes
+from fleetflow.services.audit.volumes import GONE, VolumeChecks, fmt
 
 # Every kind of mismatch, with what it means (also the CLI's and API's legend).
 KINDS = {
@@ -129,7 +131,7 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
     ``board``: the jobboard, to tell which unfinished flows have a live owner
     (None skips that part: ``counts["jobboard"]`` is 0). ``flow_grace``:
     seconds without progress before a flow or a status counts as stuck
-    (default: none when strict, else :data:`.audit_flows.DEFAULT_GRACE`).
+    (default: none when strict, else :data:`.flows.DEFAULT_GRACE`).
     """
     rows = sources.read_rows(database, service_down_time)
     asked = list(rows.hosts) if hosts is None else list(hosts)

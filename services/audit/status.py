@@ -28,7 +28,7 @@ groups, members half undone) until an operator runs ``fleetflow flows revert``
 (engine/actions.py).
 
 Work in flight is left alone: a flow that is unfinished and progressed within
-the grace period (:mod:`.audit_flows`), members in transitional states. A
+the grace period (:mod:`.flows`), members in transitional states. A
 row whose flow detail is unknown (not saved yet, or kept elsewhere) is judged
 by its members alone, once neither it nor they changed for the grace period.
 What is reported is read again at the end: a row that moved on meanwhile was
@@ -51,8 +51,8 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
-from fleetflow.services import audit_flows
-from fleetflow.services.audit_flows import age, ago
+from fleetflow.services.audit import flows as audit_flows
+from fleetflow.services.audit.flows import age, ago
 
 KINDS = {
     "status_mismatch": "a reservation, vcluster or evacuation whose status disagrees with "
