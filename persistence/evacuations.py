@@ -291,11 +291,6 @@ def hosts_with_stale_copies(session: orm.Session) -> set[str]:
     return set(rebuilt_off) | set(deleted_on)
 
 
-def moves_in_flight(session: orm.Session) -> list[Move]:
-    """Moves between their claim and their confirm (their copies and consumers are expected)."""
-    return list(session.scalars(sa.select(Move).where(Move.status == states.MOVING)))
-
-
 def effective_host_state(host: Host, service_down_time: float,
                          now: dt.datetime | None = None) -> str:
     """``down`` for an ``up`` host whose heartbeat is older than ``service_down_time``."""

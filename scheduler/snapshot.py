@@ -117,10 +117,6 @@ class CloudSnapshot:
         if len(self.by_name) != len(self.hosts):
             raise ValueError("host names must be unique in a snapshot")
 
-    @classmethod
-    def from_dicts(cls, hosts: Iterable[Mapping[str, Any]]) -> CloudSnapshot:
-        return cls(HostState.from_dict(h) for h in hosts)
-
     def __len__(self) -> int:
         return len(self.hosts)
 
