@@ -30,8 +30,8 @@ from fleetflow.persistence.db import Database
 from fleetflow.persistence.models import Host, Instance
 from fleetflow.persistence.placement.client import LocalPlacement
 from fleetflow.persistence.placement.store import PlacementStore
-from fleetflow.services import audit_sources
-from fleetflow.services.audit import audit
+from fleetflow.services.audit import sources as audit_sources
+from fleetflow.services.audit.report import audit
 
 RESOURCES = {"VCPU": 1, "MEMORY_MB": 1024}
 

@@ -110,7 +110,7 @@ def run_api(n: int, hosts: int, poll: float) -> dict:
 
 
 def run_placement(n: int, hosts: int) -> dict:
-    from fleetflow.scheduler.vcluster import (
+    from fleetflow.scheduler.vcluster.place import (
         BackendState,
         Grouping,
         ServerMember,

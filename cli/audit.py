@@ -93,8 +93,8 @@ def audit_direct(conf, strict: bool, hosts, rpc_timeout: float,
     from fleetflow.compute.rpcapi import ComputeAPI
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
-    from fleetflow.services import audit_flows
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit import flows as audit_flows
+    from fleetflow.services.audit.report import audit
 
     database = get_database(conf)
     placement = placement_from_conf(conf, database)

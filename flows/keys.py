@@ -42,7 +42,7 @@ MOVE_PLACEMENTS = "move_placements"
 #: path claimed in one write (their own claim task then has nothing to do).
 PRIMARY_MOVES_CLAIMED = "primary_moves_claimed"
 #: Output of a vcluster's joint scheduling: every new member's candidates,
-#: the attachments and the providers' uuids (see flows/tasks/vcluster.py).
+#: the attachments and the providers' uuids (see flows/vcluster/build_tasks.py).
 VCLUSTER_PLACEMENT = "vcluster_placement"
 #: The backend chosen for one volume (scoped per volume).
 BACKEND = "backend"

@@ -64,6 +64,8 @@ ListenerFactory = Callable[..., Any]
 _lock = threading.Lock()
 _factories: dict[str, Factory] = {}
 _listeners: dict[str, tuple[ListenerFactory, ...]] = {}
+#: An older name of a factory -> the name it is registered under now.
+_aliases: dict[str, str] = {}
 HANDOVER_SLOTS = 8
 _handed_over: collections.OrderedDict[tuple[str, str], tf_flow.Flow] = (
     collections.OrderedDict())
@@ -74,9 +76,13 @@ _entry_points_loaded = False
 _broken: list[str] = []
 
 
-def register(name: str, factory: Factory,
-             listeners: Sequence[ListenerFactory] = ()) -> Factory:
-    """Register ``factory`` under ``name``, with the listeners its engine needs; returns it."""
+def register(name: str, factory: Factory, listeners: Sequence[ListenerFactory] = (),
+             aliases: tuple[str, ...] = ()) -> Factory:
+    """Register ``factory`` under ``name``, with the listeners its engine needs; returns it.
+
+    ``aliases`` are names the factory was registered under before: flows
+    already saved name it so, and resuming them rebuilds by that name.
+    """
     if not callable(factory):
         raise TypeError(f"flow factory {name!r} is not callable")
     qualname = getattr(factory, "__qualname__", "")
@@ -88,37 +94,45 @@ def register(name: str, factory: Factory,
         if existing is not None and _identity(existing) != _identity(factory):
             raise ValueError(f"flow name {name!r} is already registered to "
                              f"{_identity(existing)}")
+        if name in _aliases:
+            raise ValueError(f"flow name {name!r} is already an alias of "
+                             f"{_aliases[name]!r}")
+        for alias in aliases:
+            if alias in _factories or _aliases.get(alias, name) != name:
+                raise ValueError(f"flow name {alias!r} is already taken")
         _factories[name] = factory
         _listeners[name] = tuple(listeners)
+        _aliases.update(dict.fromkeys(aliases, name))
     return factory
 
 
-def flow_factory(name: str, listeners: Sequence[ListenerFactory] = ()
-                 ) -> Callable[[Factory], Factory]:
+def flow_factory(name: str, listeners: Sequence[ListenerFactory] = (),
+                 aliases: tuple[str, ...] = ()) -> Callable[[Factory], Factory]:
     """Decorator form of :func:`register`."""
     def decorate(factory: Factory) -> Factory:
-        return register(name, factory, listeners)
+        return register(name, factory, listeners, aliases)
     return decorate
 
 
 def listeners_of(name: str) -> tuple[ListenerFactory, ...]:
     """The listener factories flow ``name`` declared (none for an unknown name)."""
     with _lock:
-        return _listeners.get(name, ())
+        return _listeners.get(_aliases.get(name, name), ())
 
 
 def get(name: str) -> Factory:
-    """The factory registered as ``name``; InvalidInput when there is none.
+    """The factory registered as ``name`` (or with ``name`` as an alias); InvalidInput when
+    there is none.
 
     A name not registered yet is looked for in the installed packages' flows
     (:func:`load_entry_points`) before it is refused.
     """
     with _lock:
-        factory = _factories.get(name)
+        factory = _factories.get(_aliases.get(name, name))
     if factory is None:
         load_entry_points()
         with _lock:
-            factory = _factories.get(name)
+            factory = _factories.get(_aliases.get(name, name))
     if factory is None:
         if _broken:
             raise FlowEntryPointError(f"unknown flow {name!r}, maybe one of a package that "
@@ -163,7 +177,7 @@ def _is_registered(factory) -> bool:
 
 
 def names() -> list[str]:
-    """Registered flow names, sorted."""
+    """Registered flow names, sorted (not their aliases)."""
     with _lock:
         return sorted(_factories)
 
@@ -219,7 +233,7 @@ def rebuild(name: str, module: str, /, **kwargs: Any) -> tf_flow.Flow:
     parameters keep a flow argument called ``name`` or ``module`` possible.
     """
     with _lock:
-        known = name in _factories
+        known = _aliases.get(name, name) in _factories
         handed_over = _handed_over.pop(_handover_key(name, kwargs), None)
     if handed_over is not None:
         return handed_over

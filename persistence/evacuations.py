@@ -16,11 +16,26 @@ from sqlalchemy import orm
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import Conflict, NotFound
-from fleetflow.persistence.models import Evacuation, Host, Instance, Move, utcnow
+from fleetflow.persistence.models import (
+    Evacuation,
+    Host,
+    Instance,
+    Move,
+    StorageBackend,
+    Volume,
+    utcnow,
+)
 
 EVACUATION_PREFIX = "e-"
 # Namespace of migration ids: uuid5(namespace, "<evacuation id>/<instance uuid>").
 MIGRATION_NAMESPACE = uuidlib.UUID("5d0c7b2e-61a4-4f0e-a7f3-0b9c4e2d8a61")
+
+# Codes of a move's fault, shown by the API per server: stable, upper case.
+NO_VALID_HOST = "NO_VALID_HOST"
+MIGRATION_FAILED = "MIGRATION_FAILED"
+GROUP_POLICY = "GROUP_POLICY"
+VOLUME_UNREACHABLE = "VOLUME_UNREACHABLE"
+HOST_ALIVE = "HOST_ALIVE"
 
 
 class EvacuationInProgress(Conflict):
@@ -202,6 +217,14 @@ def progress(session: orm.Session, evacuation_id: str) -> dict[str, int]:
             "skipped": counts[states.SKIPPED], "reverted": counts[states.REVERTED]}
 
 
+def attached_volumes(session: orm.Session, uuid: str) -> list[tuple[Volume, StorageBackend | None]]:
+    return list(session.execute(
+        sa.select(Volume, StorageBackend).outerjoin(
+            StorageBackend, StorageBackend.name == Volume.backend)
+        .where(Volume.instance_id == uuid, Volume.status == states.VOLUME_IN_USE)
+        .order_by(Volume.id)).all())
+
+
 def move_view(move: Move) -> dict:
     fault = move.fault
     return {"id": move.instance_id, "tenant_id": move.tenant_id, "source": move.source,
@@ -266,11 +289,6 @@ def hosts_with_stale_copies(session: orm.Session) -> set[str]:
     deleted_on = session.scalars(sa.select(Instance.host).where(
         Instance.status == states.DELETED, Instance.host.is_not(None)).distinct())
     return set(rebuilt_off) | set(deleted_on)
-
-
-def moves_in_flight(session: orm.Session) -> list[Move]:
-    """Moves between their claim and their confirm (their copies and consumers are expected)."""
-    return list(session.scalars(sa.select(Move).where(Move.status == states.MOVING)))
 
 
 def effective_host_state(host: Host, service_down_time: float,

@@ -117,10 +117,6 @@ class CloudSnapshot:
         if len(self.by_name) != len(self.hosts):
             raise ValueError("host names must be unique in a snapshot")
 
-    @classmethod
-    def from_dicts(cls, hosts: Iterable[Mapping[str, Any]]) -> CloudSnapshot:
-        return cls(HostState.from_dict(h) for h in hosts)
-
     def __len__(self) -> int:
         return len(self.hosts)
 
@@ -175,3 +171,19 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
                                                         []))),
             held_by=row.evacuation_id))
     return CloudSnapshot(hosts, backend_free)
+
+
+def snapshot_with_heartbeats(session: Any, usage: Mapping[str, Mapping[str, int]],
+                             service_down_time: float) -> CloudSnapshot:
+    """Every host, a host whose heartbeat is stale reading down."""
+    import sqlalchemy as sa
+
+    from fleetflow.persistence import evacuations as evac_rows
+    from fleetflow.persistence.models import Host
+
+    snapshot = snapshot_from_db(session, usage)
+    for host in session.scalars(sa.select(Host).where(Host.heartbeat_at.is_not(None))):
+        state = evac_rows.effective_host_state(host, service_down_time)
+        if state != host.state and host.name in snapshot.by_name:
+            snapshot.by_name[host.name].state = state
+    return snapshot

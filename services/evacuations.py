@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, FleetflowError, InvalidInput, NotFound
 from fleetflow.flows import keys
-from fleetflow.flows.tasks.evacuation import HostAlive
+from fleetflow.flows.evacuate.tasks import HostAlive
 from fleetflow.persistence import evacuations as rows
 from fleetflow.persistence import intents
 from fleetflow.persistence.models import Evacuation, Host, Instance, Move
@@ -124,7 +124,7 @@ class EvacuationOps:
     def _check_silent(self, req: EvacuationRequest) -> None:
         if self.compute is None:
             return
-        from fleetflow.flows.tasks.evacuation import PING_TIMEOUT, answers  # noqa: I001
+        from fleetflow.flows.evacuate.tasks import PING_TIMEOUT, answers  # noqa: I001
 
         timeout = min(PING_TIMEOUT, self.conf.messaging.rpc_timeout)
         for name in req.hosts:
@@ -204,8 +204,8 @@ class EvacuationOps:
     def dry_run(self, req: EvacuationRequest) -> dict:
         """``{"fits": bool, "instances": [{"id", "tenant_id", "source", "destination",
         "explanation"}]}``: where each server would go now; nothing changes."""
-        from fleetflow.flows.tasks import move_schedule
         from fleetflow.persistence.placement import allocations
+        from fleetflow.scheduler.moves import plan as move_plan
 
         self._check(req)
         with self.database.session() as session:
@@ -215,7 +215,7 @@ class EvacuationOps:
             servers = self._servers(session, req.hosts)
             probe = Evacuation(id="dry-run", hosts=list(req.hosts), mode=req.mode,
                                target_hosts=req.target_hosts)
-            plan = move_schedule.plan(session, probe, [s.id for s in servers],
+            plan = move_plan.plan(session, probe, [s.id for s in servers],
                                       allocations.usages_by_provider(session), self.conf,
                                       alternates=0)
             session.expunge_all()
@@ -280,7 +280,7 @@ class EvacuationOps:
         """Post the next run of a PAUSED evacuation's unfinished servers, or settle it."""
         run = self._next_run(session, evacuation)
         if run is None:
-            from fleetflow.flows.tasks.evacuation import settle
+            from fleetflow.flows.evacuate.tasks import settle
 
             settle(session, evacuation)
         else:
@@ -325,7 +325,7 @@ class EvacuationOps:
         releases commit in transactions of their own (and SQLite has one
         writer). Idempotent, so an action refused afterwards loses nothing.
         """
-        from fleetflow.flows.tasks import move_gone
+        from fleetflow.flows.evacuate import gone
 
         with self.database.read_session() as session:
             if rows.get(session, evacuation_id).status != states.PAUSED:
@@ -334,19 +334,19 @@ class EvacuationOps:
                 Instance, Instance.id == Move.instance_id).where(
                 Move.evacuation_id == evacuation_id,
                 Move.status.in_(tuple(states.MOVE_UNFINISHED)),
-                sa.or_(Instance.id.is_(None), Instance.status.in_(move_gone.GONE)))
+                sa.or_(Instance.id.is_(None), Instance.status.in_(gone.GONE)))
             if instance_ids is not None:
                 query = query.where(Move.instance_id.in_(list(instance_ids)))
-            gone = list(session.scalars(query))
-        if not gone:
+            deleted = list(session.scalars(query))
+        if not deleted:
             return
         placement = self.placement
         if placement is None:
             from fleetflow.flows import runtime
 
             placement = runtime.get().placement
-        for uuid in gone:
-            move_gone.release_leftovers(placement, self.database, evacuation_id, uuid)
+        for uuid in deleted:
+            gone.release_leftovers(placement, self.database, evacuation_id, uuid)
 
     def revert(self, evacuation_id: str) -> dict:
         """End a PAUSED evacuation: its unfinished servers REVERTED, status REVERTED.

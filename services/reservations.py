@@ -30,7 +30,7 @@ from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 
 PROVISION = "provision"
-TEARDOWN = "teardown"
+TEARDOWN = "reservation-teardown"
 
 # submit(flow_name, flow_kwargs, store=, tenant_id=, on_error=, flow_id=, session=) -> flow id
 Submitter = Callable[..., str]
@@ -188,11 +188,11 @@ class ReservationOps:
 
     def dry_run(self, req: ReservationRequest) -> dict[str, Any]:
         """Whether ``req`` fits right now, with the scheduler's explanation; claims nothing."""
-        from fleetflow.flows.tasks import schedule
+        from fleetflow.scheduler import plan
 
         with self.database.session() as session:
             spec = self.request_spec(session, req)
-            return schedule.dry_run(session, spec, self.conf)
+            return plan.dry_run(session, spec, self.conf)
 
     def delete_reservation(self, tenant_id: str | None, reservation_id: str) -> Reservation:
         with self.database.session() as session:

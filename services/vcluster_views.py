@@ -9,7 +9,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.flows.tasks.vcluster_schedule import backend_places, host_places
 from fleetflow.persistence import paging
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import (
@@ -18,7 +17,8 @@ from fleetflow.persistence.models import (
     VClusterMember,
     Volume,
 )
-from fleetflow.scheduler.vcluster_check import holds
+from fleetflow.scheduler.vcluster.check import holds
+from fleetflow.scheduler.vcluster.plan import backend_places, host_places
 
 SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
 ACTIVE_VOLUME = (states.VOLUME_AVAILABLE, states.VOLUME_IN_USE)

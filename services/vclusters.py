@@ -28,14 +28,14 @@ import sqlalchemy as sa
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.flows import keys
-from fleetflow.flows.tasks import vcluster_schedule as vsched
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import intents
 from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import StorageBackend, VCluster
 from fleetflow.plugin.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
-from fleetflow.scheduler.vcluster import VolumeMember, check_groupings
+from fleetflow.scheduler.vcluster import plan as vcluster_plan
+from fleetflow.scheduler.vcluster.place import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
 from fleetflow.services.reservations import resolve_flavor, resolve_image
 
@@ -67,7 +67,7 @@ class _Checked:
     servers: list[dict]
     volumes: list[dict]
     groupings: list[dict]
-    cluster: vsched.ClusterInput
+    cluster: vcluster_plan.ClusterInput
 
 
 def normalise_groupings(groupings: list[dict]) -> list[dict]:
@@ -86,13 +86,13 @@ class VClusterOps:
     # -- validation ----------------------------------------------------------------
 
     def _check(self, session, tenant_id: str, instances: list[dict], groupings: list[dict],
-               existing: vsched.ClusterInput | None = None) -> _Checked:
+               existing: vcluster_plan.ClusterInput | None = None) -> _Checked:
         """Resolve the new members, check every grouping (old and new) and the quotas."""
-        existing = existing or vsched.ClusterInput([], [], [])
+        existing = existing or vcluster_plan.ClusterInput([], [], [])
         taken = {m.name for m in [*existing.servers, *existing.volumes]}
         servers, volumes, asked = [], [], {"instances": 0, "vcpus": 0, "ram_mb": 0}
         types = self._volume_types(session)
-        cluster = vsched.ClusterInput(list(existing.servers), list(existing.volumes), [],
+        cluster = vcluster_plan.ClusterInput(list(existing.servers), list(existing.volumes), [],
                                       dict(existing.pinned_hosts),
                                       dict(existing.pinned_backends))
         for item in instances:
@@ -104,7 +104,7 @@ class VClusterOps:
             if item["type"] == SERVER:
                 flavor = resolve_flavor(session, spec["flavorRef"])
                 image = resolve_image(session, spec["imageRef"])
-                cluster.servers.append(vsched.server_member(name, flavor,
+                cluster.servers.append(vcluster_plan.server_member(name, flavor,
                                                             spec.get("capabilities")))
                 servers.append({"name": name, "flavor_id": flavor.id, "image_id": image.id,
                                 "resources": dict(flavor.resources), "spec": dict(spec)})
@@ -123,7 +123,7 @@ class VClusterOps:
                 volumes.append({"name": name, "size_gb": int(spec["size"]),
                                 "volume_type": volume_type, "attach_to": spec.get("attachTo"),
                                 "spec": dict(spec)})
-        cluster.groupings = [vsched.grouping_of(g) for g in groupings]
+        cluster.groupings = [vcluster_plan.grouping_of(g) for g in groupings]
         check_groupings(cluster.servers, cluster.volumes, cluster.groupings)
         limit = self.conf.api.max_reservation_count
         if len(cluster.servers) > limit or len(cluster.volumes) > limit:
@@ -206,7 +206,7 @@ class VClusterOps:
             checked = self._check(session, req.tenant_id, req.instances,
                                   normalise_groupings(req.groupings))
             usage = allocations.usages_by_provider(session)
-            placement = vsched.place(session, checked.cluster, usage, self.conf)
+            placement = vcluster_plan.place(session, checked.cluster, usage, self.conf)
             return views.dry_run_view(session, checked, placement)
 
     # -- update ----------------------------------------------------------------------
@@ -219,7 +219,7 @@ class VClusterOps:
             self._settled(vcluster)
             before = rows.grouping_dicts(rows.groupings(session, vcluster.id))
             merged = _merge_groupings(before, normalise_groupings(groupings))
-            existing = vsched.cluster_input(session, vcluster.id, adding={})
+            existing = vcluster_plan.cluster_input(session, vcluster.id, adding={})
             checked = self._check(session, vcluster.tenant_id, instances, merged, existing)
             rows.take(session, vcluster, states.UPDATING, (states.ACTIVE,))
             flow_id = ids.new_uuid()

@@ -11,7 +11,7 @@ def assert_audit_clean(database, placement_client, compute_api, **audit_kwargs):
     not account for. Returns the report (its ``counts`` say how much was
     looked at).
     """
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     audit_kwargs.setdefault("strict", True)
     report = audit(database, placement_client, compute_api, **audit_kwargs)

@@ -7,8 +7,9 @@ from flask.views import MethodView
 from fleetflow.api import common, policy
 from fleetflow.api.audit import schemas
 from fleetflow.api.state import current_state
-from fleetflow.services import audit_flows, wiring
-from fleetflow.services.audit import audit
+from fleetflow.services import wiring
+from fleetflow.services.audit import flows as audit_flows
+from fleetflow.services.audit.report import audit
 
 blp = common.Blueprint("audit", __name__, url_prefix="/v2/admin/audit",
                        description="Reconcile placement, instances, hosts and group "

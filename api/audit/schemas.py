@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import marshmallow as ma
 
-from fleetflow.services.audit import KINDS
+from fleetflow.services.audit.report import KINDS
 
 KIND_HELP = "; ".join(f"{kind}: {meaning}" for kind, meaning in KINDS.items())
 

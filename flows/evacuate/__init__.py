@@ -1,3 +1,11 @@
-"""Host evacuation: the evacuate flow (registered on import)."""
+"""Host evacuation: the evacuate flow (registered on import) and everything only it runs.
+
+``flow`` builds the graph; ``tasks`` holds the evacuation-wide atoms
+(lifecycle, prepare-hosts, schedule, finish), ``fastpath`` the one-write claim
+of every first destination, ``move`` one server's claim -> move -> attach ->
+confirm, and ``retry`` which host that server tries next. ``rows``, ``writes``
+and ``gone`` are what those read and write. Where servers go is the
+scheduler's (``scheduler/moves/``).
+"""
 
 from fleetflow.flows.evacuate import flow  # noqa: F401

@@ -25,16 +25,16 @@ from __future__ import annotations
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows import keys
-from fleetflow.flows.registry import flow_factory
-from fleetflow.flows.tasks.evacuation import (
+from fleetflow.flows.evacuate.fastpath import ClaimPrimaryMoves
+from fleetflow.flows.evacuate.move import ClaimMove, ConfirmMove, MoveServer, ReattachVolumes
+from fleetflow.flows.evacuate.retry import MoveHostRetry
+from fleetflow.flows.evacuate.tasks import (
     FinishEvacuation,
     MarkEvacuationFailedOnRevert,
     PrepareHosts,
     ScheduleMoves,
 )
-from fleetflow.flows.tasks.move import ClaimMove, ConfirmMove, MoveServer, ReattachVolumes
-from fleetflow.flows.tasks.move_fastpath import ClaimPrimaryMoves
-from fleetflow.flows.tasks.move_retry import MoveHostRetry
+from fleetflow.flows.registry import flow_factory
 
 MAX_RESCHEDULES = 2
 

@@ -21,14 +21,14 @@ from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.common import states
 from fleetflow.flows import keys
+from fleetflow.flows.provision.lifecycle import FinishReservation, MarkReservationRevertedOnRevert
+from fleetflow.flows.provision.retry import HostCandidatesRetry
+from fleetflow.flows.provision.schedule import ScheduleInstances
+from fleetflow.flows.provision.volume import AttachVolume
 from fleetflow.flows.registry import flow_factory
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.boot import BootInstance
 from fleetflow.flows.tasks.claim import ClaimPrimaries, ClaimResources
-from fleetflow.flows.tasks.lifecycle import FinishReservation, MarkReservationRevertedOnRevert
-from fleetflow.flows.tasks.reschedule import HostCandidatesRetry
-from fleetflow.flows.tasks.schedule import ScheduleInstances
-from fleetflow.flows.tasks.volume import AttachVolume
 
 # As [scheduler] max_reschedules: the submitter passes the configured value.
 MAX_RESCHEDULES = 3

@@ -1,4 +1,4 @@
-"""The teardown flow: delete instances (a whole reservation, or one server).
+"""The reservation teardown flow: delete instances (a whole reservation, or one server).
 
     delete (unordered)
       del-0000 ... del-NNNN     guest, volume, allocation, group membership
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from taskflow.patterns import linear_flow, unordered_flow
 
+from fleetflow.flows.provision.teardown_tasks import DeleteInstance, FinishReservationTeardown
 from fleetflow.flows.registry import flow_factory
-from fleetflow.flows.tasks.teardown import DeleteInstance, FinishTeardown
 
 
-@flow_factory("teardown")
+# Registered as "teardown" before: flows saved under that name still resume.
+@flow_factory("reservation-teardown", aliases=("teardown",))
 def teardown_flow(instance_ids: list[str], reservation_id: str | None = None
                   ) -> linear_flow.Flow:
     """Delete ``instance_ids``; then settle the reservation's status."""
@@ -23,6 +24,6 @@ def teardown_flow(instance_ids: list[str], reservation_id: str | None = None
     for index, instance_id in enumerate(instance_ids):
         deletes.add(DeleteInstance(f"del-{index:0{width}d}",
                                    inject={"instance_id": instance_id}))
-    flow.add(deletes, FinishTeardown("finish-teardown",
-                                     inject={"reservation_id": reservation_id}))
+    flow.add(deletes, FinishReservationTeardown("finish-teardown",
+                                                inject={"reservation_id": reservation_id}))
     return flow

@@ -24,14 +24,14 @@ from fleetflow.flows import keys
 from fleetflow.flows.registry import flow_factory
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.boot import BootInstance
-from fleetflow.flows.tasks.vcluster import (
+from fleetflow.flows.vcluster.build_tasks import (
     ClaimVCluster,
     FinishVCluster,
     ScheduleRetry,
     ScheduleVCluster,
     VClusterLifecycle,
 )
-from fleetflow.flows.tasks.vcluster_members import (
+from fleetflow.flows.vcluster.members import (
     AttachVolumes,
     CreateVolume,
     MemberCandidatesRetry,

@@ -16,11 +16,11 @@ from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows.registry import flow_factory
 from fleetflow.flows.status_listener import ReservationStatusListener
-from fleetflow.flows.tasks.vcluster_teardown import (
+from fleetflow.flows.vcluster.teardown_tasks import (
     DeleteMemberVolume,
     DestroyMemberServer,
     DetachLeaving,
-    FinishTeardown,
+    FinishVClusterTeardown,
     ReleaseLeaving,
 )
 
@@ -44,5 +44,5 @@ def teardown_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list
                                             inject={"instance_id": server["id"]}))
         flow.add(members)
     flow.add(ReleaseLeaving("release", inject=indexes),
-             FinishTeardown("finish-teardown", inject=indexes))
+             FinishVClusterTeardown("finish-teardown", inject=indexes))
     return flow

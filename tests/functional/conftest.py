@@ -249,7 +249,7 @@ class SmallCloud:
         return engine.storage.get_flow_state()
 
     def audit(self, strict: bool = True, **kwargs):
-        from fleetflow.services.audit import audit
+        from fleetflow.services.audit.report import audit
 
         kwargs.setdefault("service_down_time", self.conf.compute.service_down_time)
         return audit(self.database, self.placement, self.compute, strict=strict, **kwargs)

@@ -438,7 +438,7 @@ def test_delete_of_a_settled_reservation_posts_its_teardown(reserve, client, mem
     with db.session() as session:
         assert kwargs == {"instance_ids": rows.instance_ids(session, rid),
                           "reservation_id": rid}
-    assert name == "teardown"
+    assert name == "reservation-teardown"
     # A second DELETE while it is deleting posts nothing more.
     assert client.delete(f"{URL}/{rid}", headers=member_headers).status_code == 202
     assert len(jobs) == 1

@@ -236,7 +236,7 @@ def test_delete_posts_a_teardown_of_that_server(client, member_headers, make_res
     assert response.json["server"]["status"] == "DELETING"
     assert response.json["server"]["task_state"] == "deleting"
     ((name, kwargs, _options),) = jobs
-    assert name == "teardown"
+    assert name == "reservation-teardown"
     assert kwargs == {"instance_ids": [server_id], "reservation_id": rid}
     shown = client.get(f"{URL}/{other}", headers=member_headers).json["server"]
     assert shown["status"] == "PENDING"

@@ -247,7 +247,7 @@ def test_members_of_gone_or_moved_instances_are_stale(small_cloud):
 
 
 def test_volume_mismatches(small_cloud):
-    from fleetflow.flows.tasks.volume import volume_id_for
+    from fleetflow.flows.provision.volume import volume_id_for
 
     assert small_cloud.provision(1, volume_gb=10) == tf_states.SUCCESS
     with small_cloud.database.session() as session:
@@ -324,7 +324,7 @@ def test_api_route_admin_only(small_cloud, client, admin_headers, member_headers
 
 def test_api_unknown_host_is_404_without_asking_any_host(small_cloud, client, admin_headers,
                                                         monkeypatch):
-    from fleetflow.services import audit_sources
+    from fleetflow.services.audit import sources as audit_sources
 
     def ask_hosts(*args, **kwargs):
         raise AssertionError("a host was asked over RPC")
@@ -396,7 +396,7 @@ def test_cli_error_is_status_2(make_conf, tmp_path):
 def test_audit_over_a_remote_placement(small_cloud, live_server):
     """A Placement reached over HTTP is read per provider and gives the same answer."""
     from fleetflow.persistence.placement.http_client import HttpPlacement
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     remote = HttpPlacement(live_server + "/placement", "admin")
     small_cloud.boot(H1)

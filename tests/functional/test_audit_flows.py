@@ -19,7 +19,7 @@ from taskflow import states as tf_states
 from fleetflow.engine import submit as submit_mod
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook.models import FLOWDETAILS
-from fleetflow.services import audit_flows
+from fleetflow.services.audit import flows as audit_flows
 
 
 def _toy_flows() -> None:

@@ -189,7 +189,7 @@ def test_list_show_and_delete(run, outcome, jobs):
 
     deleted = run("reservations", "delete", rid)
     assert deleted.exit_code == 0 and "DELETING" in deleted.output
-    assert jobs[-1][0] == "teardown"
+    assert jobs[-1][0] == "reservation-teardown"
 
 
 def test_list_is_newest_first_and_its_status_filter_takes_any_case(run, outcome):

@@ -17,8 +17,8 @@ from taskflow import states as tf_states
 
 from fleetflow.engine import submit as submit_mod
 from fleetflow.persistence.logbook.models import FLOWDETAILS
-from fleetflow.services import audit_flows
-from fleetflow.services.audit import audit
+from fleetflow.services.audit import flows as audit_flows
+from fleetflow.services.audit.report import audit
 
 
 def _toy_flows() -> None:

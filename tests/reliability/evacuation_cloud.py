@@ -53,7 +53,7 @@ FLAVOR_ID = "1"  # provision_cloud's m1.tiny
 IMAGE_ID = "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01"
 # Evacuation statuses after which nothing moves any more without an operator.
 AT_REST = states.EVACUATION_SETTLED | {states.PAUSED}
-EXTRA_PRELOAD = ("fleetflow.flows.evacuate", "fleetflow.scheduler.moves")
+EXTRA_PRELOAD = ("fleetflow.flows.evacuate", "fleetflow.scheduler.moves.place")
 
 
 @contextlib.contextmanager

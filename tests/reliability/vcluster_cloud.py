@@ -53,9 +53,9 @@ BUILT = (states.ACTIVE, states.REVERTED)
 AT_REST = (*BUILT, states.DELETED, states.ERROR, states.PAUSED)
 # More than any case can spend: a backend of the nodisk lane never creates.
 FAILED_CREATES = 1_000_000
-EXTRA_PRELOAD = ("fleetflow.flows.vcluster", "fleetflow.flows.tasks.vcluster",
-                 "fleetflow.flows.tasks.vcluster_members",
-                 "fleetflow.flows.tasks.vcluster_teardown", "fleetflow.scheduler.vcluster")
+EXTRA_PRELOAD = ("fleetflow.flows.vcluster", "fleetflow.flows.vcluster.build_tasks",
+                 "fleetflow.flows.vcluster.members",
+                 "fleetflow.flows.vcluster.teardown_tasks", "fleetflow.scheduler.vcluster.place")
 
 
 def fleet_doc(lanes: dict[str, tuple[int, int]], vcpus: int) -> dict:

@@ -214,7 +214,7 @@ def test_instance_and_reservation_status_writes(loaded):
 
 
 def test_the_revert_marker_finds_a_fault_past_cleared_ones(loaded):
-    from fleetflow.flows.tasks.lifecycle import _first_fault
+    from fleetflow.flows.provision.lifecycle import _first_fault
 
     with loaded.session() as s:
         rid, (failed, cleared, never) = _new_reservation(s, 3)

@@ -8,7 +8,7 @@ reservations, virtual clusters, another evacuation's moves) leaves such hosts ou
 from fleetflow.persistence import fleet
 from fleetflow.persistence.models import Host
 from fleetflow.scheduler import CloudSnapshot, HostState, RequestSpec, schedule, snapshot_from_db
-from fleetflow.scheduler.moves import ServerToMove, place_moves
+from fleetflow.scheduler.moves.place import ServerToMove, place_moves
 
 
 def add_host(session, name, **extra):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import CloudSnapshot, GroupSpec, HostState
-from fleetflow.scheduler.moves import MovePlacement, ServerToMove, place_moves
+from fleetflow.scheduler.moves.place import MovePlacement, ServerToMove, place_moves
 
 
 def host(name, vcpu=8, mem=8192, state="up", zone="z0", rack="r0", used=None, **extra):

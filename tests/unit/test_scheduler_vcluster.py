@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import CloudSnapshot, HostState
-from fleetflow.scheduler.vcluster import (
+from fleetflow.scheduler.vcluster.place import (
     BackendState,
     Grouping,
     ServerMember,

@@ -13,7 +13,7 @@ import pytest
 
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import CloudSnapshot
-from fleetflow.scheduler.vcluster import (
+from fleetflow.scheduler.vcluster.place import (
     Grouping,
     place_vcluster,
 )

@@ -7,7 +7,7 @@ Clusters: servers, volumes (sizes, types, attach_to) and groupings of every
 rule and scope over servers, volumes or both, contradictory ones included.
 
 Every answer that fits is checked from scratch against the rules of the
-table in ``scheduler/vcluster.py``; alternates are checked by moving one
+table in ``scheduler/vcluster/place.py``; alternates are checked by moving one
 member alone. A contradiction that ``analyse`` reports ("... must share a
 rack by affinity") is checked to be real by an exhaustive search over
 abstract placements. Then an update: the placed cluster is pinned where it
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import CloudSnapshot, HostState
-from fleetflow.scheduler.vcluster import (
+from fleetflow.scheduler.vcluster.place import (
     BackendState,
     Grouping,
     ServerMember,

@@ -30,8 +30,8 @@ from fleetflow.persistence.models import (
     Volume,
 )
 from fleetflow.plugin.flow_meta import META_KEY
-from fleetflow.services import audit_flows
-from fleetflow.services.audit import KINDS, audit
+from fleetflow.services.audit import flows as audit_flows
+from fleetflow.services.audit.report import KINDS, audit
 
 LONG_AGO = dt.timedelta(minutes=10)
 
@@ -447,7 +447,7 @@ def test_a_row_in_progress_whose_flow_failed_is_a_stranded_operation(database, s
 def test_a_row_that_moves_on_while_audited_is_not_reported(database, sql_board, sql_backend,
                                                            monkeypatch):
     """Read BUILDING, its flow then read SUCCESS: the row is read again before reporting."""
-    from fleetflow.services import audit_status
+    from fleetflow.services.audit import status as audit_status
 
     reservation_id, _ = _provisioned(database, sql_board, sql_backend, states.BUILDING,
                                      [states.ACTIVE], tf_states.SUCCESS)

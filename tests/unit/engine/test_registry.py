@@ -87,3 +87,31 @@ def test_only_the_last_handed_over_flows_are_kept():
     assert registry.rebuild("toy-linear", "unused.module", count=1) is not flows[1]
     for count in range(2, registry.HANDOVER_SLOTS + 2):
         assert registry.rebuild("toy-linear", "unused.module", count=count) is flows[count]
+
+
+def test_a_flow_saved_under_its_older_name_still_builds():
+    # The reservation teardown was registered as "teardown": logbooks and jobs
+    # saved before the rename name it so, and resume rebuilds by that name.
+    from fleetflow.flows.provision import teardown
+
+    kwargs = {"instance_ids": ["i-0", "i-1"], "reservation_id": "r-1"}
+    assert registry.get("teardown") is teardown.teardown_flow
+    assert "teardown" not in registry.names()
+    assert "reservation-teardown" in registry.names()
+    current = [a.name for a, _ in registry.build("reservation-teardown", **kwargs).iter_nodes()]
+    assert [a.name for a, _ in registry.build("teardown", **kwargs).iter_nodes()] == current
+    detail = tf_models.FlowDetail("teardown-r-1", uuid="f-old")
+    tf_helpers.save_factory_details(detail, registry.rebuild,
+                                    ["teardown", "fleetflow.flows.provision.teardown"], kwargs)
+    rebuilt = tf_helpers.flow_from_detail(detail)
+    assert [a.name for a, _ in rebuilt.iter_nodes()] == current
+
+
+def test_an_alias_cannot_be_taken_by_another_factory():
+    from fleetflow.flows.provision import teardown  # noqa: F401  (registers the alias)
+
+    with pytest.raises(ValueError):
+        registry.register("teardown", registry.rebuild)
+    with pytest.raises(ValueError):
+        registry.register("toy-other", registry.rebuild, aliases=("reservation-teardown",))
+    assert "toy-other" not in registry.names()

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from taskflow import states as tf_states
 
 from fleetflow.common import states
-from fleetflow.flows.tasks import schedule as schedule_tasks
-from fleetflow.flows.tasks import vcluster as vcluster_tasks
+from fleetflow.flows.provision import schedule as schedule_tasks
+from fleetflow.flows.vcluster import build_tasks as vcluster_tasks
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.models import Host, Instance
@@ -123,7 +123,7 @@ def _first_destination(answer: dict) -> str:
 @pytest.mark.parametrize("how", ["held", "maintenance"])
 def test_an_evacuation_moves_nothing_onto_a_host_closed_after_its_schedule(
         evac_cloud, monkeypatch, how):
-    from fleetflow.flows.tasks import evacuation as evacuation_tasks
+    from fleetflow.flows.evacuate import tasks as evacuation_tasks
     from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 
     source = "z1-r1-h01"

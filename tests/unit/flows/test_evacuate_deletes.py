@@ -157,7 +157,8 @@ def test_a_teardown_that_meets_a_moving_server_stops_before_touching_it(evac_clo
     uuid = boot(evac_cloud)
     view = ops(evac_cloud).evacuate(EvacuationRequest(hosts=[SOURCE], mode=states.MODE_LIVE))
     evacuation_job = evac_cloud.posted.pop()
-    teardown = {"flow": "teardown", "kwargs": {"instance_ids": [uuid], "reservation_id": None},
+    teardown = {"flow": "reservation-teardown",
+                "kwargs": {"instance_ids": [uuid], "reservation_id": None},
                 "store": {"tenant_id": "t1"}}
     outcome = []
     runner = threading.Thread(target=lambda: outcome.append(evac_cloud.run(evacuation_job)))

@@ -70,7 +70,7 @@ def guest(cloud, host: str, uuid: str):
 
 
 def assert_clean(cloud) -> None:
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)
@@ -386,7 +386,7 @@ def test_deleting_a_server_of_a_dead_host_finishes_and_the_host_cleans_up_on_ret
     kill(evac_cloud, SOURCE)
     servers = ReservationOps(evac_cloud.conf, evac_cloud.database, submit=evac_cloud.submit)
     servers.delete_server("t1", uuid)
-    assert evac_cloud.posted[-1]["flow"] == "teardown"
+    assert evac_cloud.posted[-1]["flow"] == "reservation-teardown"
     assert evac_cloud.run(evac_cloud.posted[-1]) == tf_states.SUCCESS
     with evac_cloud.database.session() as session:
         assert session.get(Instance, uuid).status == states.DELETED

@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from taskflow import states as tf_states
 
 from fleetflow.common import states
-from fleetflow.flows.tasks import move_schedule, schedule
-from fleetflow.flows.tasks import vcluster_schedule as vsched
+from fleetflow.flows.provision import schedule
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.persistence.placement.models import (
@@ -21,6 +20,8 @@ from fleetflow.persistence.placement.models import (
     ProviderTrait,
     ResourceProvider,
 )
+from fleetflow.scheduler.moves import plan as move_plan
+from fleetflow.scheduler.vcluster import plan as vcluster_plan
 from fleetflow.services.evacuations import EvacuationOps, EvacuationRequest
 from fleetflow.services.reservations import ReservationOps, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
@@ -57,7 +58,7 @@ def reservation_status(cloud, rid) -> str:
 
 
 def audit_kinds(cloud) -> list:
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)
@@ -110,7 +111,7 @@ def test_a_provider_gone_between_schedule_and_claim_is_a_lost_claim(cloud, monke
 
 
 def test_a_vcluster_member_whose_host_lost_its_provider_is_placed_again(cloud, monkeypatch):
-    place = vsched.place
+    place = vcluster_plan.place
     dropped = []
 
     def place_then_drop(session, *args, **kwargs):
@@ -121,7 +122,7 @@ def test_a_vcluster_member_whose_host_lost_its_provider_is_placed_again(cloud, m
             drop_provider_in(session, dropped[0])
         return result
 
-    monkeypatch.setattr(vsched, "place", place_then_drop)
+    monkeypatch.setattr(vcluster_plan, "place", place_then_drop)
     ops = VClusterOps(cloud.conf, cloud.database, submit=cloud.submit)
     servers = [{"name": f"s{i}", "type": "server",
                 "spec": {"imageRef": "cirros", "flavorRef": "m1.small"}} for i in (1, 2)]
@@ -164,7 +165,7 @@ def test_an_evacuation_never_picks_a_host_without_provider(evac_cloud):
 def test_a_move_whose_destination_provider_vanished_goes_to_an_alternate(evac_cloud,
                                                                           monkeypatch):
     uuid = boot(evac_cloud)
-    plan = move_schedule.plan
+    plan = move_plan.plan
     dropped = []
 
     def plan_then_drop(session, *args, **kwargs):
@@ -175,7 +176,7 @@ def test_a_move_whose_destination_provider_vanished_goes_to_an_alternate(evac_cl
             drop_provider_in(session, dropped[0])
         return result
 
-    monkeypatch.setattr(move_schedule, "plan", plan_then_drop)
+    monkeypatch.setattr(move_plan, "plan", plan_then_drop)
     done = _evacuate_live(evac_cloud)
     # on_error pause: never FAILED for a lost claim; an alternate takes the server.
     assert done["status"] == states.DONE
@@ -191,7 +192,7 @@ def test_a_move_with_no_alternate_left_fails_alone_and_the_evacuation_pauses(eva
                                                                              monkeypatch):
     uuid = boot(evac_cloud)
     target = "z1-r1-h02"
-    plan = move_schedule.plan
+    plan = move_plan.plan
     dropped = []
 
     def plan_then_drop(session, *args, **kwargs):
@@ -201,7 +202,7 @@ def test_a_move_with_no_alternate_left_fails_alone_and_the_evacuation_pauses(eva
             drop_provider_in(session, target)
         return result
 
-    monkeypatch.setattr(move_schedule, "plan", plan_then_drop)
+    monkeypatch.setattr(move_plan, "plan", plan_then_drop)
     paused = _evacuate_live(evac_cloud, target_hosts=[target])
     # on_error pause: the one move FAILED, the evacuation PAUSED, never FAILED.
     assert dropped and paused["status"] == states.PAUSED

@@ -9,8 +9,8 @@ from taskflow.types import failure
 from fleetflow.common import states
 from fleetflow.compute.exceptions import BuildFailed
 from fleetflow.flows.provision.flow import provision_flow
+from fleetflow.flows.provision.retry import HostCandidatesRetry
 from fleetflow.flows.tasks.claim import ClaimRace
-from fleetflow.flows.tasks.reschedule import HostCandidatesRetry
 
 PLACEMENTS = {"hosts": {"0": ["a", "b", "c"]}}
 

@@ -29,7 +29,7 @@ VOLUMES = [{"index": i, "name": f"v{i}", "id": f"volume-{i}", "size_gb": 1}
 # A small flow of each factory, with every optional part in it.
 SMALL = {
     "provision": {"reservation_id": "r-1", "count": 2, "with_volumes": True},
-    "teardown": {"instance_ids": ["i-0", "i-1"], "reservation_id": "r-1"},
+    "reservation-teardown": {"instance_ids": ["i-0", "i-1"], "reservation_id": "r-1"},
     "evacuate": {"evacuation_id": "e-1", "count": 2},
     "vcluster-build": {"vcluster_id": "vc-1", "run": "create", "servers": SERVERS,
                        "volumes": VOLUMES},

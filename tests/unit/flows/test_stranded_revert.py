@@ -24,7 +24,7 @@ from fleetflow.engine.jobboard.boards import make_jobboard
 from fleetflow.engine.submit import Submitter
 from fleetflow.persistence.logbook.backend import LogbookBackend
 from fleetflow.persistence.models import Reservation
-from fleetflow.services.audit import audit
+from fleetflow.services.audit.report import audit
 from fleetflow.services.reservations import ReservationOps, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 from tests.unit.flows import conductors as conductor_threads

@@ -21,7 +21,7 @@ from fleetflow.persistence.models import (
     Volume,
 )
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
-from fleetflow.services.audit import KINDS, audit
+from fleetflow.services.audit.report import KINDS, audit
 from fleetflow.tests.unit.flows.test_vcluster_flow import (
     SEED_TWO,
     create,

@@ -72,7 +72,7 @@ def members(view: dict) -> dict[str, dict]:
 
 
 def assert_clean(cloud) -> None:
-    from fleetflow.services.audit import audit
+    from fleetflow.services.audit.report import audit
 
     report = audit(cloud.database, cloud.runtime.placement, cloud.runtime.compute,
                    strict=True)
