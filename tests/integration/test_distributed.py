@@ -10,18 +10,14 @@ and a clean audit.
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import time
 
 import pytest
 import requests
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
-from distributed_cloud import board as _board  # noqa: E402
-from distributed_cloud import owner as _owner  # noqa: E402
+from distributed_cloud import ADMIN, TENANT
+from distributed_cloud import board as _board
+from distributed_cloud import owner as _owner
 
 FLEET = {
     "profiles": {"small": {"inventory": {
@@ -37,15 +33,11 @@ FLEET = {
 
 
 @pytest.fixture
-def distributed(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api):
-    procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
-                        wait_for_api,
-                        FLEETFLOW_COMPUTE_BOOT_SECONDS="1.0",
-                        # Few engine threads and a slow boot: the flow lasts long enough
-                        # (about 50 / 4 x 1 s) for the test to kill its conductor mid-way.
-                        FLEETFLOW_CONDUCTOR_ENGINE_WORKERS="4")
-    yield procs
-    procs.stop_all()
+def distributed(distributed_cloud):
+    return distributed_cloud(FLEET, FLEETFLOW_COMPUTE_BOOT_SECONDS="1.0",
+                             # Few engine threads and a slow boot: the flow lasts long enough
+                             # (about 50 / 4 x 1 s) for the test to kill its conductor mid-way.
+                             FLEETFLOW_CONDUCTOR_ENGINE_WORKERS="4")
 
 
 def test_fifty_instances_survive_the_death_of_their_conductor(distributed):

@@ -25,16 +25,12 @@ only where it runs, and the strict audit is clean.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 
 import pytest
 import requests
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distributed_cloud import ADMIN, TENANT, board, owner, start_cloud  # noqa: E402
+from distributed_cloud import ADMIN, TENANT, board, owner
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -58,13 +54,9 @@ REFUSALS = ("GROUP_POLICY", "NO_VALID_HOST")
 
 
 @pytest.fixture
-def cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api):
-    procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
-                        wait_for_api,
-                        FLEETFLOW_COMPUTE_BOOT_SECONDS="0.1",
-                        FLEETFLOW_COMPUTE_LIVE_MIGRATE_SECONDS=str(LIVE_SECONDS))
-    yield procs
-    procs.stop_all()
+def cloud(distributed_cloud):
+    return distributed_cloud(FLEET, FLEETFLOW_COMPUTE_BOOT_SECONDS="0.1",
+                             FLEETFLOW_COMPUTE_LIVE_MIGRATE_SECONDS=str(LIVE_SECONDS))
 
 
 def _hosts(url: str) -> dict[str, dict]:

@@ -23,15 +23,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 import requests
 import sqlalchemy as sa
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
+from distributed_cloud import ADMIN, TENANT
 
 COUNT = 100
 DOWN_SECONDS = 5.0
@@ -118,16 +115,12 @@ def pools_ping():
 
 
 @pytest.fixture
-def cloud(pools_ping, tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api,
-          missing_tool):
+def cloud(pools_ping, distributed_cloud, pg_url, missing_tool):
     cluster = _cluster(missing_tool)
-    procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
-                        wait_for_api,
-                        FLEETFLOW_COMPUTE_BOOT_SECONDS="4.0",
-                        FLEETFLOW_DATABASE_MAX_RETRY_SECONDS="120")
+    procs = distributed_cloud(FLEET, FLEETFLOW_COMPUTE_BOOT_SECONDS="4.0",
+                              FLEETFLOW_DATABASE_MAX_RETRY_SECONDS="120")
     procs.cluster, procs.pg_url = cluster, pg_url
-    yield procs
-    procs.stop_all()
+    return procs
 
 
 def _full_log(procs, name: str) -> str:

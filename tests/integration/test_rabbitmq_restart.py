@@ -16,18 +16,14 @@ them the test is skipped (failed under FLEETFLOW_REQUIRE_SERVICES=1).
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 import requests
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
+from distributed_cloud import ADMIN, TENANT
 
 COUNT = 50
 SETTLED = ("ACTIVE", "ERROR", "REVERTED", "PAUSED", "FAILED")
@@ -84,18 +80,16 @@ def _reservation(location: str) -> dict:
 
 
 @pytest.fixture
-def cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api, missing_tool):
+def cloud(distributed_cloud, rabbit_url, missing_tool):
     if shutil.which("rabbitmqctl") is None:
         missing_tool("rabbitmqctl is needed to restart RabbitMQ")
     if not rabbit_url.startswith(("rabbit://guest:guest@127.0.0.1:5672",
                                   "rabbit://guest:guest@localhost:5672")):
         missing_tool(f"this test restarts the local RabbitMQ, not {rabbit_url}")
-    procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
-                        wait_for_api, FLEETFLOW_COMPUTE_BOOT_SECONDS="4.0",
-                        FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1")
+    procs = distributed_cloud(FLEET, FLEETFLOW_COMPUTE_BOOT_SECONDS="4.0",
+                              FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1")
     procs.rabbit_url = rabbit_url
-    yield procs
-    procs.stop_all()
+    return procs
 
 
 def _logs(procs) -> str:

@@ -22,18 +22,14 @@ return to the job back on the board and to the end is printed (``-s``).
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 import requests
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
-from distributed_cloud import board as _board  # noqa: E402
+from distributed_cloud import ADMIN, TENANT
+from distributed_cloud import board as _board
 
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1",
                "--port", "6379", "--save", "", "--appendonly", "no",
@@ -88,8 +84,7 @@ def redis_down():
 
 
 @pytest.fixture
-def make_cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api,
-               missing_tool):
+def make_cloud(distributed_cloud, redis_url, missing_tool):
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
         missing_tool("redis-server and redis-cli are needed to restart Redis")
     if not redis_url.startswith(("redis://127.0.0.1:6379", "redis://localhost:6379")):
@@ -97,9 +92,8 @@ def make_cloud(tmp_path, pg_url, redis_url, rabbit_url, free_port, wait_for_api,
     made = []
 
     def _make(**settings):
-        procs = start_cloud(tmp_path, FLEET, pg_url, redis_url, rabbit_url, free_port,
-                            wait_for_api, FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1",
-                            **settings)
+        procs = distributed_cloud(FLEET, FLEETFLOW_CONDUCTOR_RECONCILE_INTERVAL="1",
+                                  **settings)
         made.append(procs)
         return procs
 
