@@ -33,6 +33,9 @@ import sqlalchemy as sa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
 
+# It stops the shared server every other test uses: it runs alone (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
 COUNT = 100
 DOWN_SECONDS = 5.0
 SETTLED = ("ACTIVE", "ERROR", "REVERTED", "PAUSED", "FAILED")

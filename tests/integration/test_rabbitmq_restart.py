@@ -29,6 +29,9 @@ import requests
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
 
+# It stops the shared server every other test uses: it runs alone (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
 COUNT = 50
 SETTLED = ("ACTIVE", "ERROR", "REVERTED", "PAUSED", "FAILED")
 

@@ -35,6 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from distributed_cloud import ADMIN, TENANT, start_cloud  # noqa: E402
 from distributed_cloud import board as _board  # noqa: E402
 
+# It stops the shared server every other test uses: it runs alone (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1",
                "--port", "6379", "--save", "", "--appendonly", "no",
                "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
