@@ -6,10 +6,12 @@ FLEETFLOW_REQUIRE_SERVICES=1 (what .ci/run sets) a missing server fails them.
 
 Every test is marked with its layer, the directory it is in (``unit``,
 ``functional``, ...); the layers whose every test starts servers, conductors or
-a whole external suite are ``slow`` too. ``network`` tests are skipped unless
-FLEETFLOW_NETWORK_TESTS=1 or ``-m`` names them; ``exclusive`` tests (they restart
-a shared server) are skipped in a parallel run, which runs them after it with
-``pytest -m exclusive`` (README, "Development loop").
+a whole external suite are ``slow`` too, and so are the flow tests' runs under
+TaskFlow's stock engine. The integration and the reliability tests each form an
+``xdist_group``: under ``pytest -n 2 --dist loadgroup`` no two of a layer overlap.
+``network`` tests are skipped unless FLEETFLOW_NETWORK_TESTS=1 or ``-m`` names them;
+``exclusive`` tests (they restart a shared server) are skipped in a parallel run,
+which runs them after it with ``pytest -m exclusive`` (README, "Development loop").
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ LAYERS = ("unit", "functional", "integration", "reliability", "conformance", "op
           "console")
 #: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite.
 SLOW_LAYERS = {"integration", "reliability", "conformance"}
+#: Layers whose tests run one after the other on one xdist worker (``--dist loadgroup``):
+#: each starts a cloud of server or conductor processes and waits on claims that expire
+#: in seconds, so two of them at once on two cores would race their own timeouts.
+GROUPED_LAYERS = {"integration", "reliability"}
+#: The engine parameter of the flow tests (tests/unit/flows/conftest.py): their runs
+#: under TaskFlow's stock engine are slow; fleetflow's engine covers them in the fast loop.
+STOCK_ENGINE_RUN = ("fleetflow_engine", "parallel")
 
 
 def _switched_on(variable: str) -> bool:
@@ -60,6 +69,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(layer)
             if layer in SLOW_LAYERS:
                 item.add_marker("slow")
+            if layer in GROUPED_LAYERS:
+                item.add_marker(pytest.mark.xdist_group(layer))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None \
+                and callspec.params.get(STOCK_ENGINE_RUN[0]) == STOCK_ENGINE_RUN[1]:
+            item.add_marker("slow")
         if not network and item.get_closest_marker("network"):
             item.add_marker(pytest.mark.skip(
                 reason="needs the network: FLEETFLOW_NETWORK_TESTS=1 or -m network"))

@@ -25,6 +25,9 @@ import requests
 
 from tests.conftest import pick_free_port, stop_server
 
+# A real server, and every block of the README run against it.
+pytestmark = pytest.mark.slow
+
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 README_ADDRESS = "127.0.0.1:8774"
 
