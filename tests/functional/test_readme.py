@@ -37,6 +37,8 @@ EXCLUDED = {
     "pip install -e . && fleetflow serve": "installs the package and starts a server",
     # Installs the test extras and runs the whole test suite, this test included.
     "pip install -e '.[test]' && pytest": "installs the package and runs every test",
+    # Runs the test suite's fast loop.
+    'pytest -n 2 -m "not slow"': "runs the tests",
     # Needs PostgreSQL, Redis and RabbitMQ and starts conductors, agents and a server.
     "fleetflow --config-file dist.conf db upgrade": "distributed mode: external services "
                                                     "and long-running servers",
