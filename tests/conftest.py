@@ -1,14 +1,24 @@
-"""Fixtures shared by every test layer.
+"""Fixtures shared by every test layer, and the marks each test gets from where it is.
 
 Tests that need a real server (PostgreSQL, Redis, RabbitMQ on 127.0.0.1) ask for
 its fixture. Outside CI a missing server skips them with the reason; with
 FLEETFLOW_REQUIRE_SERVICES=1 (what .ci/run sets) a missing server fails them.
+
+Every test is marked with its layer, the directory it is in (``unit``,
+``functional``, ...); the layers whose every test starts servers, conductors or
+a whole external suite are ``slow`` too, and so are the flow tests' runs under
+TaskFlow's stock engine. The integration and the reliability tests each form an
+``xdist_group``: under ``pytest -n 2 --dist loadgroup`` no two of a layer overlap.
+``network`` tests are skipped unless FLEETFLOW_NETWORK_TESTS=1 or ``-m`` names them;
+``exclusive`` tests (they restart a shared server) are skipped in a parallel run,
+which runs them after it with ``pytest -m exclusive`` (README, "Development loop").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import socket
 import subprocess
 import threading
@@ -23,6 +33,54 @@ PG_ADMIN_URL = os.environ.get("FLEETFLOW_TEST_PG_URL",
 REDIS_URL = os.environ.get("FLEETFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 RABBIT_URL = os.environ.get("FLEETFLOW_TEST_RABBIT_URL",
                             "rabbit://guest:guest@127.0.0.1:5672/")
+
+TESTS = pathlib.Path(__file__).resolve().parent
+#: The layers: each is a directory of tests/ and the mark its tests get.
+LAYERS = ("unit", "functional", "integration", "reliability", "conformance", "openstack",
+          "console")
+#: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite.
+SLOW_LAYERS = {"integration", "reliability", "conformance"}
+#: Layers whose tests run one after the other on one xdist worker (``--dist loadgroup``):
+#: each starts a cloud of server or conductor processes and waits on claims that expire
+#: in seconds, so two of them at once on two cores would race their own timeouts.
+GROUPED_LAYERS = {"integration", "reliability"}
+#: The engine parameter of the flow tests (tests/unit/flows/conftest.py): their runs
+#: under TaskFlow's stock engine are slow; fleetflow's engine covers them in the fast loop.
+STOCK_ENGINE_RUN = ("fleetflow_engine", "parallel")
+
+
+def _switched_on(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0", "false")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its layer (and ``slow``), before ``-m`` selects."""
+    asked = config.getoption("markexpr", "") or ""
+    network = _switched_on("FLEETFLOW_NETWORK_TESTS") or "network" in asked
+    # Under pytest-xdist with more than one worker another test runs beside each one.
+    parallel = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+    for item in items:
+        try:
+            layer = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:
+            layer = None
+        if layer in LAYERS:
+            item.add_marker(layer)
+            if layer in SLOW_LAYERS:
+                item.add_marker("slow")
+            if layer in GROUPED_LAYERS:
+                item.add_marker(pytest.mark.xdist_group(layer))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None \
+                and callspec.params.get(STOCK_ENGINE_RUN[0]) == STOCK_ENGINE_RUN[1]:
+            item.add_marker("slow")
+        if not network and item.get_closest_marker("network"):
+            item.add_marker(pytest.mark.skip(
+                reason="needs the network: FLEETFLOW_NETWORK_TESTS=1 or -m network"))
+        if parallel and item.get_closest_marker("exclusive"):
+            item.add_marker(pytest.mark.skip(
+                reason="restarts a shared server, so it runs alone: pytest -m exclusive"))
 
 
 

@@ -15,6 +15,13 @@ import pytest
 TENANT = "tenant-a"
 
 
+@pytest.fixture(autouse=True)
+def wide_tables(monkeypatch):
+    """The CLI's tables at their default width (160), whatever COLUMNS the run inherited:
+    pytest-xdist's workers have COLUMNS=80, which cuts the ids the tests look for."""
+    monkeypatch.setenv("COLUMNS", "160")
+
+
 @pytest.fixture
 def api_services():
     """Services handed to create_app; tests (or other conftests) may add to the dict."""

@@ -351,7 +351,8 @@ CANNED = {
 
 @pytest.mark.parametrize("case", sorted(CANNED))
 def test_each_known_hostile_body_at_every_write_route(hostile, case):
-    """The issue's own cases at every route, beside the random ones above."""
+    """Known hostile bodies (deep nesting, huge numbers, a lone surrogate, no content
+    type) at every route, beside the random ones above."""
     body, content_type = CANNED[case]
     for method, url, headers in hostile.routes:
         hostile.check(method, url, headers, body.encode(), content_type)

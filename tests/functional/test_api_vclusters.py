@@ -113,7 +113,7 @@ def build(post, small_cloud, client, member_headers):
 # -- create -------------------------------------------------------------------------
 
 
-def test_seed_example_one_builds_the_server_with_its_volume(post, small_cloud, client,
+def test_a_server_with_its_volume_builds_both(post, small_cloud, client,
                                                              member_headers):
     response = post(SEED_ONE)
 
@@ -139,7 +139,7 @@ def test_seed_example_one_builds_the_server_with_its_volume(post, small_cloud, c
     assert set(group["domains"]) == {"db-server-1", "db-vol-1"}
 
 
-def test_seed_example_two_keeps_every_grouping(build, db):
+def test_two_servers_apart_with_their_volumes_keep_every_grouping(build, db):
     view = build(SEED_TWO)
 
     assert view["status"] == "ACTIVE", view["fault"]

@@ -2,8 +2,8 @@
 
 The small cloud's ``vclusters`` service posts its jobs to ``small_cloud.posted``;
 :func:`settle` runs them on TaskFlow's serial engine, as a conductor would. The
-last test sends example two to the embedded cloud of ``fleetflow
-serve`` (conductor threads, the SQL jobboard) and polls until it settles.
+last test sends the two servers apart with their volumes to the embedded cloud of
+``fleetflow serve`` (conductor threads, the SQL jobboard) and polls until it settles.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from fleetflow.persistence.models import VCluster
 URL = "/v2/tenant-a/vclusters"
 XML = "application/xml"
 
-# Example one of docs/vcluster.md, as written there.
+# A server with its volume: the first example of docs/vcluster.md, as written there.
 SEED_ONE = (b'<vcluster name="db"><instances><instance name="db-server-1" type="server">'
             b'<spec imageRef="cirros" flavorRef="1"/></instance><instance name="db-vol-1" '
             b'type="volume"><spec size="10" volume_type="ssd"/></instance></instances>'
@@ -47,7 +47,7 @@ def _grouping(name: str, members: list[str], rule: str) -> str:
             f'<spec rule="{rule}"/></grouping>')
 
 
-# Example two of docs/vcluster.md.
+# Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
 SEED_TWO = ('<?xml version="1.0" encoding="UTF-8"?>\n<vcluster name="db2"><instances>'
             + _server("db-server-1") + _volume("db-vol-1") + _server("db-server-2")
             + _volume("db-vol-2") + "</instances><groupings>"
@@ -111,7 +111,7 @@ def groupings(root) -> dict:
     return {g.get("name"): g for g in root.find("groupings").findall("grouping")}
 
 
-def test_seed_example_one_in_xml_builds_and_shows_in_xml(post_xml, show_xml):
+def test_a_server_with_its_volume_in_xml_builds_and_shows_in_xml(post_xml, show_xml):
     response = post_xml(SEED_ONE)
 
     assert response.status_code == 202 and response.mimetype == XML
@@ -136,7 +136,7 @@ def test_seed_example_one_in_xml_builds_and_shows_in_xml(post_xml, show_xml):
     assert (progress.get("total"), progress.get("active")) == ("2", "2")
 
 
-def test_seed_example_two_in_xml_keeps_every_grouping(post_xml, show_xml, client,
+def test_two_servers_apart_with_their_volumes_in_xml_keep_every_grouping(post_xml, show_xml, client,
                                                       member_headers):
     response = post_xml(SEED_TWO)
 
@@ -313,7 +313,7 @@ def served(make_conf, tmp_path):
     messaging.forget_transport(conf)
 
 
-def test_served_cloud_builds_and_deletes_seed_example_two(served):
+def test_served_cloud_builds_and_deletes_two_servers_apart_with_their_volumes(served):
     client = served.server.app.test_client()
     headers = {"X-Project-Id": "tenant-a", "X-Roles": "member"}
 

@@ -32,7 +32,7 @@ def grouping(name: str, members: list[str], rule: str) -> dict:
     return {"name": name, "membersRef": members, "spec": {"rule": rule}}
 
 
-# Example two of docs/vcluster.md: two servers apart, each with its volume beside it.
+# Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
 SEED_TWO = {
     "name": "db",
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
@@ -124,7 +124,7 @@ def write(tmp_path):
 
 @pytest.fixture
 def active(run, write):
-    """Example two (docs/vcluster.md) built and ACTIVE; its id."""
+    """Two servers apart with their volumes, built and ACTIVE; its id."""
     created = run_json(run, "vclusters", "create", "-f", write("db.json", SEED_TWO),
                        "--watch", "--interval", "0.05")
     assert created["status"] == "ACTIVE", created

@@ -18,6 +18,9 @@ from fleetflow.cli.serve import Cloud
 from fleetflow.compute import messaging
 from tests.functional.embedded import small_fleet
 
+# A whole cloud served over HTTP, its reservations run to their end.
+pytestmark = pytest.mark.slow
+
 SETTLED = {"ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED"}
 
 

@@ -13,6 +13,9 @@ import requests
 
 from tests.functional.embedded import serving, small_fleet, until
 
+# A whole cloud served over HTTP, its flows paused and resumed.
+pytestmark = pytest.mark.slow
+
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 HOSTS = ["z1-r1-h01", "z1-r1-h02"]
 

@@ -111,6 +111,7 @@ def _round(cloud, delay: float) -> None:
     until(lambda: _reservation(cloud, rid), lambda r: r["status"] == "DELETED")
 
 
+@pytest.mark.slow
 def test_a_drain_and_builds_aimed_at_its_host_never_both_go_through(cloud,
                                                                   assert_audit_clean):
     from fleetflow.flows import runtime

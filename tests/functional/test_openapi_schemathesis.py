@@ -27,6 +27,9 @@ import pytest
 
 from tests.functional.conftest import AUDIT_FLEET
 
+# Fuzzing every route takes minutes.
+pytestmark = pytest.mark.slow
+
 MEMBER_PROJECT = "tenant-a"
 IDENTITIES = {
     "member": {"X-Project-Id": MEMBER_PROJECT, "X-User-Id": "tenant-a-user",

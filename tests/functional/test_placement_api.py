@@ -1,5 +1,5 @@
-"""The /placement API over Flask's test client: the six rules of consumer generations
-(docs/origins.md), one ``test_ruleN`` each: a read returns the generation, a write sends
+"""The /placement API over Flask's test client: the six rules of consumer generations,
+one ``test_ruleN`` each: a read returns the generation, a write sends
 it, the first writer sends null, a conflict is read, merged and retried, a move between
 consumers is all or nothing, writes answer 204 without a body; then the other routes and
 errors.

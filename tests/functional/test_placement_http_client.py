@@ -232,6 +232,7 @@ def _openstack_binary() -> str | None:
     return beside if os.path.exists(beside) else shutil.which("openstack")
 
 
+@pytest.mark.slow
 def test_openstack_client_talks_to_our_placement(live_server, hosts):
     """python-openstackclient + osc-placement, unchanged, against /placement."""
     binary = _openstack_binary()

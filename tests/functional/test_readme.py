@@ -25,6 +25,9 @@ import requests
 
 from tests.conftest import pick_free_port, stop_server
 
+# A real server, and every block of the README run against it.
+pytestmark = pytest.mark.slow
+
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 README_ADDRESS = "127.0.0.1:8774"
 
@@ -34,6 +37,8 @@ EXCLUDED = {
     "pip install -e . && fleetflow serve": "installs the package and starts a server",
     # Installs the test extras and runs the whole test suite, this test included.
     "pip install -e '.[test]' && pytest": "installs the package and runs every test",
+    # Runs the test suite's fast loop.
+    'pytest -n 2 -m "not slow"': "runs the tests",
     # Needs PostgreSQL, Redis and RabbitMQ and starts conductors, agents and a server.
     "fleetflow --config-file dist.conf db upgrade": "distributed mode: external services "
                                                     "and long-running servers",

@@ -81,6 +81,7 @@ def _files(root) -> set[str]:
             for d, dirs, files in os.walk(root) for f in files + dirs}
 
 
+@pytest.mark.slow
 def test_every_file_serve_writes_is_in_the_state_directory(tmp_path, free_port, wait_for_api):
     fleet = tmp_path / "fleet.yaml"
     subprocess.run([FLEETFLOW, "fleet", "generate", "--hosts", "4", "-o", str(fleet)],

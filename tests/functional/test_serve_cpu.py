@@ -9,9 +9,9 @@ import sys
 import pytest
 import requests
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="needs sched_setaffinity and at least two CPUs to choose from")
+    reason="needs sched_setaffinity and at least two CPUs to choose from")]
 
 FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
 

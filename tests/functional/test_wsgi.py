@@ -141,6 +141,7 @@ def _wait_for_gunicorn(url: str, proc: subprocess.Popen, log) -> None:
             time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_gunicorn_serves_the_api_and_a_conductor_process_runs_the_flow(tmp_path, free_port):
     path = write_config(tmp_path)
     env = clean_environ(FLEETFLOW_CONFIG=path)

@@ -30,6 +30,9 @@ import requests
 import sqlalchemy as sa
 from distributed_cloud import ADMIN, TENANT
 
+# It stops the shared server every other test uses: it runs alone (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
 COUNT = 100
 DOWN_SECONDS = 5.0
 SETTLED = ("ACTIVE", "ERROR", "REVERTED", "PAUSED", "FAILED")

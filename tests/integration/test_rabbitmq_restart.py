@@ -25,6 +25,9 @@ import pytest
 import requests
 from distributed_cloud import ADMIN, TENANT
 
+# It stops the shared server every other test uses: it runs alone (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
 COUNT = 50
 SETTLED = ("ACTIVE", "ERROR", "REVERTED", "PAUSED", "FAILED")
 

@@ -31,6 +31,9 @@ import requests
 from distributed_cloud import ADMIN, TENANT
 from distributed_cloud import board as _board
 
+# It stops the shared server every other test uses: it runs alone (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1",
                "--port", "6379", "--save", "", "--appendonly", "no",
                "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]

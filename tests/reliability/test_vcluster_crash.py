@@ -6,9 +6,9 @@ in-process by each conductor from one shared state file). Clusters are
 created and deleted the way the API does it (services/vclusters.py). See
 tests/reliability/vcluster_cloud.py for the cloud and its lanes.
 
-1. Every atom boundary of example two of docs/vcluster.md (two servers, two
-   volumes, each server affine with its volume, the servers anti-affine and
-   the volumes anti-affine): one cluster per (atom, crash point), each on a
+1. Every atom boundary of a cluster of two servers and two volumes (each
+   server affine with its volume, the servers anti-affine and the volumes
+   anti-affine): one cluster per (atom, crash point), each on a
    board of its own, so the conductor that carries the crash target dies
    exactly there; a survivor finishes it. Then the during-revert point of
    every atom that undoes something, in runs made to revert:
@@ -69,7 +69,7 @@ from fleetflow.flows.tasks.base import (
 from fleetflow.flows.vcluster.build import build_flow
 from fleetflow.flows.vcluster.teardown import teardown_flow
 
-SEED_MEMBERS = 2  # servers, and volumes, of example two (docs/vcluster.md)
+MEMBERS = 2  # servers, and volumes, of the cluster every boundary case builds
 BOUNDARIES = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT)
 # Cases at once: each spends most of its time waiting for a dead conductor's
 # claim to expire, so more run than there are cores.
@@ -77,12 +77,12 @@ PARALLEL = 16
 BIG = 50
 
 
-def seed_flows() -> tuple:
-    """Example two's build and teardown flows, as a conductor rebuilds them."""
+def cluster_flows() -> tuple:
+    """The two-server cluster's build and teardown flows, as a conductor rebuilds them."""
     servers = [{"index": i, "name": f"db-server-{i + 1}", "id": f"srv-{i}",
-                "resources": {"VCPU": 1}, "image_id": "img"} for i in range(SEED_MEMBERS)]
+                "resources": {"VCPU": 1}, "image_id": "img"} for i in range(MEMBERS)]
     volumes = [{"index": i, "name": f"db-vol-{i + 1}", "id": f"vol-{i}", "size_gb": 10}
-               for i in range(SEED_MEMBERS)]
+               for i in range(MEMBERS)]
     return (build_flow("enumerate", states.RUN_CREATE, servers, volumes),
             teardown_flow("enumerate", states.RUN_DELETE, servers, volumes))
 
@@ -103,14 +103,14 @@ def reverting(flow, atoms: list[tuple[str, str]]) -> set[str]:
 
 def both(kind: str, step: str, point: str = DURING_REVERT) -> str:
     """A target naming ``step`` of both servers (or volumes): the first reached fires."""
-    return ",".join(f"{kind}-{i:04d}-{step}:{point}" for i in range(SEED_MEMBERS))
+    return ",".join(f"{kind}-{i:04d}-{step}:{point}" for i in range(MEMBERS))
 
 
 def crash_plan(flow_atoms) -> list[dict]:
     """Keyword arguments of one VClusterCase each."""
     from vcluster_cloud import ATTACH, NODISK, NOHOST
 
-    build, teardown = (flow_atoms(f) for f in seed_flows())
+    build, teardown = (flow_atoms(f) for f in cluster_flows())
     plan = [{"target": f"{name}:{point}"} for name, _ in build for point in BOUNDARIES]
     lifecycle = [f"{name}:{DURING_REVERT}"
                  for name in ("vcluster-lifecycle", "schedule-retry", "claim-all")]
@@ -137,11 +137,11 @@ def crash_plan(flow_atoms) -> list[dict]:
 def test_the_plan_covers_every_atom_of_both_flows(vcluster_harness):
     from test_provision_crash import flow_atoms
 
-    build, teardown = seed_flows()
+    build, teardown = cluster_flows()
     build_atoms, teardown_atoms = flow_atoms(build), flow_atoms(teardown)
     names = {name for name, _ in build_atoms}
     for kind, steps in (("srv", ("retry", "boot")), ("vol", ("retry", "create"))):
-        assert {f"{kind}-{i:04d}-{step}" for i in range(SEED_MEMBERS) for step in steps} \
+        assert {f"{kind}-{i:04d}-{step}" for i in range(MEMBERS) for step in steps} \
             <= names
     assert {"vcluster-lifecycle", "schedule-retry", "schedule", "claim-all", "attach",
             "finish"} <= names
@@ -155,15 +155,15 @@ def test_the_plan_covers_every_atom_of_both_flows(vcluster_harness):
     assert {t.rsplit(":", 1)[0] for t in targets if t.endswith(DURING_REVERT)} \
         == reverting(build, build_atoms) == {
             "vcluster-lifecycle", "schedule-retry", "claim-all", "attach",
-            *(f"{kind}-{i:04d}-{step}" for i in range(SEED_MEMBERS)
+            *(f"{kind}-{i:04d}-{step}" for i in range(MEMBERS)
               for kind, step in (("srv", "retry"), ("srv", "boot"), ("vol", "retry"),
                                  ("vol", "create")))}
     assert not reverting(teardown, teardown_atoms)
 
 
 class VClusterCase:
-    """One cluster of example two on a board of its own; a conductor doomed to die at
-    ``target``, then a survivor that finishes it.
+    """One cluster of two servers apart with their volumes, on a board of its own; a
+    conductor doomed to die at ``target``, then a survivor that finishes it.
 
     ``delete``: the doomed conductor builds the cluster, then its teardown is
     posted, where the target is. ``prelude`` (the attach lane): a first
@@ -188,9 +188,10 @@ class VClusterCase:
                f"{self.target})"
 
     def start(self, cloud) -> None:
-        from vcluster_cloud import seed_two
+        from vcluster_cloud import two_servers_apart
 
-        self.vcluster_id = cloud.create(seed_two(self.lane), board=self.board, lane=self.lane)
+        self.vcluster_id = cloud.create(two_servers_apart(self.lane), board=self.board,
+                                        lane=self.lane)
         if self.prelude:
             self.first = cloud.spawn(f"first-{self.index}", board=self.board,
                                      crash_at=self.prelude)
@@ -271,7 +272,7 @@ def _stop(proc) -> int:
 
 
 @pytest.mark.slow
-def test_kill_at_every_atom_boundary_of_example_two(
+def test_kill_at_every_atom_boundary_of_two_servers_apart_with_their_volumes(
         boundaries, vcluster_cloud_factory, vcluster_harness, assert_audit_clean):
     from test_provision_crash import flow_atoms
 
@@ -293,7 +294,7 @@ def test_kill_at_every_atom_boundary_of_example_two(
     problems = cloud.problems()
     assert not problems, "\n".join(problems[:20])
     report = assert_audit_clean(*cloud.audit_args())
-    assert report.counts["instances"] == len(cases) * SEED_MEMBERS
+    assert report.counts["instances"] == len(cases) * MEMBERS
 
 
 def big_cluster(lane: str) -> dict:

@@ -90,8 +90,9 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
             "spec": {"rule": rule} | ({"scope": scope} if scope else {})}
 
 
-def seed_two(lane: str) -> dict:
-    """Example two of docs/vcluster.md, its servers asking for ``lane``."""
+def two_servers_apart(lane: str) -> dict:
+    """Two servers apart, each with its volume beside it (the second example of
+    docs/vcluster.md), its servers asking for ``lane``."""
     return {"instances": [server("db-server-1", lane), volume("db-vol-1"),
                           server("db-server-2", lane), volume("db-vol-2")],
             "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity"),

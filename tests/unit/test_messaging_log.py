@@ -19,6 +19,9 @@ import pytest
 from fleetflow.common.log_throttle import RepeatFilter, Throttle
 from fleetflow.compute import messaging
 
+# It waits out a broker outage.
+pytestmark = pytest.mark.slow
+
 RABBIT_LOGGER = "oslo.messaging._drivers.impl_rabbit"
 
 

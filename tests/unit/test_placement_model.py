@@ -249,4 +249,4 @@ class PlacementMachine(RuleBasedStateMachine):
 PlacementMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=12, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
-TestPlacementModel = PlacementMachine.TestCase
+TestPlacementModel = pytest.mark.slow(PlacementMachine.TestCase)

@@ -13,7 +13,7 @@ def ok(key, requirement, host=HOST):
     return caps.parse_requirement(key, requirement).matches(host)
 
 
-def test_seed_000_gpu_north_america_blue_sticker():
+def test_a_gpu_in_north_america_with_a_blue_sticker():
     wanted = caps.parse_requirements({"gpu": "true", "region": "north-america",
                                       "sticker": "blue"})
     assert caps.matches_all(wanted, HOST)

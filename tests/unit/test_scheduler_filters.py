@@ -53,7 +53,7 @@ def test_required_and_forbidden_traits():
     assert names(RequestSpec(required_traits=["AVX2"], forbidden_traits=["CUDA"]))[0] == ["a2"]
 
 
-def test_capabilities_seed_000():
+def test_capabilities_gpu_region_and_sticker_together():
     kept, steps = names(RequestSpec(capabilities={"gpu": "true", "region": "na",
                                                   "sticker": "blue"}))
     assert kept == ["a1"]

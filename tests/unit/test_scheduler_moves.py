@@ -408,6 +408,7 @@ def affinity_scopes(group):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=passes())
+@pytest.mark.slow
 def test_placements_respect_capacity_exclusions_and_groups(case):
     snapshot, servers, options = case
     result = place_moves(servers, snapshot, **options)

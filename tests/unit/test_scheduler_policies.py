@@ -172,7 +172,7 @@ def test_affinity_and_network_proximity_choose_the_finer_domain():
     assert len(set(hosts_of(placement))) == 1
 
 
-def test_seed_003_database_group_anti_affinity_with_host_capabilities():
+def test_a_database_group_anti_affine_on_hosts_with_capabilities():
     snapshot = cloud()
     for name in ("z0-r1-h0", "z0-r1-h2", "z1-r0-h1"):
         snapshot.by_name[name].capabilities["disk"] = "ssd"

@@ -3,8 +3,9 @@
 TaskFlow 6.0.0 is installed (without its dependencies, which 6.5's cover) into
 a directory of its own that a child interpreter puts first on its path, so
 that it shadows this environment's TaskFlow; the child then asks for
-``fleetflow-parallel`` as fleetflow does and by name. Skipped when the package
-index cannot be reached.
+``fleetflow-parallel`` as fleetflow does and by name. It downloads from the
+package index, so it runs only when asked (FLEETFLOW_NETWORK_TESTS=1 or
+``-m network``), and is skipped when the index cannot be reached.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 _CHILD = textwrap.dedent('''
     import importlib.metadata, json, logging, warnings

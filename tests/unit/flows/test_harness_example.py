@@ -13,6 +13,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 DOC = pathlib.Path(__file__).resolve().parents[3] / "docs" / "testing.md"
 # A code block whose info string names the file it is: ```python canary.py
 FILE_BLOCK = re.compile(r"^```python (\S+\.py)\n(.*?)^```$", re.M | re.S)
@@ -34,6 +36,7 @@ def test_the_document_holds_a_flow_module_and_its_tests():
     assert ".resume(" in files["test_canary.py"]
 
 
+@pytest.mark.slow  # a pytest of its own, in a subprocess
 def test_the_example_passes_with_the_public_harness(tmp_path):
     for name, body in example_files().items():
         (tmp_path / name).write_text(body)

@@ -29,7 +29,7 @@ from fleetflow.services.reservations import ReservationOps, ReservationRequest
 from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 from tests.unit.flows import conductors as conductor_threads
 
-# Example two of docs/vcluster.md.
+# Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
 SEED_TWO = {
     "instances": [
         {"name": "db-server-1", "type": "server",

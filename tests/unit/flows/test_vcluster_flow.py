@@ -36,7 +36,7 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
     return {"name": name, "membersRef": members, "spec": spec}
 
 
-# Example two of docs/vcluster.md.
+# Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
 SEED_TWO = {
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
                   volume("db-vol-2")],
@@ -122,7 +122,7 @@ def _atoms(flow):
             yield item
 
 
-def test_seed_example_one_builds_a_server_with_its_volume_attached(evac_cloud):
+def test_a_server_with_its_volume_builds_with_the_volume_attached(evac_cloud):
     body = {"instances": [server("db-server-1"), volume("db-vol-1")],
             "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity")]}
     vcluster_id = create(evac_cloud, body)
@@ -139,7 +139,7 @@ def test_seed_example_one_builds_a_server_with_its_volume_attached(evac_cloud):
     assert_clean(evac_cloud)
 
 
-def test_seed_example_two_holds_every_grouping(evac_cloud):
+def test_two_servers_apart_with_their_volumes_hold_every_grouping(evac_cloud):
     vcluster_id = create(evac_cloud, SEED_TWO)
     assert run_last(evac_cloud) == "SUCCESS"
     view = show(evac_cloud, vcluster_id)
