@@ -3,7 +3,7 @@
     python bench/scheduler.py [--repeat 5] [--alternates 2]
 
 Cases: 1,000 instances onto 10,000 hosts with capabilities and anti-affinity
-(max_per_host 1); the issue's target is < 1 s; 5,000 instances spread on
+(max_per_host 1), which should take under 1 s; 5,000 instances spread on
 10,000 hosts; 30 instances with rack affinity (network-proximity) plus
 host anti-affinity (30 in one 40-host rack); 1,000 instances with soft-anti-affinity per rack.
 Each case is run ``--repeat`` times and the best and median are printed.
