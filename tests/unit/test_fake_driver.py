@@ -179,9 +179,19 @@ def test_call_hanging_on_a_dead_host_runs_late_when_it_comes_back(driver):
     assert driver.get_instance("h1", "late")["state"] == "ACTIVE"
 
 
-def test_close_fails_calls_hanging_on_a_dead_host(driver):
+def test_close_fails_calls_hanging_on_a_dead_host(driver, monkeypatch):
     driver.set_faults("h1", dead=True, hang_seconds=30)
     errors = []
+    # Close only once the call hangs: closed any earlier, the call would find the
+    # state file shut, which is not what this test is about.
+    hanging = threading.Event()
+    hang = driver._hang_until_revived
+
+    def hang_and_tell(host):
+        hanging.set()
+        return hang(host)
+
+    monkeypatch.setattr(driver, "_hang_until_revived", hang_and_tell)
 
     def call():
         try:
@@ -191,7 +201,7 @@ def test_close_fails_calls_hanging_on_a_dead_host(driver):
 
     caller = threading.Thread(target=call)
     caller.start()
-    caller.join(0.2)
+    assert hanging.wait(10)
     driver.close()
     caller.join(10)
     assert not caller.is_alive()
