@@ -36,9 +36,9 @@ def grouping(name: str, members: list[str], rule: str, **spec) -> dict:
     return {"name": name, "membersRef": members, "spec": {"rule": rule, **spec}}
 
 
-SEED_ONE = {"name": "db", "instances": [server("db-server-1"), volume("db-vol-1")],
+SERVER_WITH_VOLUME = {"name": "db", "instances": [server("db-server-1"), volume("db-vol-1")],
             "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity")]}
-SEED_TWO = {
+TWO_SERVERS_APART = {
     "name": "db",
     "instances": [server("db-server-1"), server("db-server-2"), volume("db-vol-1"),
                   volume("db-vol-2")],
@@ -115,7 +115,7 @@ def build(post, small_cloud, client, member_headers):
 
 def test_a_server_with_its_volume_builds_both(post, small_cloud, client,
                                                              member_headers):
-    response = post(SEED_ONE)
+    response = post(SERVER_WITH_VOLUME)
 
     assert response.status_code == 202
     accepted = response.json["vcluster"]
@@ -140,7 +140,7 @@ def test_a_server_with_its_volume_builds_both(post, small_cloud, client,
 
 
 def test_two_servers_apart_with_their_volumes_keep_every_grouping(build, db):
-    view = build(SEED_TWO)
+    view = build(TWO_SERVERS_APART)
 
     assert view["status"] == "ACTIVE", view["fault"]
     found = members(view)
@@ -163,7 +163,7 @@ def test_a_build_out_of_hosts_reverts_with_the_fault(post, small_cloud, client,
                                                     member_headers):
     for host in ("z1-r1-h01", "z1-r1-h02", "z1-r2-h01", "z1-r2-h02"):
         small_cloud.driver.set_faults(host, fail_next=5)
-    response = post(SEED_ONE)
+    response = post(SERVER_WITH_VOLUME)
 
     view = wait(small_cloud, client, member_headers, response.headers["Location"])
 
@@ -175,7 +175,7 @@ def test_a_build_out_of_hosts_reverts_with_the_fault(post, small_cloud, client,
 
 
 def test_dry_run_places_every_member_and_writes_nothing(post, small_cloud, db):
-    response = post(SEED_TWO, query="?dry_run=true")
+    response = post(TWO_SERVERS_APART, query="?dry_run=true")
 
     assert response.status_code == 200, response.json
     verdict = response.json["dry_run"]
@@ -199,7 +199,7 @@ def test_dry_run_explains_why_it_does_not_fit(post):
 
 
 def test_dry_run_still_validates(post):
-    response = post({**SEED_ONE, "instances": [server("a", flavorRef="nope")]},
+    response = post({**SERVER_WITH_VOLUME, "instances": [server("a", flavorRef="nope")]},
                     query="?dry_run=true")
 
     assert response.status_code == 400
@@ -210,7 +210,7 @@ def test_dry_run_still_validates(post):
 
 
 def _with(**changes) -> dict:
-    return {**SEED_ONE, **changes}
+    return {**SERVER_WITH_VOLUME, **changes}
 
 
 @pytest.mark.parametrize("body, field", [
@@ -218,7 +218,7 @@ def _with(**changes) -> dict:
     (_with(name="x" * 256), "vcluster.name"),
     (_with(name="nul\x00"), "vcluster.name"),
     (_with(instances=[server("a", flavorRef="1\x00")]), "vcluster.instances.0.spec.flavorRef"),
-    ({"instances": SEED_ONE["instances"]}, "vcluster.name"),
+    ({"instances": SERVER_WITH_VOLUME["instances"]}, "vcluster.name"),
     (_with(instances=[]), "vcluster.instances"),
     (_with(instances={"a": 1}), "vcluster.instances"),
     (_with(colour="blue"), "vcluster.colour"),
@@ -295,9 +295,9 @@ def test_member_and_grouping_counts_are_bounded(post, conf, small_cloud, db):
 
 
 @pytest.mark.parametrize("limits, body", [
-    ({"gigabytes": 15}, SEED_TWO),
-    ({"volumes": 1}, SEED_TWO),
-    ({"instances": 1}, SEED_TWO),
+    ({"gigabytes": 15}, TWO_SERVERS_APART),
+    ({"volumes": 1}, TWO_SERVERS_APART),
+    ({"instances": 1}, TWO_SERVERS_APART),
 ])
 def test_quota_is_403_before_anything_is_written(post, client, admin_headers, small_cloud,
                                                  db, limits, body):
@@ -318,8 +318,8 @@ def test_quota_is_403_before_anything_is_written(post, client, admin_headers, sm
 
 def test_idempotency_key_replays_the_first_vcluster(post, member_headers, small_cloud, db):
     headers = {**member_headers, "Idempotency-Key": "order-7"}
-    first = post(SEED_ONE, headers=headers)
-    again = post(SEED_ONE, headers={**member_headers, "Idempotency-Key": '"order-7"'})
+    first = post(SERVER_WITH_VOLUME, headers=headers)
+    again = post(SERVER_WITH_VOLUME, headers={**member_headers, "Idempotency-Key": '"order-7"'})
 
     assert first.status_code == again.status_code == 202
     assert again.json == first.json
@@ -331,10 +331,10 @@ def test_idempotency_key_replays_the_first_vcluster(post, member_headers, small_
 
 def test_idempotency_key_with_another_body_is_422(post, member_headers, small_cloud, db):
     headers = {**member_headers, "Idempotency-Key": "order-8"}
-    post(SEED_ONE, headers=headers)
+    post(SERVER_WITH_VOLUME, headers=headers)
 
-    renamed = post({**SEED_ONE, "name": "other"}, headers=headers)
-    regrouped = post({**SEED_ONE, "groupings": []}, headers=headers)
+    renamed = post({**SERVER_WITH_VOLUME, "name": "other"}, headers=headers)
+    regrouped = post({**SERVER_WITH_VOLUME, "groupings": []}, headers=headers)
 
     assert renamed.status_code == regrouped.status_code == 422
     assert renamed.json["errors"][0]["code"] == "fleetflow.idempotency_key_reused"
@@ -343,7 +343,7 @@ def test_idempotency_key_with_another_body_is_422(post, member_headers, small_cl
 
 
 def test_too_long_idempotency_key_is_400(post, member_headers, db):
-    response = post(SEED_ONE, headers={**member_headers, "Idempotency-Key": "k" * 256})
+    response = post(SERVER_WITH_VOLUME, headers={**member_headers, "Idempotency-Key": "k" * 256})
 
     assert response.status_code == 400 and "Idempotency-Key" in details(response)
     assert vcluster_count(db) == 0
@@ -354,8 +354,9 @@ def test_too_long_idempotency_key_is_400(post, member_headers, db):
 
 def test_list_is_paginated_newest_first_and_filtered_by_status(build, post, client,
                                                                member_headers):
-    built = build(SEED_ONE)
-    pending = [post({**SEED_ONE, "name": f"p{i}"}).json["vcluster"]["id"] for i in range(2)]
+    built = build(SERVER_WITH_VOLUME)
+    pending = [post({**SERVER_WITH_VOLUME, "name": f"p{i}"}).json["vcluster"]["id"]
+               for i in range(2)]
 
     page = client.get(f"{URL}?limit=2", headers=member_headers).json
     assert [v["id"] for v in page["vclusters"]] == [pending[1], pending[0]]
@@ -389,7 +390,7 @@ def test_unknown_vcluster_is_404(small_cloud, client, member_headers):
 
 def test_another_tenants_vcluster_is_404(post, client, make_headers, admin_headers,
                                          small_cloud):
-    vcluster_id = post(SEED_ONE).json["vcluster"]["id"]
+    vcluster_id = post(SERVER_WITH_VOLUME).json["vcluster"]["id"]
     settle(small_cloud)
     other = make_headers("tenant-b", "member", "reader")
     theirs = f"/v2/tenant-b/vclusters/{vcluster_id}"
@@ -409,12 +410,12 @@ def test_another_tenants_vcluster_is_404(post, client, make_headers, admin_heade
 
 
 def test_a_reader_may_look_but_not_change(post, client, reader_headers, small_cloud):
-    vcluster_id = post(SEED_ONE).json["vcluster"]["id"]
+    vcluster_id = post(SERVER_WITH_VOLUME).json["vcluster"]["id"]
     item = f"{URL}/{vcluster_id}"
 
     assert client.get(URL, headers=reader_headers).status_code == 200
     assert client.get(item, headers=reader_headers).status_code == 200
-    assert client.post(URL, json={"vcluster": SEED_ONE},
+    assert client.post(URL, json={"vcluster": SERVER_WITH_VOLUME},
                        headers=reader_headers).status_code == 403
     assert client.put(item, json={"vcluster": {"name": "x"}},
                       headers=reader_headers).status_code == 403
@@ -430,7 +431,7 @@ def test_a_reader_may_look_but_not_change(post, client, reader_headers, small_cl
 
 
 def test_rename_answers_the_shown_cluster(build, client, member_headers):
-    view = build(SEED_ONE)
+    view = build(SERVER_WITH_VOLUME)
     item = f"{URL}/{view['id']}"
 
     response = client.put(item, json={"vcluster": {"name": "renamed"}}, headers=member_headers)
@@ -447,7 +448,7 @@ def test_rename_answers_the_shown_cluster(build, client, member_headers):
 
 
 def test_add_members_then_remove_one(build, client, member_headers, small_cloud):
-    view = build(SEED_TWO)
+    view = build(TWO_SERVERS_APART)
     item = f"{URL}/{view['id']}"
 
     added = client.post(f"{item}/instances", headers=member_headers, json={
@@ -495,7 +496,7 @@ def test_a_member_whose_name_holds_a_slash_can_be_removed(build, client, member_
 
 
 def test_update_errors(build, post, client, member_headers, small_cloud):
-    view = build(SEED_ONE)
+    view = build(SERVER_WITH_VOLUME)
     item = f"{URL}/{view['id']}"
 
     def add(document):
@@ -518,7 +519,7 @@ def test_update_errors(build, post, client, member_headers, small_cloud):
         assert response.status_code == 400 and f"'{field}'" in details(response)
     assert small_cloud.posted == []
 
-    pending = post({**SEED_ONE, "name": "later"}).json["vcluster"]["id"]
+    pending = post({**SERVER_WITH_VOLUME, "name": "later"}).json["vcluster"]["id"]
     later = f"{URL}/{pending}"
     not_yet = client.post(f"{later}/instances", json={"instances": [server("x")]},
                           headers=member_headers)
@@ -543,7 +544,7 @@ def test_groupings_alone_are_added_over_the_members(build, client, member_header
 
 
 def test_delete_takes_the_cluster_down(build, client, member_headers, small_cloud, db):
-    view = build(SEED_TWO)
+    view = build(TWO_SERVERS_APART)
     item = f"{URL}/{view['id']}"
 
     response = client.delete(item, headers=member_headers)

@@ -24,7 +24,7 @@ URL = "/v2/tenant-a/vclusters"
 XML = "application/xml"
 
 # A server with its volume: the first example of docs/vcluster.md, as written there.
-SEED_ONE = (b'<vcluster name="db"><instances><instance name="db-server-1" type="server">'
+SERVER_WITH_VOLUME = (b'<vcluster name="db"><instances><instance name="db-server-1" type="server">'
             b'<spec imageRef="cirros" flavorRef="1"/></instance><instance name="db-vol-1" '
             b'type="volume"><spec size="10" volume_type="ssd"/></instance></instances>'
             b'<groupings><grouping name="group-1"><membersRef><member>db-server-1</member>'
@@ -48,7 +48,7 @@ def _grouping(name: str, members: list[str], rule: str) -> str:
 
 
 # Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
-SEED_TWO = ('<?xml version="1.0" encoding="UTF-8"?>\n<vcluster name="db2"><instances>'
+TWO_SERVERS_APART = ('<?xml version="1.0" encoding="UTF-8"?>\n<vcluster name="db2"><instances>'
             + _server("db-server-1") + _volume("db-vol-1") + _server("db-server-2")
             + _volume("db-vol-2") + "</instances><groupings>"
             + _grouping("group-1", ["db-server-1", "db-vol-1"], "affinity")
@@ -112,7 +112,7 @@ def groupings(root) -> dict:
 
 
 def test_a_server_with_its_volume_in_xml_builds_and_shows_in_xml(post_xml, show_xml):
-    response = post_xml(SEED_ONE)
+    response = post_xml(SERVER_WITH_VOLUME)
 
     assert response.status_code == 202 and response.mimetype == XML
     accepted = SafeET.fromstring(response.data)
@@ -138,7 +138,7 @@ def test_a_server_with_its_volume_in_xml_builds_and_shows_in_xml(post_xml, show_
 
 def test_two_servers_apart_with_their_volumes_in_xml_keep_every_grouping(post_xml, show_xml, client,
                                                       member_headers):
-    response = post_xml(SEED_TWO)
+    response = post_xml(TWO_SERVERS_APART)
 
     assert response.status_code == 202, response.data
     root = show_xml(response.headers["Location"])
@@ -174,7 +174,7 @@ def test_element_values_capabilities_and_a_json_answer(small_cloud, client, memb
 
 
 def test_dry_run_and_list_in_xml(post_xml, client, member_headers, small_cloud, db):
-    verdict = post_xml(SEED_TWO, url=f"{URL}?dry_run=true")
+    verdict = post_xml(TWO_SERVERS_APART, url=f"{URL}?dry_run=true")
 
     assert verdict.status_code == 200
     root = SafeET.fromstring(verdict.data)
@@ -182,8 +182,8 @@ def test_dry_run_and_list_in_xml(post_xml, client, member_headers, small_cloud, 
     assert all(i.get("host") or i.get("backend") for i in members(root).values())
     assert vcluster_count(db) == 0
 
-    post_xml(SEED_ONE)
-    newest = post_xml(SEED_TWO)
+    post_xml(SERVER_WITH_VOLUME)
+    newest = post_xml(TWO_SERVERS_APART)
     page = client.get(f"{URL}?limit=1", headers=xml_headers(member_headers, body=False))
     listed = SafeET.fromstring(page.data)
     assert listed.tag == "vclusters"
@@ -194,7 +194,7 @@ def test_dry_run_and_list_in_xml(post_xml, client, member_headers, small_cloud, 
 
 
 def test_add_rename_and_remove_in_xml(post_xml, show_xml, client, member_headers):
-    url = post_xml(SEED_ONE).headers["Location"]
+    url = post_xml(SERVER_WITH_VOLUME).headers["Location"]
     show_xml(url)
     document = ("<vcluster><instances>" + _server("db-server-2") + "</instances><groupings>"
                 + _grouping("apart", ["db-server-1", "db-server-2"], "anti-affinity")
@@ -224,7 +224,7 @@ def test_idempotency_key_compares_xml_and_json_bodies_alike(post_xml, client,
     import json
 
     headers = {**member_headers, "Idempotency-Key": "k-1"}
-    first = post_xml(SEED_ONE, headers=headers)
+    first = post_xml(SERVER_WITH_VOLUME, headers=headers)
     body = {"name": "db", "instances": [
         {"name": "db-server-1", "type": "server",
          "spec": {"imageRef": "cirros", "flavorRef": "1"}},
@@ -234,7 +234,7 @@ def test_idempotency_key_compares_xml_and_json_bodies_alike(post_xml, client,
 
     replay = client.post(URL, data=json.dumps({"vcluster": body}),
                          headers={**headers, "Content-Type": "application/json"})
-    other = post_xml(SEED_ONE.replace(b'size="10"', b'size="11"'), headers=headers)
+    other = post_xml(SERVER_WITH_VOLUME.replace(b'size="10"', b'size="11"'), headers=headers)
 
     assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
     assert replay.json["vcluster"]["id"] == SafeET.fromstring(first.data).get("id")
@@ -261,7 +261,7 @@ BILLION_LAUGHS = b"""<?xml version="1.0"?>
     (b'<vcluster name="db" colour="blue"><instances><instance name="v" type="volume">'
      b'<spec size="1"/></instance></instances></vcluster>', "'vcluster.colour'"),
     (b'<cluster name="db"/>', "'vcluster'"),
-    (SEED_ONE.replace(b"<member>db-vol-1</member>", b"<member>ghost</member>"), "ghost"),
+    (SERVER_WITH_VOLUME.replace(b"<member>db-vol-1</member>", b"<member>ghost</member>"), "ghost"),
 ])
 def test_bad_xml_is_400_in_xml(post_xml, small_cloud, db, document, words):
     response = post_xml(document)
@@ -326,7 +326,7 @@ def test_served_cloud_builds_and_deletes_two_servers_apart_with_their_volumes(se
             assert time.monotonic() < deadline, body
             time.sleep(0.1)
 
-    response = client.post(URL, data=SEED_TWO, headers={**headers, "Content-Type": XML})
+    response = client.post(URL, data=TWO_SERVERS_APART, headers={**headers, "Content-Type": XML})
     assert response.status_code == 202, response.data
     url = response.headers["Location"]
     view = poll(url, "ACTIVE", "ERROR", "REVERTED", "PAUSED")

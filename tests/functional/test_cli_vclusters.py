@@ -33,7 +33,7 @@ def grouping(name: str, members: list[str], rule: str) -> dict:
 
 
 # Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
-SEED_TWO = {
+TWO_SERVERS_APART = {
     "name": "db",
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
                   volume("db-vol-2")],
@@ -43,7 +43,7 @@ SEED_TWO = {
                   grouping("group-4", ["db-vol-1", "db-vol-2"], "anti-affinity")],
 }
 
-SEED_TWO_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
+TWO_SERVERS_APART_XML = f"""<?xml version="1.0" encoding="UTF-8"?>
 <vcluster name="db-xml">
   <instances>
     <instance name="db-server-1" type="server">
@@ -125,7 +125,7 @@ def write(tmp_path):
 @pytest.fixture
 def active(run, write):
     """Two servers apart with their volumes, built and ACTIVE; its id."""
-    created = run_json(run, "vclusters", "create", "-f", write("db.json", SEED_TWO),
+    created = run_json(run, "vclusters", "create", "-f", write("db.json", TWO_SERVERS_APART),
                        "--watch", "--interval", "0.05")
     assert created["status"] == "ACTIVE", created
     return created["id"]
@@ -135,7 +135,7 @@ def by_name(vcluster: dict) -> dict[str, dict]:
     return {m["name"]: m for m in vcluster["instances"]}
 
 
-def assert_seed_two_holds(vcluster: dict) -> None:
+def assert_two_servers_apart_hold(vcluster: dict) -> None:
     members = by_name(vcluster)
     assert vcluster["status"] == "ACTIVE"
     assert members["db-server-1"]["host"] != members["db-server-2"]["host"]
@@ -148,7 +148,7 @@ def assert_seed_two_holds(vcluster: dict) -> None:
 
 
 def test_create_from_a_json_file_and_watch_until_active(run, write, runs):
-    result = run("vclusters", "create", "-f", write("db.json", {"vcluster": SEED_TWO}),
+    result = run("vclusters", "create", "-f", write("db.json", {"vcluster": TWO_SERVERS_APART}),
                  "--watch", "--interval", "0.05")
 
     assert result.exit_code == 0, result.output
@@ -158,17 +158,17 @@ def test_create_from_a_json_file_and_watch_until_active(run, write, runs):
     assert all(backend in result.output for backend in BACKENDS)
     (listed,) = run_json(run, "vclusters", "list")
     assert listed["name"] == "db"
-    assert_seed_two_holds(run_json(run, "vclusters", "show", listed["id"]))
+    assert_two_servers_apart_hold(run_json(run, "vclusters", "show", listed["id"]))
 
 
 def test_create_from_an_xml_file_with_another_name(run, write):
-    final = run_json(run, "vclusters", "create", "-f", write("db.xml", SEED_TWO_XML),
+    final = run_json(run, "vclusters", "create", "-f", write("db.xml", TWO_SERVERS_APART_XML),
                      "--name", "renamed", "--watch", "--interval", "0.05")
 
     assert final["name"] == "renamed"
-    assert_seed_two_holds(final)
+    assert_two_servers_apart_hold(final)
     # Content starting with "<" is XML whatever the file is called.
-    plain = run("vclusters", "create", "-f", write("db.txt", SEED_TWO_XML))
+    plain = run("vclusters", "create", "-f", write("db.txt", TWO_SERVERS_APART_XML))
     assert plain.exit_code == 0, plain.output
     assert "PENDING" in plain.output and "/vclusters/vc-" in plain.output
     names = sorted(v["name"] for v in run_json(run, "vclusters", "list"))
@@ -176,18 +176,18 @@ def test_create_from_an_xml_file_with_another_name(run, write):
 
 
 def test_create_without_watch_answers_at_once(run, write):
-    created = run_json(run, "vclusters", "create", "-f", write("db.json", SEED_TWO))
+    created = run_json(run, "vclusters", "create", "-f", write("db.json", TWO_SERVERS_APART))
 
     assert created["id"].startswith("vc-") and created["status"] == "PENDING"
     assert created["links"][0]["href"].endswith(f"/v2/tenant-a/vclusters/{created['id']}")
 
 
 def test_dry_run_shows_where_each_member_would_go(run, write, runs):
-    path = write("db.json", SEED_TWO)
+    path = write("db.json", TWO_SERVERS_APART)
 
     verdict = run_json(run, "vclusters", "create", "-f", path, "--dry-run")
     table = run("vclusters", "create", "-f", path, "--dry-run")
-    xml_verdict = run_json(run, "vclusters", "create", "-f", write("db.xml", SEED_TWO_XML),
+    xml_verdict = run_json(run, "vclusters", "create", "-f", write("db.xml", TWO_SERVERS_APART_XML),
                            "--dry-run")
 
     assert verdict["fits"] is True and xml_verdict["fits"] is True
@@ -219,7 +219,8 @@ def test_a_dry_run_that_does_not_fit_exits_3(run, write, runs):
 
 
 def test_an_idempotency_key_makes_one_cluster(run, write, runs):
-    args = ("vclusters", "create", "-f", write("db.json", SEED_TWO), "--idempotency-key", "k1")
+    args = ("vclusters", "create", "-f", write("db.json", TWO_SERVERS_APART),
+            "--idempotency-key", "k1")
 
     first, again = run_json(run, *args), run_json(run, *args)
 
@@ -230,7 +231,7 @@ def test_watch_exits_4_when_the_build_reverts(run, write, cloud):
     for host in HOSTS:
         cloud.driver.set_faults(host, fail_next=5)
 
-    result = run("vclusters", "create", "-f", write("db.json", SEED_TWO), "--watch",
+    result = run("vclusters", "create", "-f", write("db.json", TWO_SERVERS_APART), "--watch",
                  "--interval", "0.05", "--json")
 
     assert result.exit_code == 4, result.output
@@ -248,7 +249,7 @@ def test_watch_exits_4_when_the_build_reverts(run, write, cloud):
 
 
 def test_list_and_show(run, active, write):
-    pending = run_json(run, "vclusters", "create", "-f", write("db.json", SEED_TWO),
+    pending = run_json(run, "vclusters", "create", "-f", write("db.json", TWO_SERVERS_APART),
                        "--name", "second")["id"]
 
     table = run("vclusters", "list")
@@ -366,7 +367,7 @@ def test_api_errors_are_one_line_messages(run, active, write):
 def test_files_the_cli_refuses_before_asking(run, write, runs):
     not_json = run("vclusters", "create", "-f", write("db.json", "{nope"))
     not_xml = run("vclusters", "create", "-f", write("db.xml", "<vcluster"), "--name", "x")
-    xml_add = run("vclusters", "add", "vc-1", "-f", write("more.xml", SEED_TWO_XML))
+    xml_add = run("vclusters", "add", "vc-1", "-f", write("more.xml", TWO_SERVERS_APART_XML))
     empty_add = run("vclusters", "add", "vc-1", "-f", write("more.json", {}))
     missing = run("vclusters", "create", "-f", "no-such-file.json")
 

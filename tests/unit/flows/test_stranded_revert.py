@@ -30,7 +30,7 @@ from fleetflow.services.vclusters import VClusterOps, VClusterRequest
 from tests.unit.flows import conductors as conductor_threads
 
 # Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
-SEED_TWO = {
+TWO_SERVERS_APART = {
     "instances": [
         {"name": "db-server-1", "type": "server",
          "spec": {"imageRef": "cirros", "flavorRef": "m1.small"}},
@@ -110,8 +110,8 @@ def conductors(evac_cloud):
 def create_vcluster(cloud, board, backend):
     ops = VClusterOps(cloud.conf, cloud.database, submit=Submitter(board, backend))
     vcluster, created = ops.create(VClusterRequest(
-        tenant_id="t1", user_id="u1", name="db", instances=SEED_TWO["instances"],
-        groupings=SEED_TWO["groupings"]))
+        tenant_id="t1", user_id="u1", name="db", instances=TWO_SERVERS_APART["instances"],
+        groupings=TWO_SERVERS_APART["groupings"]))
     assert created
     return vcluster.id, vcluster.flow_id, ops
 

@@ -23,7 +23,7 @@ from fleetflow.persistence.models import (
 from fleetflow.persistence.placement.allocations import ANY_GENERATION, ConsumerWrite
 from fleetflow.services.audit.report import KINDS, audit
 from fleetflow.tests.unit.flows.test_vcluster_flow import (
-    SEED_TWO,
+    TWO_SERVERS_APART,
     create,
     grouping,
     members,
@@ -34,7 +34,7 @@ from fleetflow.tests.unit.flows.test_vcluster_flow import (
     volume,
 )
 
-SEED_ONE = {"instances": [server("db-server-1"), volume("db-vol-1")],
+SERVER_WITH_VOLUME = {"instances": [server("db-server-1"), volume("db-vol-1")],
             "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity")]}
 PAIR = {"instances": [server("a"), server("b")],
         "groupings": [grouping("apart", ["a", "b"], "anti-affinity")]}
@@ -100,7 +100,7 @@ def other_rack_host(cloud, host: str) -> str:
 # -- clean ---------------------------------------------------------------------------
 
 def test_a_built_cluster_audits_clean_with_its_volumes_and_groupings(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_TWO)
+    vcluster_id, found = built(evac_cloud, TWO_SERVERS_APART)
     report = run_audit(evac_cloud)
     assert report.counts["vclusters"] == 1 and report.counts["groupings"] == 4
     assert report.counts["volumes"] == 2 and report.counts["backend_volumes"] == 2
@@ -128,7 +128,7 @@ def test_new_kinds_are_in_the_legend():
 # -- placement -----------------------------------------------------------------------
 
 def test_a_volume_whose_allocation_was_released(evac_cloud):
-    _vc, found = built(evac_cloud, SEED_TWO)
+    _vc, found = built(evac_cloud, TWO_SERVERS_APART)
     vol = found["db-vol-1"]
     assert evac_cloud.runtime.placement.release(vol["id"])
     found_ = only(run_audit(evac_cloud), "volume_without_allocation", vol["id"])
@@ -136,7 +136,7 @@ def test_a_volume_whose_allocation_was_released(evac_cloud):
 
 
 def test_a_volume_holding_the_wrong_size_or_on_another_backend(evac_cloud):
-    _vc, found = built(evac_cloud, SEED_ONE)
+    _vc, found = built(evac_cloud, SERVER_WITH_VOLUME)
     vol = found["db-vol-1"]
     own = provider(evac_cloud, vol["backend"])
     placement = evac_cloud.runtime.placement
@@ -153,7 +153,7 @@ def test_a_volume_holding_the_wrong_size_or_on_another_backend(evac_cloud):
 
 
 def test_a_stray_allocation_on_a_backend_is_an_orphan_volume(evac_cloud):
-    built(evac_cloud, SEED_ONE)
+    built(evac_cloud, SERVER_WITH_VOLUME)
     stray = ids.new_uuid()
     evac_cloud.runtime.placement.claim(stray, {provider(evac_cloud, "z1-r2-shared"):
                                                {"DISK_GB": 5}}, "t1", "t1")
@@ -163,7 +163,7 @@ def test_a_stray_allocation_on_a_backend_is_an_orphan_volume(evac_cloud):
 
 
 def test_a_deleted_volume_or_an_instance_holding_backend_space_is_an_orphan(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_ONE)
+    vcluster_id, found = built(evac_cloud, SERVER_WITH_VOLUME)
     vol = found["db-vol-1"]
     ops(evac_cloud).delete("t1", vcluster_id)
     assert run_last(evac_cloud) == "SUCCESS"
@@ -188,7 +188,7 @@ def test_a_deleted_volume_or_an_instance_holding_backend_space_is_an_orphan(evac
 # -- the backends --------------------------------------------------------------------
 
 def test_a_volume_deleted_on_its_backend_behind_the_rows_back(evac_cloud):
-    _vc, found = built(evac_cloud, SEED_ONE)
+    _vc, found = built(evac_cloud, SERVER_WITH_VOLUME)
     vol = found["db-vol-1"]
     evac_cloud.driver.force_detach_volume(vol["backend"], vol["id"])
     evac_cloud.driver.delete_volume(vol["backend"], vol["id"])
@@ -197,7 +197,7 @@ def test_a_volume_deleted_on_its_backend_behind_the_rows_back(evac_cloud):
 
 
 def test_volumes_on_a_backend_that_the_rows_do_not_explain_are_stale(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_ONE)
+    vcluster_id, found = built(evac_cloud, SERVER_WITH_VOLUME)
     unknown = ids.new_uuid()
     evac_cloud.driver.create_volume("z1-r2-shared", unknown, 5)
     found_ = only(run_audit(evac_cloud), "stale_volume", unknown)
@@ -214,7 +214,7 @@ def test_volumes_on_a_backend_that_the_rows_do_not_explain_are_stale(evac_cloud)
 
 
 def test_a_row_naming_a_backend_not_in_the_fleet(evac_cloud):
-    _vc, found = built(evac_cloud, SEED_ONE)
+    _vc, found = built(evac_cloud, SERVER_WITH_VOLUME)
     vol = found["db-vol-1"]
     with evac_cloud.database.session() as session:
         session.execute(sa.update(Volume).where(Volume.id == vol["id"])
@@ -249,7 +249,7 @@ def test_a_backend_no_answering_host_reaches_is_unreachable(evac_cloud):
 # -- reach and groupings -------------------------------------------------------------
 
 def test_an_attached_volume_out_of_reach_of_its_servers_host(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_ONE)
+    vcluster_id, found = built(evac_cloud, SERVER_WITH_VOLUME)
     srv, vol = found["db-server-1"], found["db-vol-1"]
     elsewhere = other_rack_host(evac_cloud, srv["host"])
     with evac_cloud.database.session() as session:
@@ -276,7 +276,7 @@ def test_two_anti_affine_servers_on_one_host_violate_their_grouping(evac_cloud):
 
 
 def test_an_edited_grouping_that_does_not_hold(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_TWO)
+    vcluster_id, found = built(evac_cloud, TWO_SERVERS_APART)
     with evac_cloud.database.session() as session:
         session.execute(sa.update(VClusterGrouping).where(
             VClusterGrouping.vcluster_id == vcluster_id, VClusterGrouping.name == "group-3")
@@ -292,7 +292,7 @@ def test_an_edited_grouping_that_does_not_hold(evac_cloud):
 
 
 def test_a_vcluster_group_member_on_the_wrong_host_is_stale(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_TWO)
+    vcluster_id, found = built(evac_cloud, TWO_SERVERS_APART)
     srv = found["db-server-2"]
     with evac_cloud.database.session() as session:
         member = session.execute(sa.select(GroupMember).where(
@@ -305,7 +305,7 @@ def test_a_vcluster_group_member_on_the_wrong_host_is_stale(evac_cloud):
 # -- flows in flight -----------------------------------------------------------------
 
 def test_a_cluster_running_a_flow_is_left_alone_unless_strict(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_ONE)
+    vcluster_id, found = built(evac_cloud, SERVER_WITH_VOLUME)
     vol = found["db-vol-1"]
     with evac_cloud.database.session() as session:
         session.execute(sa.update(VCluster).where(VCluster.id == vcluster_id)
@@ -318,7 +318,7 @@ def test_a_cluster_running_a_flow_is_left_alone_unless_strict(evac_cloud):
 
 
 def test_a_volume_being_created_holds_space_before_its_backend_has_it(evac_cloud):
-    vcluster_id, found = built(evac_cloud, SEED_ONE)
+    vcluster_id, found = built(evac_cloud, SERVER_WITH_VOLUME)
     vol = found["db-vol-1"]
     evac_cloud.driver.force_detach_volume(vol["backend"], vol["id"])
     evac_cloud.driver.delete_volume(vol["backend"], vol["id"])

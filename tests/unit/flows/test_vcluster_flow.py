@@ -37,7 +37,7 @@ def grouping(name: str, members: list[str], rule: str, scope: str | None = None)
 
 
 # Two servers apart, each with its volume beside it (the second example of docs/vcluster.md).
-SEED_TWO = {
+TWO_SERVERS_APART = {
     "instances": [server("db-server-1"), volume("db-vol-1"), server("db-server-2"),
                   volume("db-vol-2")],
     "groupings": [grouping("group-1", ["db-server-1", "db-vol-1"], "affinity"),
@@ -140,7 +140,7 @@ def test_a_server_with_its_volume_builds_with_the_volume_attached(evac_cloud):
 
 
 def test_two_servers_apart_with_their_volumes_hold_every_grouping(evac_cloud):
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     assert run_last(evac_cloud) == "SUCCESS"
     view = show(evac_cloud, vcluster_id)
     found = members(view)
@@ -188,7 +188,7 @@ def test_a_failed_volume_create_moves_to_an_alternate_backend(evac_cloud):
 
 
 def test_out_of_alternates_reverts_everything(evac_cloud):
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     break_every_host(evac_cloud)
     assert run_last(evac_cloud) == "REVERTED"
     view = show(evac_cloud, vcluster_id)
@@ -226,7 +226,7 @@ def test_contradictions_are_refused_before_anything_is_written(evac_cloud):
 
 
 def test_add_then_remove_members(evac_cloud):
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     assert run_last(evac_cloud) == "SUCCESS"
     ops(evac_cloud).add("t1", vcluster_id, [server("db-server-3"), volume("db-vol-3")],
                         [grouping("group-5", ["db-server-3", "db-vol-3"], "affinity"),
@@ -256,7 +256,7 @@ def test_add_then_remove_members(evac_cloud):
 
 
 def test_a_failed_add_leaves_the_cluster_as_it_was(evac_cloud):
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     assert run_last(evac_cloud) == "SUCCESS"
     before = show(evac_cloud, vcluster_id)
     break_every_host(evac_cloud)
@@ -272,7 +272,7 @@ def test_a_failed_add_leaves_the_cluster_as_it_was(evac_cloud):
 
 
 def test_delete_takes_everything_down(evac_cloud):
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     assert run_last(evac_cloud) == "SUCCESS"
     view = show(evac_cloud, vcluster_id)
     ops(evac_cloud).delete("t1", vcluster_id)
@@ -288,7 +288,7 @@ def test_delete_takes_everything_down(evac_cloud):
 
 
 def test_delete_goes_through_when_a_server_host_is_dead(evac_cloud):
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     assert run_last(evac_cloud) == "SUCCESS"
     found = members(show(evac_cloud, vcluster_id))
     evac_cloud.driver.set_faults(found["db-server-1"]["host"], dead=True)
@@ -327,7 +327,7 @@ def test_a_cluster_server_being_moved_or_deleted_alone_is_refused(evac_cloud):
     from fleetflow.persistence.models import Instance
     from fleetflow.services.reservations import ReservationOps
 
-    vcluster_id = create(evac_cloud, SEED_TWO)
+    vcluster_id = create(evac_cloud, TWO_SERVERS_APART)
     assert run_last(evac_cloud) == "SUCCESS"
     found = members(show(evac_cloud, vcluster_id))
     server_id = found["db-server-1"]["id"]
