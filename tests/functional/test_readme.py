@@ -145,16 +145,18 @@ def test_the_distributed_database_is_made_before_its_tables():
     assert block.index("createdb") < block.index("db upgrade")
 
 
-# NOTE: in README order: a block may use what an earlier one made (the group "db").
-@pytest.mark.parametrize("block", RUN, ids=[block.splitlines()[0][:50] for block in RUN])
-def test_readme_block(cloud, block):
+def test_readme_blocks_in_order(cloud):
+    """Every block, one after the other on one server: a block may use what an earlier
+    one made (the group "db"), so they are one test, whatever runs the tests in parallel."""
     env, directory, port = cloud
-    script = PRELUDE + block.replace(README_ADDRESS, f"127.0.0.1:{port}")
-    result = subprocess.run(["bash", "-c", script], cwd=directory, env=env,
-                            capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, f"block exited {result.returncode}:\n{block}\n---\n{output}"
-    for marker, texts in EXPECTED.items():
-        if marker in block:
-            for text in texts:
-                assert text in output, f"{text!r} not printed by:\n{block}\n---\n{output}"
+    for block in RUN:
+        script = PRELUDE + block.replace(README_ADDRESS, f"127.0.0.1:{port}")
+        result = subprocess.run(["bash", "-c", script], cwd=directory, env=env,
+                                capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, \
+            f"block exited {result.returncode}:\n{block}\n---\n{output}"
+        for marker, texts in EXPECTED.items():
+            if marker in block:
+                for text in texts:
+                    assert text in output, f"{text!r} not printed by:\n{block}\n---\n{output}"
