@@ -165,8 +165,15 @@ def _check_clean(procs, bodies: list[dict]) -> None:
     spawns = {i["id"]: driver.spawn_count(i["id"]) for b in bodies for i in b["instances"]}
     assert set(spawns.values()) == {1}, spawns
     for body in bodies:
-        flow = requests.get(f"{procs.url}/v2/admin/flows/{body['flow_id']}", headers=ADMIN,
-                            timeout=30).json()["flow"]
+        # The row reads ACTIVE from the flow's last task; the flow's own SUCCESS is
+        # checkpointed just after it, so it may still read RUNNING for a moment.
+        deadline = time.monotonic() + 30
+        while True:
+            flow = requests.get(f"{procs.url}/v2/admin/flows/{body['flow_id']}",
+                                headers=ADMIN, timeout=30).json()["flow"]
+            if flow["state"] != "RUNNING" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert flow["state"] == "SUCCESS", flow
     board = _board(procs.env)
     try:
