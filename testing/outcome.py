@@ -100,13 +100,20 @@ def of_failed(storage, detail, error: Exception) -> Outcome | None:
     """The outcome of a run whose engine raised ``error``; None when no atom's failure did.
 
     The engine of a failed flow ends REVERTED (or FAILURE) and raises the
-    failures its storage records: the only failure, or a ``WrappedFailure``
-    of them all. An error that is not among them did not come from an atom.
+    failures its storage has cached: the only failure, or a
+    ``WrappedFailure`` of them all. An error that is not among them did not come from an atom.
     """
     from taskflow.types import failure as tf_failure
 
     outcome = of(storage, detail)
-    recorded = [*outcome.failures.values(), *outcome.revert_failures.values()]
+    # The engine raises storage's failure cache, which can hold what the flow
+    # detail no longer does: a boot that failed on one host, was retried on
+    # another and failed again once the flow had begun to revert is cached
+    # under its revert intention, and the first host's failure stays cached
+    # under execute. Both are the atom's own.
+    recorded = [*outcome.failures.values(), *outcome.revert_failures.values(),
+                *storage.get_execute_failures().values(),
+                *storage.get_revert_failures().values()]
     if isinstance(error, tf_exc.WrappedFailure):
         raised = list(error)
     else:

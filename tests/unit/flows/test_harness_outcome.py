@@ -132,3 +132,38 @@ def test_a_missing_requirement_is_raised_not_reverted(fleetflow_cloud):
 def test_an_unknown_flow_name_is_raised(fleetflow_cloud):
     with pytest.raises(InvalidInput, match="no-such-flow"):
         fleetflow_cloud.run({"flow": "no-such-flow", "kwargs": {}})
+
+
+def test_a_failure_only_storage_still_caches_is_the_flows_own():
+    # A retried boot that failed on one host and again on another, the second
+    # time once the flow had begun to revert: the flow detail holds the second
+    # failure, storage's cache still holds the first (under execute) beside
+    # it, and the engine raises both.
+    from types import SimpleNamespace
+
+    from taskflow.types import failure as tf_failure
+
+    from fleetflow.testing import outcome
+
+    def failed(message):
+        try:
+            raise RuntimeError(message)
+        except RuntimeError:
+            return tf_failure.Failure()
+
+    first, second = failed("boot on h01"), failed("boot on h02")
+    atoms = [SimpleNamespace(name="boot", failure=second, revert_failure=None)]
+    storage = SimpleNamespace(
+        get_flow_state=lambda: "REVERTED",
+        get_execute_result=lambda name: second,
+        get_execute_failures=lambda: {"boot": first},
+        get_revert_failures=lambda: {"boot": second})
+
+    class Detail(list):
+        uuid = "flow-1"
+
+    raised = tf_exc.WrappedFailure([first, second])
+    got = outcome.of_failed(storage, Detail(atoms), raised)
+    assert got == "REVERTED" and got.failures == {"boot": second}
+    # A failure neither the detail nor the cache holds is not the flow's.
+    assert outcome.of_failed(storage, Detail(atoms), RuntimeError("harness bug")) is None
