@@ -199,6 +199,33 @@ SCHEDULER_OPTS = [
                     "Read when a reservation is submitted; its flow keeps the value."),
 ]
 
+CLOUD_OPTS = [
+    cfg.StrOpt("driver", default="simulated", choices=["simulated", "openstack"],
+               help="What fleetflow's flows act on. simulated: the hosts fleetflow "
+                    "simulates itself (its compute agents and its own placement). "
+                    "openstack: a real OpenStack cloud through Nova's and Placement's "
+                    "public APIs ([openstack] says which cloud)."),
+]
+
+OPENSTACK_OPTS = [
+    cfg.StrOpt("cloud", default=None,
+               help="Name of the cloud in clouds.yaml (openstacksdk's conventions: "
+                    "OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack/). Unset: "
+                    "OS_CLOUD."),
+    cfg.StrOpt("clouds_yaml", default=None,
+               help="A clouds.yaml to read instead of openstacksdk's usual places."),
+    cfg.FloatOpt("sync_interval", default=60.0, min=0.0,
+                 help="Seconds between two syncs of the cloud's hosts, zones, "
+                      "aggregates, inventories and usage into fleetflow's rows, in every "
+                      "conductor. 0: only 'fleetflow fleet sync'."),
+    cfg.FloatOpt("poll_interval", default=0.5, min=0.05,
+                 help="Seconds between two looks at a server being built or moved."),
+    cfg.FloatOpt("build_timeout", default=600.0, min=1.0,
+                 help="How long a server may stay BUILD before its boot fails."),
+    cfg.FloatOpt("move_timeout", default=1800.0, min=1.0,
+                 help="How long a migration or evacuation may run before it fails."),
+]
+
 QUOTA_OPTS = [
     cfg.IntOpt("instances", default=10000, min=-1, help="Instances per tenant (-1: no limit)."),
     cfg.IntOpt("vcpus", default=40000, min=-1, help="VCPUs per tenant (-1: no limit)."),
@@ -221,6 +248,8 @@ OPTS: dict[str | None, list[cfg.Opt]] = {
     "placement": PLACEMENT_OPTS,
     "scheduler": SCHEDULER_OPTS,
     "quota": QUOTA_OPTS,
+    "cloud": CLOUD_OPTS,
+    "openstack": OPENSTACK_OPTS,
 }
 
 
