@@ -36,6 +36,7 @@ from werkzeug import exceptions as wexc
 
 from fleetflow.api import auth, bodies, errors, openapi, policy
 from fleetflow.api.state import EXTENSION_KEY, AppState
+from fleetflow.common.config import openstack_mode
 
 LOG = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ BLUEPRINTS = [
     "fleetflow.api.audit.routes",
     "fleetflow.api.flows.routes",
 ]
+
+#: Served only over fleetflow's simulated cloud.
+SIMULATED_ONLY = ("fleetflow.api.placement.routes",)
 
 
 class Api(flask_smorest.Api):
@@ -165,7 +169,11 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
 
     api = Api(app)
     _document_security(api, conf)
-    blueprints = register_blueprints(api)
+    modules = BLUEPRINTS
+    if openstack_mode(conf):
+        # Clients use the cloud's own Placement: fleetflow's ledger is its own.
+        modules = [m for m in BLUEPRINTS if m not in SIMULATED_ONLY]
+    blueprints = register_blueprints(api, modules)
     openapi.document(api, conf, xml_prefixes=openapi.xml_prefixes(blueprints))
 
     if conf.api.auth_strategy == auth.KEYSTONE:

@@ -10,6 +10,7 @@ import click
 
 from fleetflow.cli.startup import check_config
 from fleetflow.common import gc_policy
+from fleetflow.common.config import simulates_hosts
 
 
 def _setup_process(conf):
@@ -31,7 +32,7 @@ def _setup_process(conf):
     # only from inside the process that serves them, so this conductor serves
     # the fleet itself. Every process opens the same fake-driver state file
     # ([compute] state_path), so they all see the same guests.
-    if conf.compute.simulate and conf.messaging.transport_url.startswith(
+    if simulates_hosts(conf) and conf.messaging.transport_url.startswith(
             ("kombu+memory:", "fake:")):
         from fleetflow.compute.agent import serve_fleet
 

@@ -26,6 +26,7 @@ import click
 
 from fleetflow.cli.startup import check_config
 from fleetflow.common import config, cpu_affinity, gc_policy
+from fleetflow.common.config import openstack_mode, simulates_hosts
 
 LOG = logging.getLogger("fleetflow.serve")
 
@@ -36,6 +37,13 @@ def _prepare_database(conf):
 
     database = get_database(conf)
     database.upgrade()
+    if openstack_mode(conf):
+        # The cloud's own hosts, flavors and images: synced, never a fleet file.
+        from fleetflow.services import sync
+
+        counts = sync.sync(conf, database)
+        click.echo(f"synced the cloud: {counts.get('hosts', 0)} hosts")
+        return database
     with database.session() as session:
         if fleet.is_empty(session):
             expanded = fleet.expand(fleet.read(conf.fleet.file))
@@ -128,12 +136,13 @@ class Cloud:
         conf = self.conf
         os.makedirs(conf.state_dir, exist_ok=True)
         self.database = _prepare_database(conf)
-        if conf.compute.simulate and conf.compute.agent_processes:
+        simulates = simulates_hosts(conf)
+        if simulates and conf.compute.agent_processes:
             url = agent_processes.transport_url(conf)
             conf.set_override("transport_url", url, group="messaging")
             self.agents = agent_processes.AgentProcesses(
                 conf, conf.compute.agent_processes, url).start()
-        elif conf.compute.simulate:
+        elif simulates:
             self.agent = serve_fleet(conf, self.database)
         rt = runtime.install_from_conf(conf, self.database)
         self.compute = rt.compute

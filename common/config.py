@@ -336,6 +336,16 @@ def check(conf: cfg.ConfigOpts) -> None:
             "every host would read 'down' between two heartbeats")
 
 
+def openstack_mode(conf: cfg.ConfigOpts) -> bool:
+    """Whether fleetflow drives a real OpenStack cloud ([cloud] driver = openstack)."""
+    return conf.cloud.driver == "openstack"
+
+
+def simulates_hosts(conf: cfg.ConfigOpts) -> bool:
+    """Whether this process's cloud is fleetflow's own simulation and it serves its hosts."""
+    return not openstack_mode(conf) and conf.compute.simulate
+
+
 def _default_database_in_state_dir(conf: cfg.ConfigOpts) -> None:
     # A default, not an override: an explicit connection (file, environment,
     # set_override) always wins, and set_state_dir can move it later.

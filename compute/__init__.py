@@ -9,4 +9,20 @@
   ``moves``.
 - ``agent_processes.AgentProcesses``: the simulated fleet of ``fleetflow serve`` in
   child processes, reached over ``ipc_driver`` (oslo.messaging on Unix sockets).
+- ``openstack``: the same calls acting on a real Nova (``[cloud] driver = openstack``).
+- :func:`client` picks the one the configuration names.
 """
+
+
+def client(conf, database):
+    """What tasks call: the simulated hosts' RPC client, or Nova in openstack mode."""
+    from fleetflow.common.config import openstack_mode
+
+    if openstack_mode(conf):
+        from fleetflow.compute.openstack.connection import connect
+        from fleetflow.compute.openstack.driver import OpenStackCompute
+
+        return OpenStackCompute(conf, database, connect(conf))
+    from fleetflow.compute.rpcapi import ComputeAPI
+
+    return ComputeAPI(conf, database)

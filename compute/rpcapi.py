@@ -181,6 +181,12 @@ class ComputeAPI:
         """The guest, or None when ``host`` does not have it."""
         return self.call(host, "get_instance", timeout=timeout, uuid=uuid)
 
+    def close_host(self, host: str, mode: str, reason: str) -> None:
+        """Nothing: a simulated host has no service of its own to disable; the
+        evacuation's rows close it to new builds (Nova's service is disabled,
+        and fenced for a rebuild, in openstack mode)."""
+        return None
+
     def ping(self, host: str, timeout: float | None = None) -> dict:
         return self.call(host, "ping", timeout=timeout)
 

@@ -24,7 +24,7 @@ class Runtime:
     conf: Any
     database: Any  # persistence.db.Database
     placement: Any  # persistence.placement.client.PlacementClient
-    compute: Any  # compute.rpcapi.ComputeAPI
+    compute: Any  # compute.client(): rpcapi.ComputeAPI, or openstack's in openstack mode
 
 
 def install(runtime: Runtime) -> Runtime:
@@ -54,10 +54,10 @@ def install_from_conf(conf, database=None) -> Runtime:
     import fleetflow.flows.evacuate  # noqa: F401
     import fleetflow.flows.provision  # noqa: F401
     import fleetflow.flows.vcluster  # noqa: F401
-    from fleetflow.compute.rpcapi import ComputeAPI
+    from fleetflow import compute
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
 
     database = database or get_database(conf)
     return install(Runtime(conf, database, placement_from_conf(conf, database),
-                           ComputeAPI(conf, database)))
+                           compute.client(conf, database)))

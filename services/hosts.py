@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.common import states
-from fleetflow.common.exceptions import FleetflowError, InvalidInput, NotFound
+from fleetflow.common.config import openstack_mode
+from fleetflow.common.exceptions import Conflict, FleetflowError, InvalidInput, NotFound
 from fleetflow.compute.exceptions import HostDead, OutcomeUnknown
 from fleetflow.persistence import evacuations as evacuation_rows
 from fleetflow.persistence import paging
@@ -37,6 +38,12 @@ TRAIT_ATTEMPTS = 5
 # Asking whether a host is simulated must not wait a full RPC timeout on a
 # dead host that hangs its calls.
 PING_TIMEOUT = 5.0
+
+
+class SimulatedOnly(Conflict):
+    """Faults are injected only into fleetflow's simulated cloud."""
+
+    code = "SIMULATED_ONLY"
 
 
 class NotSimulated(NotFound):
@@ -269,6 +276,9 @@ class HostOps:
         """
         with self.database.session() as session:
             get_host(session, name)
+        if openstack_mode(self.conf):
+            raise SimulatedOnly(f"host {name} is one of the cloud's ([cloud] driver = "
+                                "openstack): only simulated hosts can be killed", host=name)
         if self.compute is None:
             raise ComputeUnavailable("no compute RPC client is configured in this API "
                                      "process", host=name)

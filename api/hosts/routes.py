@@ -100,8 +100,9 @@ class HostSimulate(MethodView):
     def post(self, body, name):
         """Kill (``dead: true``) or revive a simulated host.
 
-        404 NOT_SIMULATED for a host that runs a real hypervisor. The host's
-        state is left to the operator and its heartbeat.
+        404 NOT_SIMULATED for a host that runs a real hypervisor; 409
+        SIMULATED_ONLY in openstack mode (``[cloud] driver = openstack``). The
+        host's state is left to the operator and its heartbeat.
         """
         host = _ops().simulate(name, body["simulate"]["dead"])
         faults = host.pop("faults", None)

@@ -94,6 +94,8 @@ class PrepareHosts(FleetTask):
             if alive:
                 raise HostAlive(f"host {', '.join(alive)} answers: a rebuild would run a "
                                 "second copy of its servers", hosts=alive)
+        for host in hosts:
+            rt.compute.close_host(host, mode, f"evacuation {evacuation_id}")
         return hosts
 
 
