@@ -70,6 +70,9 @@ class SimulatedHosts:
     def list_instances(self, host: str, timeout: float | None = None) -> list[dict]:
         return self.driver.list_instances(host)
 
+    def audit_cloud(self, instances, members) -> list:
+        return []  # the simulated cloud's allocations are the ledger the audit reads
+
     def close(self) -> None:
         self.driver.close()
 
@@ -90,7 +93,8 @@ def open_board(conf):
 
 def audit_direct(conf, strict: bool, hosts, rpc_timeout: float,
                  flow_grace: float | None = None) -> tuple[dict, str]:
-    from fleetflow.compute.rpcapi import ComputeAPI
+    from fleetflow import compute as compute_clients
+    from fleetflow.common.config import openstack_mode
     from fleetflow.persistence.db import get_database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
     from fleetflow.services.audit import flows as audit_flows
@@ -98,11 +102,16 @@ def audit_direct(conf, strict: bool, hosts, rpc_timeout: float,
 
     database = get_database(conf)
     placement = placement_from_conf(conf, database)
-    simulated = (conf.compute.simulate
+    simulated = (conf.compute.simulate and not openstack_mode(conf)
                  and conf.messaging.transport_url.startswith(IN_PROCESS_TRANSPORTS))
-    compute = SimulatedHosts(conf, database) if simulated else ComputeAPI(conf, database)
-    how = ("database directly; guests from the simulated hosts' state file" if simulated
-           else f"database directly; hosts over {conf.messaging.transport_url.split('@')[-1]}")
+    compute = (SimulatedHosts(conf, database) if simulated
+               else compute_clients.client(conf, database))
+    if simulated:
+        how = "database directly; guests from the simulated hosts' state file"
+    elif openstack_mode(conf):
+        how = "database directly; servers and allocations from the cloud's Nova and Placement"
+    else:
+        how = f"database directly; hosts over {conf.messaging.transport_url.split('@')[-1]}"
     board, no_board = open_board(conf)
     how += (f"; jobs on the {conf.jobboard.backend} jobboard {conf.jobboard.board_name!r}"
             if board is not None else

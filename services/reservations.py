@@ -28,6 +28,7 @@ from fleetflow.persistence import intents, paging
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
+from fleetflow.services import volumes
 
 PROVISION = "provision"
 TEARDOWN = "reservation-teardown"
@@ -122,6 +123,8 @@ class ReservationOps:
         if req.on_error not in ON_ERROR_CHOICES:
             raise InvalidInput(f"on_error: one of {', '.join(ON_ERROR_CHOICES)}",
                                field="on_error")
+        if req.volume_gb:
+            volumes.refuse_in_openstack_mode(self.conf, "volume_gb")
         flavor = resolve_flavor(session, req.flavor_ref)
         image = resolve_image(session, req.image_ref)
         group = None

@@ -37,6 +37,7 @@ from fleetflow.plugin.flow_meta import ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.scheduler.vcluster import plan as vcluster_plan
 from fleetflow.scheduler.vcluster.place import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
+from fleetflow.services import volumes as volumes_service
 from fleetflow.services.reservations import resolve_flavor, resolve_image
 
 LOG = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class VClusterOps:
                 asked["vcpus"] += flavor.vcpus
                 asked["ram_mb"] += flavor.ram_mb
             else:
+                volumes_service.refuse_in_openstack_mode(self.conf, "instances")
                 volume_type = spec.get("volume_type") or None
                 if volume_type is not None and volume_type not in types:
                     raise InvalidInput(f"volume {name}: no storage backend offers volume type "

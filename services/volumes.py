@@ -5,8 +5,18 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from fleetflow.common import states
+from fleetflow.common.config import openstack_mode
+from fleetflow.common.exceptions import InvalidInput
 from fleetflow.persistence import paging
 from fleetflow.persistence.models import Volume
+
+
+def refuse_in_openstack_mode(conf, field: str) -> None:
+    """A clear 400 for a volume asked of a real cloud: fleetflow does not drive Cinder yet."""
+    if openstack_mode(conf):
+        raise InvalidInput(f"{field}: volumes need Cinder, which fleetflow does not drive "
+                           "yet ([cloud] driver = openstack); ask for servers only",
+                           field=field)
 
 
 def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None,

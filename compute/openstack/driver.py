@@ -208,6 +208,12 @@ class OpenStackCompute:
             self.nova.update_service(service["id"], {"status": "disabled",
                                                      "disabled_reason": reason[:255]})
 
+    def audit_cloud(self, instances: Mapping, members: Mapping) -> list[tuple]:
+        """What Nova and the cloud's Placement disagree on (see ``openstack.audit``)."""
+        from fleetflow.compute.openstack import audit
+
+        return audit.check(self.nova, dict(instances), dict(members))
+
     def set_faults(self, host: str, timeout: float | None = None, **faults) -> dict:
         raise Refused("faults are injected only into the simulated cloud "
                       "([cloud] driver = simulated)", host=host)

@@ -142,6 +142,10 @@ class Nova:
         params = {"binary": "nova-compute", **({"host": host} if host else {})}
         return self._request("get", "/os-services", params=params)["services"]
 
+    def hypervisors(self) -> list[dict]:
+        """Compute nodes: ``id`` is the node's uuid, its provider's in Placement (2.53+)."""
+        return self._request("get", "/os-hypervisors/detail")["hypervisors"]
+
     def update_service(self, service_id: str, values: dict) -> dict:
         return self._request("put", f"/os-services/{service_id}", json=values)["service"]
 

@@ -32,6 +32,7 @@ from collections import Counter
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import NotFound
+from fleetflow.compute.openstack import audit as cloud_audit
 from fleetflow.services.audit import flows as audit_flows
 from fleetflow.services.audit import sources
 from fleetflow.services.audit import status as audit_status
@@ -65,6 +66,7 @@ KINDS = {
     **audit_volumes.KINDS,
     **audit_flows.KINDS,
     **audit_status.KINDS,
+    **cloud_audit.KINDS,
 }
 
 IN_FLIGHT = frozenset({states.PENDING, states.SCHEDULING, states.BUILDING, states.REVERTING,
@@ -148,6 +150,15 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
                 if compute_api is not None else sources.BackendVolumes({}, {}))
     checker = _Checker(rows, view, guests, backends, strict)
     checker.run()
+    if compute_api is not None:
+        settled = {i.id: i.host for i in rows.instances.values()
+                   if i.status == states.ACTIVE and not i.task_state and i.id not in rows.moving}
+        members: dict[str, set[str]] = {}
+        for member in rows.members:
+            if member.instance_id in settled:
+                members.setdefault(member.group_id, set()).add(member.instance_id)
+        for finding in compute_api.audit_cloud(settled, members):
+            checker.add(*finding)
     grace = audit_flows.grace(strict, flow_grace)
     flow_counts = audit_flows.check_stranded(checker.add, database, board, grace)
     flow_counts.update(audit_status.check_status(checker.add, database, grace))
