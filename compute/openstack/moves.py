@@ -27,6 +27,7 @@ from fleetflow.compute.openstack.nova import (
     task_state_of,
 )
 
+PLACEMENT_MICROVERSION = "1.28"
 # Nova's migration statuses, by what they mean for a try.
 _DONE = {"completed", "done", "finished", "confirmed"}
 _FAILED = {"error", "failed", "cancelled", "reverted"}
@@ -118,7 +119,37 @@ class Moves:
         if server["status"] == "VERIFY_RESIZE":
             self.nova.action(server["id"], {"confirmResize": None})
             server = self._wait(server["id"], lambda s: s["status"] != "VERIFY_RESIZE")
+        if record["kind"] == mv.REBUILD:
+            self._drop_source_allocation(server["id"], record["destination"])
         return dict(record, status=mv.CONFIRMED)
+
+    def _drop_source_allocation(self, server_id: str, destination: str) -> None:
+        """After an evacuation Nova leaves the server's allocation on the dead source
+        too, until that host's compute service starts again and removes it; the
+        confirm makes the same change now: the allocation keeps the destination's
+        providers only. Guarded by the consumer generation, so a write that races
+        another is read again and retried; repeating it changes nothing."""
+        placement = self.nova.connection.placement
+        keep = self.nova.providers_of(destination)
+        for _ in range(5):
+            body = placement.get(f"/allocations/{server_id}",
+                                 microversion=PLACEMENT_MICROVERSION).json()
+            held = body.get("allocations") or {}
+            if not held or set(held) <= keep:
+                return
+            kept = {rp: {"resources": a["resources"]} for rp, a in held.items() if rp in keep}
+            if not kept:
+                return  # not on the destination: nothing fleetflow should judge
+            response = placement.put(f"/allocations/{server_id}", json={
+                "allocations": kept, "project_id": body["project_id"],
+                "user_id": body["user_id"],
+                "consumer_generation": body["consumer_generation"]},
+                microversion=PLACEMENT_MICROVERSION, raise_exc=False)
+            if response.status_code in (200, 204):
+                return
+            if response.status_code != 409:
+                raise MoveFailed(f"server {server_id}: the cloud's Placement refused to drop "
+                                 f"the dead source's allocation: {response.status_code}")
 
     def revert(self, migration_id: str) -> dict | None:
         """Undo a try not confirmed: a cold move is reverted (the server runs on

@@ -146,6 +146,11 @@ class Nova:
         """Compute nodes: ``id`` is the node's uuid, its provider's in Placement (2.53+)."""
         return self._request("get", "/os-hypervisors/detail")["hypervisors"]
 
+    def providers_of(self, host: str) -> set[str]:
+        """The Placement providers of ``host``'s compute nodes (their uuids)."""
+        return {h["id"] for h in self.hypervisors()
+                if (h.get("service") or {}).get("host") == host}
+
     def update_service(self, service_id: str, values: dict) -> dict:
         return self._request("put", f"/os-services/{service_id}", json=values)["service"]
 

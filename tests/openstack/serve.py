@@ -1,0 +1,135 @@
+"""A real ``fleetflow serve`` in openstack mode, driving the harness's Nova over HTTP.
+
+Each test gets its own state directory (its own SQLite database), so its
+fleetflow knows only what it synced from the cloud and what it did itself.
+The process leads a session of its own: :meth:`OpenStackServe.kill` is a
+``kill -9`` of it and every thread it runs (API, conductors).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import requests
+
+ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
+TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
+FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
+UNFINISHED_RESERVATION = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING")
+UNFINISHED_EVACUATION = ("PENDING", "RUNNING", "REVERTING")
+#: The image every harness cloud's Glance holds.
+IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
+
+
+class OpenStackServe:
+    def __init__(self, workdir, port: int, wait_for_api, cloud, **settings: str):
+        self.workdir, self.port, self.wait_for_api = str(workdir), port, wait_for_api
+        self.cloud = cloud
+        self.url = f"http://127.0.0.1:{port}"
+        self.settings = settings
+        self.proc: subprocess.Popen | None = None
+        self.runs = 0
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("FLEETFLOW_", "OS_"))}
+        env.update(FLEETFLOW_STATE_DIR=self.workdir,
+                   FLEETFLOW_API_PORT=str(self.port),
+                   FLEETFLOW_CLOUD_DRIVER="openstack",
+                   FLEETFLOW_OPENSTACK_CLOUD=self.cloud.cloud_name,
+                   FLEETFLOW_OPENSTACK_CLOUDS_YAML=str(self.cloud.clouds_yaml),
+                   FLEETFLOW_OPENSTACK_POLL_INTERVAL="0.2",
+                   FLEETFLOW_COMPUTE_MOVE_POLL_INTERVAL="0.2")
+        env.update(self.settings)
+        return env
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.workdir, "serve.log")
+
+    def start(self) -> OpenStackServe:
+        self.runs += 1
+        with open(self.log_path, "a") as log:
+            log.write(f"=== run {self.runs} ===\n")
+            log.flush()
+            self.proc = subprocess.Popen([FLEETFLOW, "serve"], cwd=self.workdir,
+                                         env=self.env(), stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait_for_api(self.url, alive=lambda: self.proc.poll() is None,
+                          on_timeout=self.log)
+        return self
+
+    def log(self, tail: int = 6000) -> str:
+        with open(self.log_path) as f:
+            return f.read()[-tail:]
+
+    def kill(self) -> None:
+        """SIGKILL to serve and its whole session."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    # -- the API -------------------------------------------------------------
+
+    def call(self, method: str, path: str, headers=TENANT, expect=(200, 201, 202, 204),
+             **kwargs):
+        response = requests.request(method, f"{self.url}{path}", headers=headers,
+                                    timeout=60, **kwargs)
+        assert response.status_code in expect, (method, path, response.status_code,
+                                                response.text[:2000])
+        return response.json() if response.content else None
+
+    def group(self, policies, **fields) -> str:
+        body = {"group": {"name": "g", "policies": list(policies), **fields}}
+        return self.call("POST", "/v2/demo/groups", json=body)["group"]["id"]
+
+    def reserve(self, count: int, flavor: str = "m1.tiny", **fields) -> str:
+        body = {"reservation": {"name": "r", "count": count, "flavor_ref": flavor,
+                                "image_ref": IMAGE, **fields}}
+        return self.call("POST", "/v2/demo/reservations", json=body)["reservation"]["id"]
+
+    def reservation(self, reservation_id: str) -> dict:
+        return self.call("GET", f"/v2/demo/reservations/{reservation_id}")["reservation"]
+
+    def wait_reservation(self, reservation_id: str, timeout: float = 240) -> dict:
+        return self._wait(lambda: self.reservation(reservation_id),
+                          UNFINISHED_RESERVATION, timeout)
+
+    def evacuate(self, hosts, mode: str, **fields) -> str:
+        body = {"evacuation": {"hosts": list(hosts), "mode": mode, **fields}}
+        return self.call("POST", "/v2/admin/evacuations", headers=ADMIN,
+                         json=body)["evacuation"]["id"]
+
+    def evacuation(self, evacuation_id: str) -> dict:
+        return self.call("GET", f"/v2/admin/evacuations/{evacuation_id}",
+                         headers=ADMIN)["evacuation"]
+
+    def wait_evacuation(self, evacuation_id: str, timeout: float = 300) -> dict:
+        return self._wait(lambda: self.evacuation(evacuation_id), UNFINISHED_EVACUATION,
+                          timeout)
+
+    def audit(self) -> dict:
+        return self.call("GET", "/v2/admin/audit?strict=true", headers=ADMIN)["audit"]
+
+    def servers(self) -> list[dict]:
+        return self.call("GET", "/v2/admin/servers", headers=ADMIN)["servers"]
+
+    def _wait(self, read, unfinished, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            body = read()
+            if body["status"] not in unfinished:
+                return body
+            assert time.monotonic() < deadline, (body, self.log())
+            time.sleep(0.3)
