@@ -103,6 +103,32 @@ def host_records(view, region: str) -> list[dict]:
     return records
 
 
+def _make_room_for_inventory(session: orm.Session, hosts: list[dict],
+                             external: set[str]) -> None:
+    """Let ``fleet.load`` drop the classes the cloud dropped (the ledger refuses to remove
+    inventory in use): an external consumer holding one lets go of everything now (it is
+    written again afterwards); a class fleetflow's own consumers still hold is kept
+    until they let go of it."""
+    by_uuid = {h["uuid"]: h for h in hosts}
+    current = dict(session.execute(sa.select(models.Host.uuid, models.Host.inventory)
+                                   .where(models.Host.uuid.in_(by_uuid))).all())
+    released = set()
+    for consumer, uuid, rc in session.execute(
+            sa.select(Allocation.consumer_uuid, Allocation.resource_provider_uuid,
+                      Allocation.resource_class)
+            .where(Allocation.resource_provider_uuid.in_(by_uuid))):
+        if rc in by_uuid[uuid]["inventory"]:
+            continue
+        if consumer in external:
+            released.add(consumer)
+        elif (current.get(uuid) or {}).get(rc) is not None:
+            by_uuid[uuid]["inventory"][rc] = current[uuid][rc]
+    if released:
+        allocs.replace_allocations(session, [
+            allocs.ConsumerWrite(c, {}, EXTERNAL_OWNER, EXTERNAL_OWNER, allocs.ANY_GENERATION,
+                                 EXTERNAL_TYPE) for c in sorted(released)])
+
+
 def flavor_records(view) -> list[dict]:
     return [{"id": f["id"], "name": f["name"], "vcpus": f["vcpus"], "ram_mb": f["ram"],
              "disk_gb": f["disk"] + f["ephemeral"] + math.ceil(f["swap"] / 1024),
@@ -233,6 +259,8 @@ def apply(session: orm.Session, view, region: str) -> dict[str, int]:
     Idempotent: a second apply of the same view writes nothing.
     """
     hosts = host_records(view, region)
+    known = list(session.scalars(sa.select(models.Host.name)))
+    _make_room_for_inventory(session, hosts, {external_consumer(n) for n in known})
     flavors, images = flavor_records(view), image_records(view)
     _free_names(session, models.Flavor, flavors)
     _free_names(session, models.Image, images)
@@ -241,7 +269,6 @@ def apply(session: orm.Session, view, region: str) -> dict[str, int]:
     # A known host whose service is reported without inventory still gets its state.
     for service in view.services:
         wanted.setdefault(service["host"], service_state(service))
-    known = list(session.scalars(sa.select(models.Host.name)))
     vanished = sorted(set(known) - wanted.keys())
     wanted.update({name: (states.HOST_DOWN, VANISHED_REASON) for name in vanished})
     _write_states(session, wanted)

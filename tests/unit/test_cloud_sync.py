@@ -295,3 +295,19 @@ def test_cli_refuses_to_sync_a_simulated_cloud(conf, monkeypatch):
 def test_service_states_map_to_host_states(service, expected):
     assert cloud_sync.service_state(inventory.services_from_nova(
         {"services": [service]})[0]) == expected
+
+
+def test_a_class_the_cloud_drops_goes_once_only_others_held_it(db):
+    _apply(db, nova_view())
+    _own_instance(db, "host001")
+    _apply(db, nova_view(usages={"host002": {"DISK_GB": 30}}))
+    dropped = nova_view()
+    for host in ("host001", "host002"):
+        del dropped.inventories[RP[host]]["DISK_GB"]
+    counts = _apply(db, dropped)
+    assert counts["hosts"] == 3
+    hosts = _hosts(db)
+    # fleetflow's own instance still holds DISK_GB on host001: the class stays there.
+    assert "DISK_GB" in hosts["host001"].inventory
+    assert "DISK_GB" not in hosts["host002"].inventory
+    assert cloud_sync.external_consumer("host002") not in _allocations(db)
