@@ -22,7 +22,11 @@ owns; what fleetflow owns is left alone:
   so while Nova reports its service disabled (maintenance is a kind of disabled).
   A host's provider carries ``COMPUTE_STATUS_DISABLED`` exactly when its state
   is not ``up``, as ``services.hosts`` keeps it.
-- A host the cloud no longer reports goes ``down``; its row is never deleted.
+- A host the cloud no longer reports goes ``down``; its row is never deleted. A
+  service not in Placement yet (no inventory) adds no host until it is.
+- Inventory is the cloud's, but a class the cloud dropped that fleetflow's own
+  instances still hold stays until they let go of it (the ledger cannot remove
+  inventory in use).
 - Others' usage: what the cloud uses on a host beyond what fleetflow's own
   ACTIVE and BUILDING instances there take (their flavors) is held in the
   ledger by one consumer per host, ``stable_uuid("external:" + host)`` of type
