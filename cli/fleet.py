@@ -1,4 +1,5 @@
-"""``fleetflow fleet``: load a fleet file into the database, or generate a large one."""
+"""``fleetflow fleet``: load a fleet file into the database, generate a large one, or
+sync the rows from a real cloud."""
 
 from __future__ import annotations
 
@@ -29,6 +30,39 @@ def load_cmd(conf, path: str | None) -> None:
     click.echo(f"{len(expanded.hosts)} hosts ({added['hosts']} new), "
                f"{len(expanded.storage)} storage backends, {len(expanded.flavors)} flavors, "
                f"{len(expanded.images)} images")
+
+
+@fleet.command("sync")
+@click.pass_obj
+def sync_cmd(conf) -> None:
+    """Mirror the OpenStack cloud's hosts, flavors, images and usage into the rows.
+
+    Needs [cloud] driver = openstack (exit 2 otherwise).
+    """
+    from rich.console import Console
+
+    from fleetflow.common.exceptions import InvalidInput
+    from fleetflow.persistence.db import Database
+    from fleetflow.services import sync as cloud_sync
+
+    ctx = click.get_current_context()
+    if conf.cloud.driver != "openstack":
+        click.echo(f"fleet sync: [cloud] driver is {conf.cloud.driver!r}, not openstack: "
+                   "there is no cloud to sync", err=True)
+        ctx.exit(2)
+    database = Database.from_conf(conf)
+    database.upgrade()
+    try:
+        counts = cloud_sync.sync(conf, database)
+    except InvalidInput as exc:  # no cloud named, or clouds.yaml does not know it
+        click.echo(f"fleet sync: {exc}", err=True)
+        ctx.exit(2)
+    except Exception as exc:  # noqa: BLE001 - the cloud refused or could not be reached
+        raise click.ClickException(f"fleet sync: {exc}") from None
+    Console(highlight=False).print(
+        f"synced {counts['hosts']} hosts ({counts['up']} up, {counts['down']} down), "
+        f"{counts['flavors']} flavors, {counts['images']} images from cloud "
+        f"[bold]{counts['cloud']}[/bold]")
 
 
 @fleet.command("generate")

@@ -33,6 +33,7 @@ from collections import Counter
 from fleetflow.common import states
 from fleetflow.common.exceptions import NotFound
 from fleetflow.compute.openstack import audit as cloud_audit
+from fleetflow.persistence.cloud_sync import EXTERNAL_TYPE
 from fleetflow.services.audit import flows as audit_flows
 from fleetflow.services.audit import sources
 from fleetflow.services.audit import status as audit_status
@@ -227,6 +228,8 @@ class _Checker(VolumeChecks):
                 self._instance_allocation(instance, amounts)
             elif volume is not None:
                 self._volume_allocation(volume, amounts)
+            elif self.view.consumer_types.get(consumer) == EXTERNAL_TYPE:
+                continue  # the cloud's usage by others, held for them by the sync
             elif self.view.consumer_types.get(consumer) == MIGRATION_TYPE:
                 # A migration consumer is explained by its move only while the
                 # move is between its claim and its confirm.

@@ -80,6 +80,16 @@ def test_an_allocation_nobody_explains_is_leaked(small_cloud):
     assert "VCPU=1" in found.detail
 
 
+def test_the_clouds_usage_by_others_is_explained_by_its_external_consumer(small_cloud):
+    from fleetflow.persistence import cloud_sync
+
+    external = cloud_sync.external_consumer(H1)
+    small_cloud.placement.claim(external, {small_cloud.host_uuid(H1): SMALL},
+                                cloud_sync.EXTERNAL_OWNER, cloud_sync.EXTERNAL_OWNER,
+                                consumer_type=cloud_sync.EXTERNAL_TYPE)
+    assert small_cloud.audit().clean
+
+
 def test_a_deleted_instance_still_holding_resources_is_leaked(small_cloud):
     uuid = small_cloud.boot(H1)
     small_cloud.compute.destroy_instance(H1, uuid)
