@@ -10,7 +10,7 @@ import click
 
 from fleetflow.cli.startup import check_config
 from fleetflow.common import gc_policy
-from fleetflow.common.config import simulates_hosts
+from fleetflow.common.config import openstack_mode, simulates_hosts
 
 
 def _setup_process(conf):
@@ -85,6 +85,11 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
                          persistence=persistence)
     pool.start()
     reconciler = Reconciler(conf, persistence, name=name or default_name(conf)).start()
+    cloud_sync = None
+    if openstack_mode(conf):
+        from fleetflow.services.sync import PeriodicSync
+
+        cloud_sync = PeriodicSync(conf, get_database(conf)).start()
     gc_policy.for_service()
     click.echo(f"conductor {name or default_name(conf)}: {workers} worker(s) on the "
                f"{conf.jobboard.backend} jobboard '{conf.jobboard.board_name}'")
@@ -93,6 +98,8 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     while not stop.wait(0.5):
         pass
     reconciler.stop()
+    if cloud_sync is not None:
+        cloud_sync.stop()
     pool.stop()
     if agent is not None:
         agent.stop()

@@ -117,6 +117,7 @@ class Cloud:
         self.agents = None  # or its child processes
         self.pool = None
         self.reconciler = None
+        self.cloud_sync = None  # openstack mode: the cloud mirrored into the rows
         self.server = None
         self.compute = None  # the RPC client of the hosts, wherever they run
 
@@ -153,6 +154,10 @@ class Cloud:
             self.pool.start()
         # Even without workers: the board is rebuilt from the database.
         self.reconciler = Reconciler(conf, persistence, self.database).start()
+        if openstack_mode(conf):
+            from fleetflow.services.sync import PeriodicSync
+
+            self.cloud_sync = PeriodicSync(conf, self.database).start()
         app = create_app(conf, self.database,
                          services=make_services(conf, self.database, rt, persistence, board))
         if auth.noauth_exposed(conf):
@@ -180,6 +185,8 @@ class Cloud:
             self.server.shutdown()
         if self.reconciler is not None:
             self.reconciler.stop()
+        if self.cloud_sync is not None:
+            self.cloud_sync.stop()
         if self.pool is not None:
             self.pool.stop()
         if self.agent is not None:

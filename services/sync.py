@@ -50,3 +50,37 @@ def sync(conf, database) -> dict:
     LOG.info("synced %(hosts)d hosts (%(up)d up, %(down)d down, %(vanished)d vanished), "
              "%(flavors)d flavors, %(images)d images from cloud %(cloud)s", counts)
     return counts
+
+
+class PeriodicSync:
+    """:func:`sync` every ``[openstack] sync_interval`` seconds on a daemon thread.
+
+    Every serve and conductor process runs one, so hosts that go down, flavors
+    added and others' usage reach the scheduler without an operator. A sync
+    that fails (the cloud unreachable a moment) is logged and tried at the
+    next interval: what the rows hold stays as the last sync left it.
+    """
+
+    def __init__(self, conf, database):
+        import threading
+
+        self.conf, self.database = conf, database
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cloud-sync", daemon=True)
+
+    def start(self) -> PeriodicSync:
+        if self.conf.openstack.sync_interval > 0:
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.conf.openstack.sync_interval):
+            try:
+                sync(self.conf, self.database)
+            except Exception:  # the next interval tries again
+                LOG.warning("periodic cloud sync failed", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
