@@ -247,6 +247,9 @@ class HostOps:
         # placement store writes in its own transaction, and repeating the
         # request is how an operator repairs a trait a failure left behind.
         self._sync_trait(name, provider_uuid, state)
+        if openstack_mode(self.conf) and self.compute is not None:
+            # The cloud's service is the truth the next sync reads: say it there too.
+            self.compute.set_service_state(name, state, reason or f"set {state} by {user_id}")
         LOG.info("Host %s state %s -> %s by %s (%s)", name, previous, state, user_id, reason)
         return self.show(name)
 

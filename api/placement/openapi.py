@@ -330,6 +330,8 @@ def document(spec) -> None:
     # NOTE: apispec keeps the paths it was given in ``_paths`` and has no
     # public way to amend an operation once registered.
     paths = spec._paths
+    if not any(path in paths for _, path in OPERATIONS):
+        return  # not served here (openstack mode: clients use the cloud's Placement)
     for (method, path), doc in OPERATIONS.items():
         operation = paths[path][method]
         responses = operation.setdefault("responses", {})

@@ -208,6 +208,23 @@ class OpenStackCompute:
             self.nova.update_service(service["id"], {"status": "disabled",
                                                      "disabled_reason": reason[:255]})
 
+    def set_service_state(self, host: str, state: str, reason: str) -> None:
+        """An operator's host state, said to Nova: ``up`` enables the service and lifts
+        a forced down; ``down`` forces it down and disables it; ``maintenance`` and
+        ``disabled`` disable it."""
+        service = self._service(host)
+        if state == states.HOST_UP:
+            if service.get("forced_down"):
+                self.nova.update_service(service["id"], {"forced_down": False})
+            if service.get("status") != "enabled":
+                self.nova.update_service(service["id"], {"status": "enabled"})
+            return
+        if state == states.HOST_DOWN and not service.get("forced_down"):
+            self.nova.update_service(service["id"], {"forced_down": True})
+        if service.get("status") != "disabled":
+            self.nova.update_service(service["id"], {"status": "disabled",
+                                                     "disabled_reason": reason[:255]})
+
     def audit_cloud(self, instances: Mapping, members: Mapping) -> list[tuple]:
         """What Nova and the cloud's Placement disagree on (see ``openstack.audit``)."""
         from fleetflow.compute.openstack import audit
