@@ -64,11 +64,16 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
         # too) must beat faster than it is declared down, or os-services lies.
         self.flags(report_interval=REPORT_INTERVAL, service_down_time=SERVICE_DOWN_TIME)
         self.flags(api_paste_config=_api_paste_config(), group="wsgi")
+        # NOTE: Nova's default quotas (10 instances, 20 cores a project) would refuse
+        # the fleets the tests build; every project in the harness is unlimited.
+        self.flags(instances=-1, cores=-1, ram=-1, server_groups=-1,
+                   server_group_members=-1, group="quota")
         super().setUp()
 
     def test_serve(self):
         self._quiet_logs()
         self._identity_from_token()
+        self._cells_without_global_switching()
         # NOTE: the DB servicegroup driver sends a service's first heartbeat 5 s after it
         # starts; a restarted compute would read down until then. Beat at once.
         self.useFixture(fixtures.MonkeyPatch(
@@ -123,6 +128,25 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
 
         self.useFixture(fixtures.MonkeyPatch(
             "nova.api.auth.NovaKeystoneContext._create_context", context_from_token))
+
+    def _cells_without_global_switching(self):
+        # NOTE: Nova's CellDatabases fixture points every untargeted database access at
+        # the cell targeted last, behind one process-wide reader-writer lock: a request
+        # holding the read lock while it waits on a cell worker that needs the write lock
+        # (scatter-gather over cell0 and cell1, as a create's quota check does) deadlocks
+        # the API under concurrent requests. Here, as in a real deployment, a targeted
+        # context uses its cell's database and an untargeted one the [database] cell
+        # (cell1, where every compute lives); nothing global changes.
+        cells = nova_context.target_cell.__self__
+        default_cell = cells._default_ctxt_mgr
+
+        def get_context_manager(context):
+            return getattr(context, "db_connection", None) or default_cell
+
+        self.useFixture(fixtures.MonkeyPatch(
+            "nova.db.main.api.get_context_manager", get_context_manager))
+        self.useFixture(fixtures.MonkeyPatch("nova.context.target_cell",
+                                             cells._real_target_cell))
 
     def _placement_app(self):
         import wsgi_intercept

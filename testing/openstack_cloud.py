@@ -24,6 +24,7 @@ import this module's harness; only this program's ``main`` does.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -39,6 +40,9 @@ ADMIN_TOKEN = "admin:admin"
 REGION = "RegionOne"
 #: Seconds the harness's own clean-up may take after a stop signal before it is cut short.
 CLEANUP_SECONDS = 15
+#: The exit status when Nova's harness cannot be imported (not installed, or a test-only
+#: package of it missing): a test run skips on it, where any other failure is an error.
+EXIT_NO_NOVA = 3
 
 
 def host_names(count: int) -> list[str]:
@@ -107,6 +111,8 @@ def main(argv=None) -> int:
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     handler = _log_handler(args.log_file)
+    # ``kill -USR1 <pid>`` writes every thread's stack to stderr: how a hung request is read.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)
 
@@ -139,8 +145,11 @@ def main(argv=None) -> int:
     # NOTE: Nova's native-threading mode: the HTTP servers' threads, the heartbeats and
     # the signal handler are plain threads, and no library is monkey-patched.
     os.environ.setdefault("OS_NOVA_DISABLE_EVENTLET_PATCHING", "1")
-    from fleetflow.testing import nova_harness
-
+    try:
+        from fleetflow.testing import nova_harness
+    except ImportError as error:
+        LOG.error("Nova's functional harness cannot be imported: %s", error)
+        _exit_now(EXIT_NO_NOVA)
     succeeded = nova_harness.serve(host_names(args.hosts), on_ready, stop_requested, handler)
     if not ready.is_set():
         LOG.error("the harness stopped before it was ready")

@@ -98,9 +98,13 @@ def _start_harness(directory) -> OpenStackCloud:
     command = [sys.executable, "-m", "fleetflow.testing.openstack_cloud", "--hosts", str(HOSTS),
                "--clouds-yaml", os.path.join(directory, "clouds.yaml"),
                "--cloud-name", CLOUD_NAME, "--log-file", log_path]
+    # Nova's fixtures keep their SQLite files under TMPDIR: in the session's directory,
+    # they go with it even when the harness is killed before its clean-up.
+    environment = dict(os.environ, TMPDIR=directory)
     with open(os.path.join(directory, "harness.stderr"), "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
-                                   stdin=subprocess.DEVNULL, text=True, cwd=directory)
+                                   stdin=subprocess.DEVNULL, text=True, cwd=directory,
+                                   env=environment)
     cloud = OpenStackCloud(process, directory, None, None, log_path)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()

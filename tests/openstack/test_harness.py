@@ -7,6 +7,8 @@ down by os-services and up again once started, the allocation gone with the serv
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import yaml
 
 #: In the Glance fixture's images.
@@ -75,3 +77,22 @@ def test_a_stopped_host_reads_down_and_up_again_once_started(openstack_cloud):
     assert openstack_cloud.start_host("host005") == {"host005": "up"}
     openstack_cloud.wait_for_service_state(conn, "host005", "up")
     assert openstack_cloud.hosts()["host005"] == "up"
+
+
+def test_concurrent_creates_all_go_active(openstack_cloud):
+    # Nova's cell fixture deadlocked the API under concurrent requests until the harness
+    # replaced its global cell switching: several clients at once is what fleetflow does.
+    flavor = next(f for f in openstack_cloud.connection().compute.flavors()
+                  if f.name == "m1.tiny")
+
+    def boot(index):
+        conn = openstack_cloud.connection()
+        server = conn.compute.create_server(
+            name=f"concurrent-{index}", flavor_id=flavor.id, image_id=IMAGE_ID,
+            networks="none", host=openstack_cloud.host_names[index])
+        server = conn.compute.wait_for_server(server, wait=120)
+        return server.status, server.compute_host
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        booted = list(pool.map(boot, range(6)))
+    assert booted == [("ACTIVE", host) for host in openstack_cloud.host_names[:6]]
