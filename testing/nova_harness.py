@@ -59,9 +59,11 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
     stop_requested: threading.Event | None = None
 
     def setUp(self):
-        # NOTE: before the base setUp: the API's and the services' servicegroup drivers
-        # read these when they are built, and every service (conductor and scheduler
-        # too) must beat faster than it is declared down, or os-services lies.
+        # NOTE: Nova's ServiceFixture leaves heartbeats as they are: every service beats
+        # each report_interval (10 s) and reads down service_down_time (60 s) after its
+        # last beat, so a stopped compute would read up for a minute. Set before the
+        # base setUp: the servicegroup drivers read them when they are built, and every
+        # service (conductor and scheduler too) must beat faster than it is declared down.
         self.flags(report_interval=REPORT_INTERVAL, service_down_time=SERVICE_DOWN_TIME)
         self.flags(api_paste_config=_api_paste_config(), group="wsgi")
         # NOTE: Nova's default quotas (10 instances, 20 cores a project) would refuse
@@ -131,12 +133,11 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
 
     def _cells_without_global_switching(self):
         # NOTE: Nova's CellDatabases fixture points every untargeted database access at
-        # the cell targeted last, behind one process-wide reader-writer lock: a request
-        # holding the read lock while it waits on a cell worker that needs the write lock
-        # (scatter-gather over cell0 and cell1, as a create's quota check does) deadlocks
-        # the API under concurrent requests. Here, as in a real deployment, a targeted
+        # the cell targeted last, switched under one process-wide reader-writer lock. With
+        # 8 clients creating servers at once the API hung for good, its request threads
+        # waiting on that lock's read side. Here, as in a real deployment, a targeted
         # context uses its cell's database and an untargeted one the [database] cell
-        # (cell1, where every compute lives); nothing global changes.
+        # (cell1, where every compute lives); nothing global changes, no lock is needed.
         cells = nova_context.target_cell.__self__
         default_cell = cells._default_ctxt_mgr
 
