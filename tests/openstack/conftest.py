@@ -172,3 +172,37 @@ def _clean_openstack_cloud(request):
         conn.compute.delete_server(server, ignore_missing=True)
     for server in leftovers:
         conn.compute.wait_for_delete(server, wait=60)
+    # What fleetflow's evacuations and the tests change in Nova: services disabled or
+    # forced down, server groups, aggregates.
+    for service in conn.compute.services(binary="nova-compute"):
+        if service.is_forced_down:
+            conn.compute.update_service_forced_down(service, forced=False)
+        if service.status != "enabled":
+            conn.compute.enable_service(service)
+    for group in conn.compute.server_groups(all_projects=True):
+        conn.compute.delete_server_group(group, ignore_missing=True)
+    for aggregate in conn.compute.aggregates():
+        for host in aggregate.hosts or ():
+            conn.compute.remove_host_from_aggregate(aggregate, host)
+        conn.compute.delete_aggregate(aggregate, ignore_missing=True)
+
+
+@pytest.fixture
+def fleetflow_on(openstack_cloud, tmp_path, wait_for_api):
+    """``start(**settings)``: a ``fleetflow serve`` in openstack mode on the harness
+    (tests/openstack/serve.py), stopped after the test."""
+    from tests.conftest import pick_free_port
+    from tests.openstack.serve import OpenStackServe
+
+    started = []
+
+    def start(**settings):
+        serve = OpenStackServe(tmp_path / f"serve{len(started)}", pick_free_port(),
+                               wait_for_api, openstack_cloud, **settings)
+        os.makedirs(serve.workdir, exist_ok=True)
+        started.append(serve)
+        return serve.start()
+
+    yield start
+    for serve in started:
+        serve.stop()

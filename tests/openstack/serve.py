@@ -19,7 +19,7 @@ import requests
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
 FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
-UNFINISHED_RESERVATION = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING")
+UNFINISHED_RESERVATION = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING", "DELETING")
 UNFINISHED_EVACUATION = ("PENDING", "RUNNING", "REVERTING")
 #: The image every harness cloud's Glance holds.
 IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
