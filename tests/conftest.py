@@ -39,8 +39,8 @@ TESTS = pathlib.Path(__file__).resolve().parent
 #: The layers: each is a directory of tests/ and the mark its tests get.
 LAYERS = ("unit", "functional", "integration", "reliability", "conformance", "openstack",
           "console")
-#: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite.
-SLOW_LAYERS = {"integration", "reliability", "conformance"}
+#: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite, a real Nova.
+SLOW_LAYERS = {"integration", "reliability", "conformance", "openstack"}
 #: Layers whose tests are meant to run one after the other on one xdist worker
 #: (``--dist loadgroup``): each starts a cloud of server or conductor processes and waits
 #: on claims that expire in seconds. pytest-xdist 3.8 under pytest 9.2 does not keep the

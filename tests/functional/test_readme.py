@@ -42,6 +42,11 @@ EXCLUDED = {
     # Needs PostgreSQL, Redis and RabbitMQ and starts conductors, agents and a server.
     "fleetflow --config-file dist.conf db upgrade": "distributed mode: external services "
                                                     "and long-running servers",
+    # Installs Nova and its harness's packages.
+    "pip install -e '.[openstack]'": "installs the openstack extra",
+    # Starts a real Nova: tests/openstack/test_readme.py runs it.
+    "fleetflow.testing.openstack_cloud --hosts": "runs against a real Nova, in the openstack "
+                                                  "layer",
     # Talks to that distributed deployment, from a second shell.
     "dist.conf audit --mode direct": "distributed mode: needs the servers started above",
 }
