@@ -204,7 +204,7 @@ CLOUD_OPTS = [
                help="What fleetflow's flows act on. simulated: the hosts fleetflow "
                     "simulates itself (its compute agents and its own placement). "
                     "openstack: a real OpenStack cloud through Nova's and Placement's "
-                    "public APIs ([openstack] says which cloud)."),
+                    "public APIs ([openstack] cloud names it)."),
 ]
 
 OPENSTACK_OPTS = [

@@ -136,7 +136,7 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
         # the cell targeted last, switched under one process-wide reader-writer lock. With
         # 8 clients creating servers at once the API hung for good, its request threads
         # waiting on that lock's read side. Here, as in a real deployment, a targeted
-        # context uses its cell's database and an untargeted one the [database] cell
+        # context uses its cell's database and an untargeted one Nova's default database
         # (cell1, where every compute lives); nothing global changes, no lock is needed.
         cells = nova_context.target_cell.__self__
         default_cell = cells._default_ctxt_mgr

@@ -35,7 +35,7 @@ IMAGES_MICROVERSION = "2.35"
 PLACEMENT_MICROVERSION = "1.6"
 # Providers read at once: one host is three small GETs.
 READ_THREADS = 8
-# Server groups per page (Nova's default [api] max_limit).
+# Server groups per page (Nova's default api.max_limit).
 GROUPS_PAGE = 1000
 
 
