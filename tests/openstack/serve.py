@@ -80,6 +80,14 @@ class OpenStackServe:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def status_in_database(self, table: str, row_id: str) -> str:
+        """A row's status read from the database file (while serve is dead, say)."""
+        import sqlite3
+
+        with sqlite3.connect(os.path.join(self.workdir, "fleetflow.db")) as db:
+            return db.execute(f"SELECT status FROM {table} WHERE id = ?",  # noqa: S608
+                              (row_id,)).fetchone()[0]
+
     # -- the API -------------------------------------------------------------
 
     def call(self, method: str, path: str, headers=TENANT, expect=(200, 201, 202, 204),

@@ -29,6 +29,8 @@ def test_killed_mid_reservation_it_finishes_with_one_server_each(openstack_cloud
     # Killed once Nova has some of the servers and before it has them all ACTIVE.
     checks.wait(lambda: len(checks.fleetflow_servers(conn)) >= 2, what="boots under way")
     fleetflow.kill()
+    assert fleetflow.status_in_database("reservations", reservation_id) in (
+        "SCHEDULING", "BUILDING")
     fleetflow.start()
     reservation = fleetflow.wait_reservation(reservation_id)
     assert reservation["status"] == "ACTIVE", reservation
@@ -56,6 +58,7 @@ def test_killed_mid_evacuation_it_finishes_every_move_once(openstack_cloud, flee
                             for found in checks.fleetflow_servers(conn).values()),
                 what="a move under way")
     fleetflow.kill()
+    assert fleetflow.status_in_database("evacuations", evacuation_id) == "RUNNING"
     fleetflow.start()
     evacuation = fleetflow.wait_evacuation(evacuation_id)
     assert evacuation["status"] == "DONE", evacuation
