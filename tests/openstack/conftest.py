@@ -19,7 +19,7 @@ import time
 import pytest
 import requests
 
-from tests.conftest import skip_or_fail
+from tests.conftest import skip_or_fail, stop_server
 
 HOSTS = 10
 CLOUD_NAME = "harness"
@@ -130,12 +130,7 @@ def _start_harness(directory) -> OpenStackCloud:
 
 def _stop_harness(process) -> None:
     if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
 
 
 @pytest.fixture(scope="session")

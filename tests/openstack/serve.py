@@ -2,39 +2,38 @@
 
 Each test gets its own state directory (its own SQLite database), so its
 fleetflow knows only what it synced from the cloud and what it did itself.
-The process leads a session of its own: :meth:`OpenStackServe.kill` is a
-``kill -9`` of it and every thread it runs (API, conductors).
+Started, killed (``kill -9`` of its whole session) and stopped as the reliability
+layer's ``ServeProcess`` is.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 
 import requests
 
-ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
-TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
-FLEETFLOW = os.path.join(os.path.dirname(sys.executable), "fleetflow")
+from tests.reliability.serve_process import ADMIN, TENANT, ServeProcess
+
 UNFINISHED_RESERVATION = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING", "DELETING")
 UNFINISHED_EVACUATION = ("PENDING", "RUNNING", "REVERTING")
 #: The image every harness cloud's Glance holds.
 IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
 
 
-class OpenStackServe:
+class OpenStackServe(ServeProcess):
+    """:class:`ServeProcess` in openstack mode: no fleet file, the harness's cloud."""
+
     def __init__(self, workdir, port: int, wait_for_api, cloud, **settings: str):
+        # The cloud is synced, not generated: ServeProcess's fleet file is not made.
         self.workdir, self.port, self.wait_for_api = str(workdir), port, wait_for_api
         self.cloud = cloud
         self.url = f"http://127.0.0.1:{port}"
         self.settings = settings
-        self.proc: subprocess.Popen | None = None
+        self.proc = None
         self.runs = 0
 
-    def env(self) -> dict:
+    def env(self, **settings: str) -> dict:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("FLEETFLOW_", "OS_"))}
         env.update(FLEETFLOW_STATE_DIR=self.workdir,
@@ -45,46 +44,18 @@ class OpenStackServe:
                    FLEETFLOW_OPENSTACK_POLL_INTERVAL="0.2",
                    FLEETFLOW_COMPUTE_MOVE_POLL_INTERVAL="0.2")
         env.update(self.settings)
+        env.update(settings)
         return env
 
-    @property
-    def log_path(self) -> str:
-        return os.path.join(self.workdir, "serve.log")
-
-    def start(self) -> OpenStackServe:
-        self.runs += 1
-        with open(self.log_path, "a") as log:
-            log.write(f"=== run {self.runs} ===\n")
-            log.flush()
-            self.proc = subprocess.Popen([FLEETFLOW, "serve"], cwd=self.workdir,
-                                         env=self.env(), stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_for_api(self.url, alive=lambda: self.proc.poll() is None,
-                          on_timeout=self.log)
+    def start(self, wait: bool = True, **settings: str) -> OpenStackServe:
+        super().start(wait, **settings)
         return self
-
-    def log(self, tail: int = 6000) -> str:
-        with open(self.log_path) as f:
-            return f.read()[-tail:]
-
-    def kill(self) -> None:
-        """SIGKILL to serve and its whole session."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
     def status_in_database(self, table: str, row_id: str) -> str:
         """A row's status read from the database file (while serve is dead, say)."""
         import sqlite3
 
-        with sqlite3.connect(os.path.join(self.workdir, "fleetflow.db")) as db:
+        with sqlite3.connect(self.db_path) as db:
             return db.execute(f"SELECT status FROM {table} WHERE id = ?",  # noqa: S608
                               (row_id,)).fetchone()[0]
 
