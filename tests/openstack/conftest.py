@@ -62,7 +62,7 @@ class OpenStackCloud:
         """``{host: "up" | "stopped"}``: what the harness did, not what Nova reports."""
         return self._control("GET", "hosts")
 
-    def wait_for_service_state(self, conn, host: str, state: str, timeout: float = 30) -> None:
+    def wait_for_service_state(self, conn, host: str, state: str, timeout: float = 90) -> None:
         """Wait until os-services reports ``host``'s nova-compute ``state`` (up or down)."""
         deadline = time.monotonic() + timeout
         seen = None
