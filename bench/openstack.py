@@ -270,8 +270,13 @@ def nova_evacuation(nova, mode, servers, poll, timeout) -> dict:
     action = ({"os-migrateLive": {"host": None, "block_migration": "auto"}} if mode == "live"
               else {"migrate": {}})
     t0 = time.monotonic()
+    refused = []
     for server in nova.hypervisor_servers(SOURCE):
-        nova.call("POST", f"/servers/{server['uuid']}/action", json=action)
+        # As novaclient: a refused server is reported ("Accepted: False") and skipped.
+        try:
+            nova.call("POST", f"/servers/{server['uuid']}/action", json=action)
+        except RuntimeError as error:
+            refused.append(str(error))
     posted = time.monotonic() - t0
     confirmed: set[str] = set()
     verified_s = None
@@ -295,6 +300,9 @@ def nova_evacuation(nova, mode, servers, poll, timeout) -> dict:
     except TimeoutError:
         status, where = "HUNG", nova.servers()
     total = time.monotonic() - t0
+    if refused:
+        status = f"{len(refused)}REFUSED"
+        print(f"Nova refused {len(refused)} of the {mode} moves, first: {refused[0]}")
     return {"status": status, "posted_s": posted, "total_s": total, "hosts": hosts_of(where),
             "left": sum(s["OS-EXT-SRV-ATTR:host"] == SOURCE for s in where),
             "verified_s": verified_s}
@@ -365,7 +373,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=40, help="servers to evacuate")
     parser.add_argument("--count", type=int, default=100, help="servers to reserve")
     parser.add_argument("--flavor", default="m1.tiny", help="the reservations' flavor")
-    parser.add_argument("--modes", nargs="+", default=["live", "cold"],
+    parser.add_argument("--modes", nargs="*", default=["live", "cold"],
                         choices=["live", "cold"])
     parser.add_argument("--skip-reservation", action="store_true")
     parser.add_argument("--poll", type=float, default=0.25,
