@@ -341,6 +341,14 @@ def openstack_mode(conf: cfg.ConfigOpts) -> bool:
     return conf.cloud.driver == "openstack"
 
 
+def move_poll_interval(conf: cfg.ConfigOpts) -> float:
+    """Seconds between two asks about a move under way: a simulated host answers from
+    memory, a real Nova answers each ask with API and database calls."""
+    if openstack_mode(conf):
+        return conf.openstack.poll_interval
+    return conf.compute.move_poll_interval
+
+
 def simulates_hosts(conf: cfg.ConfigOpts) -> bool:
     """Whether this process's cloud is fleetflow's own simulation and it serves its hosts."""
     return not openstack_mode(conf) and conf.compute.simulate

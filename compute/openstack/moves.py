@@ -16,6 +16,7 @@ on the destination (a cold move waiting in VERIFY_RESIZE included),
 
 from __future__ import annotations
 
+import threading
 import time
 
 from fleetflow.compute import moves as mv
@@ -34,13 +35,35 @@ _FAILED = {"error", "failed", "cancelled", "reverted"}
 
 
 class Moves:
+    """The tries of one driver. Which server a try moves is remembered once found, so
+    a try polled every ``[openstack] poll_interval`` costs one read of its server while
+    Nova works (its tag is checked on each read, and searched for again if it is gone:
+    the tag, not this memory, is what a restarted process finds the try by)."""
+
     def __init__(self, nova, conf):
         self.nova = nova
         self.conf = conf
+        self._servers: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def _server_of(self, migration_id: str) -> dict | None:
-        found = self.nova.tagged(move_tag(migration_id))
+        tag = move_tag(migration_id)
+        with self._lock:
+            server_id = self._servers.get(migration_id)
+        if server_id is not None:
+            server = self.nova.server(server_id)
+            if server is not None and tag in (server.get("tags") or ()):
+                return server
+        found = self.nova.tagged(tag)
+        self._remember(migration_id, found[0]["id"] if found else None)
         return found[0] if found else None
+
+    def _remember(self, migration_id: str, server_id: str | None) -> None:
+        with self._lock:
+            if server_id is None:
+                self._servers.pop(migration_id, None)
+            else:
+                self._servers[migration_id] = server_id
 
     def start(self, server: dict, migration_id: str, kind: str, uuid: str,
               source: str, destination: str) -> dict:
@@ -58,6 +81,7 @@ class Moves:
                 "fleetflow_move_after": str(known[0]["id"] if known else 0),
                 "fleetflow_instance": uuid})
             self.nova.add_tag(server["id"], move_tag(migration_id))
+            self._remember(migration_id, server["id"])
         try:
             self.nova.action(server["id"], _request(kind, destination))
         except Refused as exc:
@@ -83,6 +107,11 @@ class Moves:
             # A later try on the same server took its metadata: this one has ended.
             return _record(migration_id, meta, kind, source, destination, mv.FAILED,
                            "superseded by a later move")
+        if task_state_of(server) is not None and server["status"] != "ERROR":
+            # Nova sets the task state before it answers a move's request: a server
+            # busy after this try was asked is this try's move under way, and its
+            # migration records need not be read until the server is idle again.
+            return _record(migration_id, meta, kind, source, destination, mv.RUNNING)
         after = int(meta.get("fleetflow_move_after") or 0)
         ours = [m for m in self.nova.migrations(server["id"]) if m["id"] > after]
         if not ours:
@@ -121,6 +150,7 @@ class Moves:
             server = self._wait(server["id"], lambda s: s["status"] != "VERIFY_RESIZE")
         if record["kind"] == mv.REBUILD:
             self._drop_source_allocation(server["id"], record["destination"])
+        self._remember(migration_id, None)  # the try has ended: its tag finds it again
         return dict(record, status=mv.CONFIRMED)
 
     def _drop_source_allocation(self, server_id: str, destination: str) -> None:
@@ -172,6 +202,7 @@ class Moves:
                 "host": source, "block_migration": "auto"}})
             self._wait(server["id"], lambda s: host_of(s) == source
                        and task_state_of(s) is None)
+        self._remember(migration_id, None)
         return dict(record, status=mv.REVERTED)
 
     def _wait(self, server_id: str, done) -> dict:

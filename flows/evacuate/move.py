@@ -20,7 +20,7 @@ import time
 
 import sqlalchemy as sa
 
-from fleetflow.common import states
+from fleetflow.common import config, states
 from fleetflow.common.exceptions import Conflict, FleetflowError
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound, OutcomeUnknown
 from fleetflow.flows import runtime
@@ -190,8 +190,9 @@ class MoveServer(FleetTask):
 
     A long move holds no RPC call: the destination keeps the move's record
     (keyed by the migration id) and the task asks it every
-    ``[compute] move_poll_interval``. Drain with ``fallback: cold`` turns a
-    server that cannot live-migrate into a cold move to the same host.
+    ``[compute] move_poll_interval`` (``[openstack] poll_interval`` on Nova). Drain
+    with ``fallback: cold`` turns a server that cannot live-migrate into a cold move
+    to the same host.
 
     Revert: the destination undoes the move (its copy goes; a cold source
     is started again); nothing when it never started.
@@ -238,7 +239,7 @@ class MoveServer(FleetTask):
     def _wait(self, rt, host, migration_id, record, evacuation_id) -> dict:
         from fleetflow.compute.exceptions import MoveFailed
 
-        interval = rt.conf.compute.move_poll_interval
+        interval = config.move_poll_interval(rt.conf)
         while record["status"] in ("queued", "running"):
             if rows.stopping(rt.database, evacuation_id) == states.ON_ERROR_REVERT:
                 raise MoveCancelled(f"evacuation {evacuation_id} is reverting: move of "
