@@ -39,8 +39,6 @@ ADMIN = "rule:admin"
 READER = "rule:project_reader_or_admin"
 MEMBER = "rule:project_member_or_admin"
 ADMIN_OR_SERVICE = "rule:admin_or_service"
-# Any caller with an identity (oslo.policy's "always").
-ANYONE = "@"
 
 BASE_RULES = [
     oslo_policy.RuleDefault("context_is_admin", "role:admin",
@@ -141,7 +139,7 @@ ROUTE_RULES = [
     ("quotas:update", ADMIN, "PUT", f"{A}/quotas/{{tenant_id}}", "Change a project's quotas."),
     ("audit:run", ADMIN, "GET", f"{A}/audit",
      "Audit placement, instances, hosts and groups for mismatches."),
-    ("permissions:show", ANYONE, "GET", f"{T}/permissions",
+    ("permissions:show", READER, "GET", f"{T}/permissions",
      "List the operations (route rules) the caller may call in the project."),
     ("placement:read", ADMIN_OR_SERVICE, "GET", "/placement/", "Read placement data."),
     ("placement:write", ADMIN_OR_SERVICE, "POST", "/placement/",

@@ -24,7 +24,7 @@ class Permissions(MethodView):
     def get(self, tenant_id):
         """List the route rules the caller passes, and those it does not, in this project.
 
-        Every caller may ask (about its own project; an administrator about any).
+        Any role in the project may ask (an administrator: about any project).
         """
         context = auth.current_context()
         target = {"project_id": tenant_id}

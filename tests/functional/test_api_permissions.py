@@ -72,3 +72,8 @@ def test_permissions_follow_the_policy_file(make_conf, db, tmp_path):
 def test_permissions_of_another_project_are_refused(client):
     assert_error(client.get("/v2/tenant-b/permissions",
                             headers={"X-Auth-Token": "tenant-a:member"}), 403)
+
+
+def test_a_caller_without_a_role_may_not_ask(client):
+    assert_error(client.get("/v2/tenant-a/permissions", headers={"X-Auth-Token": "tenant-a:"}),
+                 403)
