@@ -57,6 +57,7 @@ BLUEPRINTS = [
     "fleetflow.api.placement.routes",
     "fleetflow.api.audit.routes",
     "fleetflow.api.flows.routes",
+    "fleetflow.api.permissions.routes",
 ]
 
 #: Served only over fleetflow's simulated cloud.

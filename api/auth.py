@@ -8,8 +8,12 @@
   ``noauth2`` convention is accepted as well, so OpenStack's own placement
   clients work unchanged: ``X-Auth-Token: admin`` is project ``admin`` with the
   ``admin`` role, ``X-Auth-Token: user:project`` is that user in that project.
-  Anyone who can reach the port can claim any role: never expose it (see
-  :func:`noauth_exposed`).
+  Elsewhere a token of the form ``PROJECT:ROLE[,ROLE]`` is that project with
+  those roles (the convention of Nova's and Placement's ``noauth2``), so the
+  stock ``openstack`` client with ``--os-auth-type admin_token --os-token
+  demo:member`` works; a token without a colon is no identity there. The
+  headers win over a token when both are sent. Anyone who can reach the port
+  can claim any role: never expose it (see :func:`noauth_exposed`).
 - ``keystone``: the WSGI app is wrapped in keystonemiddleware's ``auth_token``
   (the optional ``fleetflow[keystone]`` extra), configured from the
   ``[keystone_authtoken]`` group of the fleetflow configuration. It runs with
@@ -62,13 +66,18 @@ def noauth_identity(headers, path: str) -> Identity | None:
         return Identity(project, headers.get("X-User-Id") or None,
                         _split_roles(headers.get("X-Roles")))
     token = (headers.get("X-Auth-Token") or "").strip()
-    if token and path.startswith(NOAUTH_TOKEN_PREFIXES):
+    if not token:
+        return None
+    if path.startswith(NOAUTH_TOKEN_PREFIXES):
         # NOTE: mirrors OpenStack Placement's NoAuthMiddleware: "admin" is an
         # admin; "user:project" names both; a bare "name" is user and project.
         user, _sep, project = token.partition(":")
         roles = _split_roles(headers.get("X-Roles")) or (("admin",) if user == "admin" else ())
         return Identity(project or user, user, roles)
-    return None
+    project, colon, roles = token.partition(":")
+    if not colon or not project.strip():
+        return None
+    return Identity(project.strip(), headers.get("X-User-Id") or None, _split_roles(roles))
 
 
 def keystone_identity(headers) -> Identity | None:
@@ -89,7 +98,8 @@ def authenticate() -> None:
         missing = "A valid X-Auth-Token is required."
     else:
         identity = noauth_identity(flask.request.headers, flask.request.path)
-        missing = "No identity: send X-Project-Id (and X-User-Id, X-Roles)."
+        missing = ("No identity: send X-Project-Id (and X-User-Id, X-Roles), or "
+                   "X-Auth-Token: PROJECT:ROLE[,ROLE].")
     if identity is None:
         raise wexc.Unauthorized(missing)
     ctx = oslo_context.RequestContext(

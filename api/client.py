@@ -8,7 +8,8 @@
     client.update_host("host-001", "maintenance", reason="disk swap")
 
 Identity is sent as noauth headers (``project_id``, ``user_id``, ``roles``) or
-as a Keystone token (``token``). Any error answer raises
+as a token (``token``): a Keystone token, or in noauth mode ``PROJECT:ROLE[,ROLE]``,
+whose project is then the client's unless ``project_id`` is given. Any error answer raises
 :class:`FleetflowApiError` carrying the API's error body. This module imports
 nothing of the server side, so the CLI can use it against a remote cloud.
 """
@@ -80,13 +81,18 @@ class Client:
         self.session = session or requests.Session()
         headers = {"Accept": "application/json"}
         if token:
+            # NOTE: the token alone is the identity: noauth headers would win over a
+            # noauth token (PROJECT:ROLE[,ROLE]), which also names the project.
             headers["X-Auth-Token"] = token
-        if project_id:
-            headers["X-Project-Id"] = project_id
-        if user_id:
-            headers["X-User-Id"] = user_id
-        if roles:
-            headers["X-Roles"] = ",".join(roles)
+            head, colon, _ = token.partition(":")
+            self.project_id = project_id or (head.strip() if colon else None) or None
+        else:
+            if project_id:
+                headers["X-Project-Id"] = project_id
+            if user_id:
+                headers["X-User-Id"] = user_id
+            if roles:
+                headers["X-Roles"] = ",".join(roles)
         self.session.headers.update(headers)
 
     # -- transport ---------------------------------------------------------
@@ -364,6 +370,12 @@ class Client:
 
     def delete_group(self, group_id: str, tenant_id: str | None = None) -> None:
         self.delete(self._tenant_path(tenant_id, f"groups/{_segment(group_id)}"))
+
+    # -- permissions ---------------------------------------------------------
+
+    def get_permissions(self, tenant_id: str | None = None) -> dict:
+        """The route rules the caller passes (``allowed``) and not (``denied``)."""
+        return self.get(self._tenant_path(tenant_id, "permissions"))["permissions"]
 
     # -- quotas ------------------------------------------------------------
 

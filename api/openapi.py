@@ -30,7 +30,8 @@ WRITES = ("put", "post", "delete", "patch")
 
 ERRORS = {
     "400": "Invalid input: each error names the field, query parameter or header.",
-    "401": "No identity (noauth: no X-Project-Id; keystone: no valid X-Auth-Token).",
+    "401": "No identity (noauth: no X-Project-Id nor an X-Auth-Token PROJECT:ROLE[,ROLE]; "
+           "keystone: no valid X-Auth-Token).",
     "403": "Not allowed: the policy, another project's path, or a quota.",
     "404": "No such resource (another project's resource answers 404 too).",
     "405": "/placement: the method is not available at the OpenStack-API-Version asked "

@@ -139,6 +139,8 @@ ROUTE_RULES = [
     ("quotas:update", ADMIN, "PUT", f"{A}/quotas/{{tenant_id}}", "Change a project's quotas."),
     ("audit:run", ADMIN, "GET", f"{A}/audit",
      "Audit placement, instances, hosts and groups for mismatches."),
+    ("permissions:show", READER, "GET", f"{T}/permissions",
+     "List the operations (route rules) the caller may call in the project."),
     ("placement:read", ADMIN_OR_SERVICE, "GET", "/placement/", "Read placement data."),
     ("placement:write", ADMIN_OR_SERVICE, "POST", "/placement/",
      "Change placement data (POST, PUT, DELETE)."),

@@ -27,7 +27,7 @@ import json
 import click
 import requests
 
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 MODES = ("auto", "api", "direct")
 IN_PROCESS_TRANSPORTS = ("kombu+memory:", "fake:")
@@ -131,14 +131,10 @@ def audit_direct(conf, strict: bool, hosts, rpc_timeout: float,
 
 def print_report(result: dict, source: str) -> None:
     mismatches = result["mismatches"]
-    counts = result.get("counts") or {}
     if mismatches:
         remote.table(f"audit ({source}): {len(mismatches)} mismatches",
-                     ["kind", "subject", "host", "detail"],
-                     [[m["kind"], m["subject"], m.get("host"), m["detail"]]
-                      for m in mismatches])
-    looked = ", ".join(f"{k}={v}" for k, v in counts.items() if k != "mismatches")
-    click.echo(f"{len(mismatches)} mismatches" + (f" ({looked})" if looked else ""))
+                     list(views.MISMATCH_COLUMNS), [views.mismatch_row(m) for m in mismatches])
+    click.echo(views.audit_summary(result))
 
 
 @click.command("audit")

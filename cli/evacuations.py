@@ -15,7 +15,7 @@ import time
 import click
 from rich.table import Table
 
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 # The API's words (the CLI does not import server code).
 MODES = ("rebuild", "live", "cold", "drain")
@@ -25,8 +25,7 @@ STATUSES = ("PENDING", "RUNNING", "PAUSED", "DONE", "PARTIAL", "FAILED", "REVERT
             "REVERTED")
 # Statuses after which an evacuation waits for nobody but an operator.
 STOPPED = ("DONE", "PARTIAL", "FAILED", "REVERTED", "PAUSED")
-# The counts of an evacuation's progress, in the order they are shown.
-PROGRESS_KEYS = ("done", "moving", "pending", "failed", "skipped", "reverted")
+PROGRESS_KEYS = views.EVACUATION_PROGRESS
 
 
 def _fault(item: dict) -> str | None:
@@ -73,18 +72,7 @@ def _watch(client, evacuation_id: str, interval: float, live: bool) -> dict:
 
 
 def _print_evacuation(evacuation: dict) -> None:
-    fault = evacuation.get("fault")
-    remote.fields(f"evacuation {evacuation['id']}", [
-        ("hosts", evacuation.get("hosts")), ("mode", evacuation.get("mode")),
-        ("status", evacuation["status"]), ("on_error", evacuation.get("on_error")),
-        ("max_parallel", evacuation.get("max_parallel")),
-        ("fallback", evacuation.get("fallback")),
-        ("target_hosts", evacuation.get("target_hosts")),
-        ("reason", evacuation.get("reason")), ("flow_id", evacuation.get("flow_id")),
-        ("progress", evacuation.get("progress")),
-        ("created_at", evacuation.get("created_at")),
-        ("updated_at", evacuation.get("updated_at")),
-        ("fault", f"{fault['code']}: {fault['message']}" if fault else None)])
+    remote.show(views.EVACUATION, evacuation)
     if evacuation.get("instances"):
         remote.console().print(moves_table(evacuation))
 
@@ -165,12 +153,7 @@ def list_(status, host, as_json):
     if as_json:
         remote.print_json(found)
         return
-    remote.table("evacuations", ["id", "hosts", "mode", "status", *PROGRESS_KEYS, "total",
-                                 "created_at"],
-                 [[e["id"], ", ".join(e["hosts"]), e["mode"], e["status"],
-                   # An API from before the "reverted" count leaves its cell empty.
-                   *(e["progress"].get(k, "") for k in (*PROGRESS_KEYS, "total")),
-                   e.get("created_at")] for e in found])
+    remote.listing("evacuations", views.EVACUATION, found)
 
 
 @evacuations.command("show")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import click
 
 from fleetflow.api.client import Client
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 # The API's flow states (the CLI does not import server code).
 STATES = ("PENDING", "RUNNING", "SUCCESS", "FAILURE", "REVERTED", "SUSPENDED", "SUSPENDING",
@@ -36,24 +36,11 @@ def _as_member() -> bool:
     return given.roles_given and "admin" not in {r.strip() for r in given.roles.split(",")}
 
 
-def _failure_text(failure: dict | None) -> str | None:
-    if not failure:
-        return None
-    return f"{failure['step']}: {failure['type']}: {failure['message']}"
-
-
 def _print_flow(flow: dict) -> None:
-    remote.fields(f"flow {flow['id']}", [
-        ("name", flow["name"]), ("state", flow["state"]),
-        ("owner_tenant", flow.get("owner_tenant")), ("on_error", flow.get("on_error")),
-        ("submitted_at", flow.get("submitted_at")), ("paused_at", flow.get("paused_at")),
-        ("last_progress_at", flow.get("last_progress_at")),
-        ("failure", _failure_text(flow.get("failure")))])
+    remote.show(views.FLOW, flow)
     atoms = flow.get("atoms") or []
     if atoms:
-        remote.table("atoms", ["name", "kind", "state", "intention", "attempts", "failure"], [
-            [a["name"], a["kind"], a["state"], a["intention"], a["attempts"],
-             _failure_text(a.get("failure") or a.get("revert_failure"))] for a in atoms])
+        remote.table("atoms", list(views.ATOM_COLUMNS), [views.atom_row(a) for a in atoms])
 
 
 @click.group("flows")
@@ -78,11 +65,7 @@ def list_cmd(status, tenant, as_json) -> None:
     if as_json:
         remote.print_json(found)
         return
-    remote.table(f"{len(found)} flows",
-                 ["id", "name", "state", "owner_tenant", "on_error", "submitted_at",
-                  "last_progress_at"],
-                 [[f["id"], f["name"], f["state"], f.get("owner_tenant"), f.get("on_error"),
-                   f.get("submitted_at"), f.get("last_progress_at")] for f in found])
+    remote.listing(f"{len(found)} flows", views.FLOW, found)
 
 
 @flows.command("show")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fleetflow.api.client import FleetflowApiError
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity",
             "network-proximity", "host-capabilities")
@@ -29,10 +29,7 @@ def find_group(client, ref: str, param_hint: str = "GROUP") -> dict:
 
 
 def _print_group(group: dict) -> None:
-    remote.fields(f"group {group['id']}", [
-        (key, group.get(key)) for key in ("name", "tenant_id", "policies", "scope",
-                                          "max_per_host", "metadata", "capabilities",
-                                          "members", "created_at", "updated_at")])
+    remote.show(views.GROUP, group)
 
 
 def _emit(group: dict, as_json: bool) -> None:
@@ -81,9 +78,7 @@ def list_(name, as_json):
     if as_json:
         remote.print_json(found)
         return
-    remote.table("groups", ["id", "name", "policies", "scope", "max_per_host", "members"],
-                 [[g["id"], g.get("name"), ", ".join(g["policies"]), g["scope"],
-                   g.get("max_per_host"), len(g["members"])] for g in found])
+    remote.listing("groups", views.GROUP, found)
 
 
 @groups.command("show")

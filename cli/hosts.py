@@ -12,35 +12,14 @@ from __future__ import annotations
 
 import click
 
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 # The API's host states (the CLI does not import server code).
 HOST_STATES = ("up", "down", "maintenance", "disabled")
 
 
-# The resource classes a host list shows, as "used/total".
-CAPACITY_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "GPU")
-
-
-def _used_of_total(host: dict, resource_class: str) -> str:
-    found = (host.get("capacity") or {}).get(resource_class)
-    return f"{found['used']}/{found['total']}" if found else ""
-
-
-def _capacity_text(host: dict) -> str:
-    """``VCPU 4/32 (28 free), MEMORY_MB ...``: every class of the host's inventory."""
-    return ", ".join(f"{rc} {c['used']}/{c['total']} ({c['free']} free)"
-                     for rc, c in sorted((host.get("capacity") or {}).items()))
-
-
 def _print_host(host: dict) -> None:
-    remote.fields(f"host {host['name']}", [
-        ("uuid", host.get("uuid")), ("state", host["state"]), ("reason", host.get("reason")),
-        ("instances", host.get("instances")), ("capacity (used/total)", _capacity_text(host)),
-        ("evacuation_id", host.get("evacuation_id")),
-        ("heartbeat_at", host.get("heartbeat_at")), ("topology", host.get("topology")),
-        ("traits", host.get("traits")), ("capabilities", host.get("capabilities")),
-        ("compute_agent", host.get("compute_agent")), ("updated_at", host.get("updated_at"))])
+    remote.show(views.HOST, host)
 
 
 @click.group("hosts")
@@ -61,13 +40,7 @@ def list_(status, region, zone, rack, as_json):
     if as_json:
         remote.print_json(found)
         return
-    remote.table("hosts", ["name", "state", "instances",
-                           *(rc.lower() for rc in CAPACITY_CLASSES), "evacuation", "region",
-                           "zone", "rack", "reason"],
-                 [[h["name"], h["state"], h.get("instances"),
-                   *(_used_of_total(h, rc) for rc in CAPACITY_CLASSES), h.get("evacuation_id"),
-                   h["topology"]["region"], h["topology"]["zone"], h["topology"]["rack"],
-                   h.get("reason")] for h in found])
+    remote.listing("hosts", views.HOST, found)
 
 
 @hosts.command("show")

@@ -34,6 +34,8 @@ from rich.live import Live
 from rich.table import Table
 
 from fleetflow.api.client import Client, FleetflowApiError
+from fleetflow.cli import views
+from fleetflow.cli.views import text  # noqa: F401 - commands' cells
 
 META_KEY = "fleetflow.remote"
 DEFAULT_ROLES = "member,reader"
@@ -334,15 +336,14 @@ def fields(title: str, pairs: list[tuple[str, object]]) -> None:
     table(title, ["field", "value"], [[k, text(v)] for k, v in pairs])
 
 
-def text(value) -> str:
-    """A cell's text: a dict as ``k=v, ...``, a list as ``a, b``."""
-    if value is None:
-        return ""
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value)
-    return str(value)
+def show(view: views.View, item: dict) -> None:
+    """One object as its view shows it."""
+    fields(view.title(item), view.fields(item))
+
+
+def listing(title: str, view: views.View, items: list[dict]) -> None:
+    """A list of objects, one row each, as their view shows them."""
+    table(title, list(view.columns), [view.row(item) for item in items])
 
 
 def key_values(values: tuple[str, ...], option: str) -> dict[str, str]:

@@ -13,8 +13,7 @@ import time
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fleetflow.api.client import where
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 from fleetflow.cli.groups import find_group
 
 # Statuses after which a reservation no longer changes by itself (the API's
@@ -59,19 +58,11 @@ def _watch(client, reservation_id: str, interval: float, show_bar: bool) -> dict
 
 
 def _print_reservation(reservation: dict) -> None:
-    fault = reservation.get("fault")
-    remote.fields(f"reservation {reservation['id']}", [
-        ("name", reservation.get("name")), ("status", reservation["status"]),
-        ("policy", reservation.get("policy")), ("flow_id", reservation.get("flow_id")),
-        ("progress", reservation.get("progress")), ("created_at", reservation.get("created_at")),
-        ("updated_at", reservation.get("updated_at")),
-        ("fault", f"{fault['code']}: {fault['message']}" if fault else None)])
+    remote.show(views.RESERVATION, reservation)
     instances = reservation.get("instances") or []
     if instances:
-        remote.table("instances", ["id", "name", "status", "host", "attempts", "fault"], [
-            [i["id"], i["name"], i["status"], where(i), i.get("attempts"),
-             f"{i['fault']['code']}: {i['fault']['message']}" if i.get("fault") else None]
-            for i in instances])
+        remote.table("instances", list(views.INSTANCE_COLUMNS),
+                     [views.instance_row(i) for i in instances])
 
 
 def _settled_exit(reservation: dict) -> None:
@@ -134,10 +125,7 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
         if as_json:
             remote.print_json(verdict)
         else:
-            remote.fields("dry run", [("fits", verdict["fits"]),
-                                      ("placed", verdict.get("placed")),
-                                      ("explanation", verdict.get("explanation")),
-                                      ("hosts", len(verdict.get("hosts") or {}))])
+            remote.fields("dry run", views.dry_run_fields(verdict))
         remote.verdict_exit(verdict)
         return
     reservation = client.reserve(body, idempotency_key=idempotency_key)
@@ -165,11 +153,7 @@ def list_(status, as_json):
     if as_json:
         remote.print_json(found)
         return
-    remote.table("reservations", ["id", "name", "status", "policy", "active", "building",
-                                  "error", "total", "created_at"],
-                 [[r["id"], r.get("name"), r["status"], r["policy"], r["progress"]["active"],
-                   r["progress"]["building"], r["progress"]["error"], r["progress"]["total"],
-                   r.get("created_at")] for r in found])
+    remote.listing("reservations", views.RESERVATION, found)
 
 
 @reservations.command("show")

@@ -26,7 +26,7 @@ from rich.console import Group
 from rich.table import Table
 
 from fleetflow.api.client import FleetflowApiError, where
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 # The API's words (the CLI does not import server code).
 STATUSES = ("PENDING", "SCHEDULING", "BUILDING", "ACTIVE", "UPDATING", "ERROR", "REVERTING",
@@ -164,12 +164,7 @@ def cluster_view(vcluster: dict) -> Group:
 
 
 def _print_vcluster(vcluster: dict) -> None:
-    fault = vcluster.get("fault")
-    remote.fields(f"vcluster {vcluster['id']}", [
-        ("name", vcluster.get("name")), ("status", vcluster["status"]),
-        ("flow_id", vcluster.get("flow_id")), ("progress", vcluster.get("progress")),
-        ("created_at", vcluster.get("created_at")), ("updated_at", vcluster.get("updated_at")),
-        ("fault", f"{fault['code']}: {fault['message']}" if fault else None)])
+    remote.show(views.VCLUSTER, vcluster)
     remote.console().print(cluster_view({**vcluster, "fault": None}))
 
 
@@ -291,12 +286,7 @@ def list_(status, as_json):
     if as_json:
         remote.print_json(found)
         return
-    remote.table("vclusters", ["id", "name", "status", "active", "building", "error", "total",
-                               "created_at"],
-                 [[v["id"], v.get("name"), v["status"],
-                   *((v.get("progress") or {}).get(k) for k in ("active", "building", "error",
-                                                               "total")),
-                   v.get("created_at")] for v in found])
+    remote.listing("vclusters", views.VCLUSTER, found)
 
 
 @vclusters.command("show")

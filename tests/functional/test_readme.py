@@ -58,6 +58,8 @@ EXPECTED = {
     "--dry-run || echo": ["exit 3: does not fit"],
     # The reservation stops PAUSED for the operator, who then reverts its flow.
     "--on-error pause --json": ["PAUSED", "REVERTED"],
+    # The openstack plugin: a member's help has no operator command; --wait ends ACTIVE.
+    "openstack fleet reservation create osc-web": ["fleet reservation create", "ACTIVE"],
 }
 
 # Each block gets this much time; the slowest (evacuations) takes a few seconds.

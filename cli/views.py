@@ -1,0 +1,179 @@
+"""What each object of the API shows as in a client: one formatter for every command.
+
+The ``fleetflow`` command (rich tables) and the ``openstack fleet`` commands (cliff's
+formatters) both print what is defined here: a list's columns and each object's row,
+one object's fields. Each client only frames them its own way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from fleetflow.api.client import where
+
+# The resource classes a host list shows, as "used/total".
+CAPACITY_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB", "GPU")
+# The counts of an evacuation's progress, in the order they are shown.
+EVACUATION_PROGRESS = ("done", "moving", "pending", "failed", "skipped", "reverted")
+VCLUSTER_PROGRESS = ("active", "building", "error", "total")
+
+
+def text(value) -> str:
+    """A cell's text: a dict as ``k=v, ...``, a list as ``a, b``."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def fault_text(item: dict) -> str | None:
+    fault = item.get("fault")
+    return f"{fault['code']}: {fault['message']}" if fault else None
+
+
+def failure_text(failure: dict | None) -> str | None:
+    if not failure:
+        return None
+    return f"{failure['step']}: {failure['type']}: {failure['message']}"
+
+
+def used_of_total(host: dict, resource_class: str) -> str:
+    found = (host.get("capacity") or {}).get(resource_class)
+    return f"{found['used']}/{found['total']}" if found else ""
+
+
+def capacity_text(host: dict) -> str:
+    """``VCPU 4/32 (28 free), MEMORY_MB ...``: every class of the host's inventory."""
+    return ", ".join(f"{rc} {c['used']}/{c['total']} ({c['free']} free)"
+                     for rc, c in sorted((host.get("capacity") or {}).items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """How one kind of object shows: ``title`` and ``fields`` of one, ``columns`` and
+    ``row`` of a list."""
+
+    title: Callable[[dict], str]
+    fields: Callable[[dict], list[tuple[str, object]]]
+    columns: tuple[str, ...]
+    row: Callable[[dict], list]
+
+
+def _picked(*keys: str) -> Callable[[dict], list[tuple[str, object]]]:
+    return lambda item: [(key, item.get(key)) for key in keys]
+
+
+RESERVATION = View(
+    title=lambda r: f"reservation {r['id']}",
+    fields=lambda r: [
+        ("name", r.get("name")), ("status", r["status"]), ("policy", r.get("policy")),
+        ("flow_id", r.get("flow_id")), ("progress", r.get("progress")),
+        ("created_at", r.get("created_at")), ("updated_at", r.get("updated_at")),
+        ("fault", fault_text(r))],
+    columns=("id", "name", "status", "policy", "active", "building", "error", "total",
+             "created_at"),
+    row=lambda r: [r["id"], r.get("name"), r["status"], r["policy"], r["progress"]["active"],
+                   r["progress"]["building"], r["progress"]["error"], r["progress"]["total"],
+                   r.get("created_at")])
+
+INSTANCE_COLUMNS = ("id", "name", "status", "host", "attempts", "fault")
+
+
+def instance_row(instance: dict) -> list:
+    return [instance["id"], instance["name"], instance["status"], where(instance),
+            instance.get("attempts"), fault_text(instance)]
+
+
+GROUP = View(
+    title=lambda g: f"group {g['id']}",
+    fields=_picked("name", "tenant_id", "policies", "scope", "max_per_host", "metadata",
+                   "capabilities", "members", "created_at", "updated_at"),
+    columns=("id", "name", "policies", "scope", "max_per_host", "members"),
+    row=lambda g: [g["id"], g.get("name"), ", ".join(g["policies"]), g["scope"],
+                   g.get("max_per_host"), len(g["members"])])
+
+VCLUSTER = View(
+    title=lambda v: f"vcluster {v['id']}",
+    fields=lambda v: [
+        ("name", v.get("name")), ("status", v["status"]), ("flow_id", v.get("flow_id")),
+        ("progress", v.get("progress")), ("created_at", v.get("created_at")),
+        ("updated_at", v.get("updated_at")), ("fault", fault_text(v))],
+    columns=("id", "name", "status", *VCLUSTER_PROGRESS, "created_at"),
+    row=lambda v: [v["id"], v.get("name"), v["status"],
+                   *((v.get("progress") or {}).get(k) for k in VCLUSTER_PROGRESS),
+                   v.get("created_at")])
+
+EVACUATION = View(
+    title=lambda e: f"evacuation {e['id']}",
+    fields=lambda e: [
+        ("hosts", e.get("hosts")), ("mode", e.get("mode")), ("status", e["status"]),
+        ("on_error", e.get("on_error")), ("max_parallel", e.get("max_parallel")),
+        ("fallback", e.get("fallback")), ("target_hosts", e.get("target_hosts")),
+        ("reason", e.get("reason")), ("flow_id", e.get("flow_id")),
+        ("progress", e.get("progress")), ("created_at", e.get("created_at")),
+        ("updated_at", e.get("updated_at")), ("fault", fault_text(e))],
+    columns=("id", "hosts", "mode", "status", *EVACUATION_PROGRESS, "total", "created_at"),
+    # An API from before the "reverted" count leaves its cell empty.
+    row=lambda e: [e["id"], ", ".join(e["hosts"]), e["mode"], e["status"],
+                   *(e["progress"].get(k, "") for k in (*EVACUATION_PROGRESS, "total")),
+                   e.get("created_at")])
+
+HOST = View(
+    title=lambda h: f"host {h['name']}",
+    fields=lambda h: [
+        ("uuid", h.get("uuid")), ("state", h["state"]), ("reason", h.get("reason")),
+        ("instances", h.get("instances")), ("capacity (used/total)", capacity_text(h)),
+        ("evacuation_id", h.get("evacuation_id")), ("heartbeat_at", h.get("heartbeat_at")),
+        ("topology", h.get("topology")), ("traits", h.get("traits")),
+        ("capabilities", h.get("capabilities")), ("compute_agent", h.get("compute_agent")),
+        ("updated_at", h.get("updated_at"))],
+    columns=("name", "state", "instances", *(rc.lower() for rc in CAPACITY_CLASSES),
+             "evacuation", "region", "zone", "rack", "reason"),
+    row=lambda h: [h["name"], h["state"], h.get("instances"),
+                   *(used_of_total(h, rc) for rc in CAPACITY_CLASSES), h.get("evacuation_id"),
+                   h["topology"]["region"], h["topology"]["zone"], h["topology"]["rack"],
+                   h.get("reason")])
+
+FLOW = View(
+    title=lambda f: f"flow {f['id']}",
+    fields=lambda f: [
+        ("name", f["name"]), ("state", f["state"]), ("owner_tenant", f.get("owner_tenant")),
+        ("on_error", f.get("on_error")), ("submitted_at", f.get("submitted_at")),
+        ("paused_at", f.get("paused_at")), ("last_progress_at", f.get("last_progress_at")),
+        ("failure", failure_text(f.get("failure")))],
+    columns=("id", "name", "state", "owner_tenant", "on_error", "submitted_at",
+             "last_progress_at"),
+    row=lambda f: [f["id"], f["name"], f["state"], f.get("owner_tenant"), f.get("on_error"),
+                   f.get("submitted_at"), f.get("last_progress_at")])
+
+ATOM_COLUMNS = ("name", "kind", "state", "intention", "attempts", "failure")
+
+
+def atom_row(atom: dict) -> list:
+    return [atom["name"], atom["kind"], atom["state"], atom["intention"], atom["attempts"],
+            failure_text(atom.get("failure") or atom.get("revert_failure"))]
+
+
+MISMATCH_COLUMNS = ("kind", "subject", "host", "detail")
+
+
+def mismatch_row(mismatch: dict) -> list:
+    return [mismatch["kind"], mismatch["subject"], mismatch.get("host"), mismatch["detail"]]
+
+
+def audit_summary(result: dict) -> str:
+    """``2 mismatches (hosts=4, instances=3, ...)``: the audit's last line."""
+    counts = result.get("counts") or {}
+    looked = ", ".join(f"{k}={v}" for k, v in counts.items() if k != "mismatches")
+    return f"{len(result['mismatches'])} mismatches" + (f" ({looked})" if looked else "")
+
+
+def dry_run_fields(verdict: dict) -> list[tuple[str, object]]:
+    """A reservation's dry run: does it fit, and why."""
+    return [("fits", verdict["fits"]), ("placed", verdict.get("placed")),
+            ("explanation", verdict.get("explanation")),
+            ("hosts", len(verdict.get("hosts") or {}))]

@@ -1,0 +1,1 @@
+"""The ``openstack fleet ...`` commands: a python-openstackclient plugin for fleetflow."""
