@@ -38,6 +38,8 @@ import testtools
 from nova import context as nova_context
 from nova.tests.functional import integrated_helpers
 
+from fleetflow.testing import harness_identity
+
 LOG = logging.getLogger("fleetflow.testing.nova_harness")
 
 #: Seconds between two heartbeats of every service, and after which one without a
@@ -239,7 +241,8 @@ def _api_paste_config() -> str:
 
 
 class _ControlDispatcher:
-    """The compute API, with ``/_harness/`` answered by the harness itself."""
+    """The compute API, with ``/_harness/`` and the identity service's tokens
+    (``/identity/v3``) answered by the harness itself."""
 
     def __init__(self, nova_app, controls: queue.Queue):
         self.nova_app = nova_app
@@ -247,13 +250,17 @@ class _ControlDispatcher:
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if not path.startswith(CONTROL_PREFIX):
+        headers = {}
+        if path.startswith(harness_identity.PREFIX):
+            status, headers, body = harness_identity.answer(environ)
+        elif path.startswith(CONTROL_PREFIX):
+            status, body = self._answer(environ["REQUEST_METHOD"], path[len(CONTROL_PREFIX):])
+        else:
             return self.nova_app(environ, start_response)
-        status, body = self._answer(environ["REQUEST_METHOD"], path[len(CONTROL_PREFIX):])
         payload = json.dumps(body).encode()
         start_response(f"{status} {_REASONS[status]}",
                        [("Content-Type", "application/json"),
-                        ("Content-Length", str(len(payload)))])
+                        ("Content-Length", str(len(payload))), *headers.items()])
         return [payload]
 
     def _answer(self, method, route):
@@ -275,7 +282,8 @@ class _ControlDispatcher:
             return 500, {"error": f"{type(error).__name__}: {error}"}
 
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+_REASONS = {200: "OK", 201: "Created", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed", 500: "Internal Server Error"}
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):

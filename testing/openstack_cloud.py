@@ -11,7 +11,10 @@ cloud into the clouds.yaml (merged into the file when it exists) so a stock
 ``READY <compute-url> <placement-url>``, and serves until SIGTERM or SIGINT, then exits 0.
 
 Identity: a request's ``X-Auth-Token`` is ``user:project`` (``admin:admin`` is an admin);
-Placement takes any token. The compute URL is the API's root (``/v2.1`` is under it).
+Placement takes any token. ``<compute-url>/identity/v3`` issues such tokens as Keystone
+issues its own (``fleetflow.testing.harness_identity``): the clouds.yaml entry holds
+user ``admin``'s password, scoped to project ``admin``, and a client may scope it to
+any other project. The compute URL is the API's root (``/v2.1`` is under it).
 Under ``<compute-url>/_harness/`` the harness answers itself, to play a dead host:
 ``POST hosts/<host>/stop`` (its nova-compute stops: no RPC, no heartbeat, and
 ``os-services`` reads it ``down`` within seconds), ``POST hosts/<host>/start`` (a restarted
@@ -35,8 +38,6 @@ import time
 import yaml
 
 LOG = logging.getLogger("fleetflow.testing.openstack_cloud")
-#: The token the clouds.yaml entry carries: user ``admin`` of project ``admin``.
-ADMIN_TOKEN = "admin:admin"
 REGION = "RegionOne"
 #: Seconds the harness's own clean-up may take after a stop signal before it is cut short.
 CLEANUP_SECONDS = 15
@@ -50,11 +51,17 @@ def host_names(count: int) -> list[str]:
 
 
 def cloud_entry(compute_url: str, placement_url: str) -> dict:
-    """The clouds.yaml entry of a harness serving at these URLs."""
+    """The clouds.yaml entry of a harness serving at these URLs: a password, as a
+    service user of a real cloud has, so a client can scope itself to any project."""
+    from fleetflow.testing import harness_identity
+
     compute_endpoint = compute_url.rstrip("/") + "/v2.1"
     return {
-        "auth_type": "admin_token",
-        "auth": {"endpoint": compute_endpoint, "token": ADMIN_TOKEN},
+        "auth_type": "v3password",
+        "auth": {"auth_url": compute_url.rstrip("/") + harness_identity.PREFIX,
+                 "username": harness_identity.USER, "password": harness_identity.PASSWORD,
+                 "project_id": "admin", "user_domain_id": "default",
+                 "project_domain_id": "default"},
         "compute_endpoint_override": compute_endpoint,
         "placement_endpoint_override": placement_url.rstrip("/") + "/",
         "region_name": REGION,

@@ -33,9 +33,23 @@ def _allocations(conn, server_id):
 def test_clouds_yaml_names_the_harness(openstack_cloud):
     with open(openstack_cloud.clouds_yaml) as written:
         entry = yaml.safe_load(written)["clouds"][openstack_cloud.cloud_name]
-    assert entry["auth_type"] == "admin_token"
-    assert entry["auth"]["endpoint"] == openstack_cloud.compute_url + "/v2.1"
+    assert entry["auth_type"] == "v3password"
+    assert entry["auth"]["auth_url"] == openstack_cloud.compute_url + "/identity/v3"
+    assert entry["compute_endpoint_override"] == openstack_cloud.compute_url + "/v2.1"
     assert entry["placement_endpoint_override"].rstrip("/") == openstack_cloud.placement_url
+
+
+def test_the_same_user_scoped_to_another_project_works_in_it(openstack_cloud):
+    conn = openstack_cloud.connection()
+    assert conn.current_project_id == "admin"
+    tenant = conn.connect_as_project({"id": "tenant-a"})
+    assert tenant.current_project_id == "tenant-a"
+    group = tenant.compute.create_server_group(name="scoped", policy="anti-affinity")
+    try:
+        listed = {g.id: g.project_id for g in conn.compute.server_groups(all_projects=True)}
+        assert listed[group.id] == "tenant-a"
+    finally:
+        conn.compute.delete_server_group(group)
 
 
 def test_every_host_is_a_hypervisor_and_an_up_compute(openstack_cloud):
