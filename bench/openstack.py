@@ -180,8 +180,7 @@ class Serve:
         env.update(FLEETFLOW_STATE_DIR=self.workdir, FLEETFLOW_API_PORT=str(port),
                    FLEETFLOW_CLOUD_DRIVER="openstack", FLEETFLOW_OPENSTACK_CLOUD="bench",
                    FLEETFLOW_OPENSTACK_CLOUDS_YAML=clouds_yaml,
-                   FLEETFLOW_OPENSTACK_POLL_INTERVAL=str(nova_poll),
-                   FLEETFLOW_COMPUTE_MOVE_POLL_INTERVAL=str(nova_poll))
+                   FLEETFLOW_OPENSTACK_POLL_INTERVAL=str(nova_poll))
         fleetflow = os.path.join(os.path.dirname(sys.executable), "fleetflow")
         with open(os.path.join(self.workdir, "serve.log"), "w") as log:
             self.proc = subprocess.Popen([fleetflow, "serve"], cwd=self.workdir, env=env,
@@ -378,9 +377,9 @@ def main() -> None:
     parser.add_argument("--skip-reservation", action="store_true")
     parser.add_argument("--poll", type=float, default=0.25,
                         help="seconds between this program's polls of fleetflow and Nova")
-    parser.add_argument("--nova-poll", type=float, default=0.2,
-                        help="fleetflow's [openstack] poll_interval and [compute] "
-                             "move_poll_interval: how often it asks Nova about each server")
+    parser.add_argument("--nova-poll", type=float, default=0.5,
+                        help="fleetflow's [openstack] poll_interval: how often it looks at "
+                             "the servers it builds and moves (its default, 0.5)")
     parser.add_argument("--nova-timeout", type=float, default=600,
                         help="seconds Nova's way may take before it is reported HUNG")
     args = parser.parse_args()

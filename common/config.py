@@ -218,6 +218,12 @@ OPENSTACK_OPTS = [
                  help="Seconds between two syncs of the cloud's hosts, zones, "
                       "aggregates, inventories and usage into fleetflow's rows, in every "
                       "conductor. 0: only 'fleetflow fleet sync'."),
+    cfg.BoolOpt("tenant_projects", default=True,
+                help="Make a tenant's servers and server groups in the tenant's own "
+                     "project (the tenant id is the cloud's project id), with fleetflow's "
+                     "credentials scoped to it: its user needs a role in every tenant's "
+                     "project and credentials that can be re-scoped (a password or the "
+                     "like, not a fixed token). False: everything in fleetflow's project."),
     cfg.FloatOpt("poll_interval", default=0.5, min=0.05,
                  help="Seconds between two looks at a server being built or moved."),
     cfg.FloatOpt("build_timeout", default=600.0, min=1.0,

@@ -23,6 +23,7 @@ with the same guarantees:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 
@@ -46,6 +47,7 @@ from fleetflow.compute.openstack.nova import (
     instance_tag,
     task_state_of,
 )
+from fleetflow.compute.openstack.watch import Watch
 
 LOG = logging.getLogger(__name__)
 
@@ -70,7 +72,25 @@ class OpenStackCompute:
         self.conf = conf
         self.database = database
         self.nova = Nova(connection)
-        self.moves = Moves(self.nova, conf)
+        self.watch = Watch(self.nova, conf.openstack.poll_interval)
+        self.moves = Moves(self.nova, conf, self.watch)
+        self._tenants: dict[str, Nova] = {}
+        self._tenants_lock = threading.Lock()
+
+    def _in_project(self, project_id: str) -> Nova:
+        """Nova as fleetflow's user scoped to ``project_id``: a tenant's servers and
+        server groups are made in the tenant's project (its quota, its ``openstack
+        server list``). Everything else (finding, moving, deleting) is done with the
+        cloud-wide identity. ``[openstack] tenant_projects = false``: all in fleetflow's
+        own project."""
+        if not self.conf.openstack.tenant_projects:
+            return self.nova
+        with self._tenants_lock:
+            nova = self._tenants.get(project_id)
+            if nova is None:
+                connection = self.nova.connection.connect_as_project({"id": project_id})
+                nova = self._tenants[project_id] = Nova(connection)
+            return nova
 
     # -- finding fleetflow's servers -----------------------------------------
 
@@ -115,12 +135,13 @@ class OpenStackCompute:
                              **({"fleetflow_reservation": instance.reservation_id}
                                 if instance.reservation_id else {})}}
         hints = None
+        tenant = self._in_project(instance.tenant_id)
         if instance.group_id:
-            nova_group = groups.ensure(self.nova, self.database, instance.group_id)
+            nova_group = groups.ensure(tenant, self.database, instance.group_id)
             if nova_group:
                 hints = {"group": nova_group}
         try:
-            server = self.nova.create(body, hints)
+            server = tenant.create(body, hints)
         except Refused as exc:
             raise BuildFailed(f"{uuid} on {host}: Nova refused the build: {exc.message}",
                               host=host, instance_id=uuid) from exc
@@ -128,8 +149,11 @@ class OpenStackCompute:
 
     def _wait_active(self, host: str, uuid: str, server: dict) -> dict:
         deadline = time.monotonic() + self.conf.openstack.build_timeout
+        tag = instance_tag(uuid)
         while True:
-            current = self.nova.server(server["id"])
+            listed = [found for found in self.watch.servers(tag) if found["id"] == server["id"]]
+            # Not in a listing taken before the server was made: asked directly.
+            current = listed[0] if listed else self.nova.server(server["id"])
             if current is None:
                 raise BuildFailed(f"{uuid} on {host}: its server {server['id']} was deleted "
                                   "while it was building", host=host, instance_id=uuid)

@@ -35,14 +35,16 @@ _FAILED = {"error", "failed", "cancelled", "reverted"}
 
 
 class Moves:
-    """The tries of one driver. Which server a try moves is remembered once found, so
-    a try polled every ``[openstack] poll_interval`` costs one read of its server while
-    Nova works (its tag is checked on each read, and searched for again if it is gone:
-    the tag, not this memory, is what a restarted process finds the try by)."""
+    """The tries of one driver. A try polled every ``[openstack] poll_interval`` is
+    answered from the watch's listing of every try under way (``watch.py``). Confirming
+    and undoing read the server directly: which server a try moves is remembered once
+    found (its tag is checked on each read, and searched for again if it is gone: the
+    tag, not this memory, is what a restarted process finds the try by)."""
 
-    def __init__(self, nova, conf):
+    def __init__(self, nova, conf, watch):
         self.nova = nova
         self.conf = conf
+        self.watch = watch
         self._servers: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -95,8 +97,12 @@ class Moves:
                 and server["status"] in ("ACTIVE", "SHUTOFF", "ERROR"))
 
     def get(self, migration_id: str) -> dict | None:
-        server = self._server_of(migration_id)
-        return None if server is None else self._record(server, migration_id)
+        """The try's record, from the watch's listing (at most one interval old)."""
+        found = self.watch.servers(move_tag(migration_id))
+        if not found:
+            return None
+        self._remember(migration_id, found[0]["id"])
+        return self._record(found[0], migration_id)
 
     def _record(self, server: dict, migration_id: str) -> dict:
         meta = server.get("metadata") or {}

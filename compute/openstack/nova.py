@@ -54,7 +54,13 @@ class Nova:
         try:
             response = getattr(self.connection.compute, method)(
                 url, microversion=MICROVERSION, raise_exc=False, **kwargs)
-        except Exception as exc:  # keystoneauth: connect failures, timeouts
+        except Exception as exc:  # keystoneauth: connect failures, timeouts, refusals
+            if _refused_identity(exc):
+                # Keystone refused the credentials or the scope (fleetflow's user has
+                # no role in that project): an answer, and no request reached Nova.
+                raise Refused(f"{method.upper()} {url}: the cloud's identity service "
+                              f"refused fleetflow's credentials: {exc}",
+                              status_code=401, url=url) from exc
             raise OutcomeUnknown(f"{method.upper()} {url}: no answer from Nova: {exc}") from exc
         if response.status_code in ok:
             return response.json() if response.content else {}
@@ -176,6 +182,12 @@ def _message(response) -> str:
             if isinstance(value, dict) and "message" in value:
                 return str(value["message"])
     return str(body)[:300]
+
+
+def _refused_identity(exc: Exception) -> bool:
+    from keystoneauth1 import exceptions as ks
+
+    return isinstance(exc, (ks.Unauthorized, ks.Forbidden, ks.MissingAuthPlugin))
 
 
 def _as_tuple(version: str) -> tuple[int, ...]:

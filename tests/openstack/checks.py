@@ -59,11 +59,15 @@ def assert_nothing_left(conn) -> None:
     assert not any(usages.values()), usages
 
 
-def group_members(conn, group_id: str) -> list[str]:
+def nova_group(conn, group_id: str) -> dict:
+    """The Nova server group backing fleetflow group ``group_id``."""
     groups = conn.compute.get("/os-server-groups", params={"all_projects": "True"},
                               microversion="2.64").json()["server_groups"]
-    group = next(g for g in groups if g["name"] == f"fleetflow-{group_id}")
-    return group["members"]
+    return next(g for g in groups if g["name"] == f"fleetflow-{group_id}")
+
+
+def group_members(conn, group_id: str) -> list[str]:
+    return nova_group(conn, group_id)["members"]
 
 
 def pool(conn, name: str, hosts, **metadata) -> None:

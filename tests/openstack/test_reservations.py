@@ -22,6 +22,10 @@ def test_six_in_an_anti_affinity_group_land_on_six_nova_hosts(openstack_cloud, f
     checks.assert_one_allocation_each(conn, nova)
     # The group is Nova's too, so Nova enforces it as well.
     assert sorted(checks.group_members(conn, group)) == sorted(s["id"] for s in nova)
+    # Both are the tenant's, in its own project (the harness's identity service scoped
+    # fleetflow's user to it), not fleetflow's.
+    assert {s["tenant_id"] for s in nova} == {"demo"}
+    assert checks.nova_group(conn, group)["project_id"] == "demo"
     assert fleetflow.audit()["clean"], fleetflow.audit()
 
     fleetflow.call("DELETE", f"/v2/demo/reservations/{reservation['id']}")
