@@ -32,6 +32,7 @@ import logging
 
 import flask
 import flask_smorest
+from oslo_middleware import cors
 from werkzeug import exceptions as wexc
 
 from fleetflow.api import auth, bodies, errors, openapi, policy
@@ -182,4 +183,9 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
     elif auth.noauth_exposed(conf):
         LOG.warning("auth_strategy = noauth while listening on %s: anyone who reaches "
                     "the port can act as any project, or as admin", conf.api.host)
+    if conf.cors.allowed_origin:
+        # Outermost, as in Placement: a browser's preflight (an OPTIONS without a
+        # token) is answered before authentication, and every answer, errors and
+        # 401s included, carries the CORS headers the browser needs to read it.
+        app.wsgi_app = cors.CORS(app.wsgi_app, conf)
     return app

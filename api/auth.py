@@ -4,7 +4,9 @@
 
 - ``noauth`` (development and tests): the identity is whatever the client says
   in ``X-Project-Id``, ``X-User-Id`` and ``X-Roles`` (comma separated). No
-  ``X-Project-Id`` answers 401. Under ``/placement`` only, OpenStack's
+  ``X-Project-Id`` answers 401, unless ``OpenStack-System-Scope: all`` says the
+  caller acts on the whole deployment (system scope: no project; the policy rules'
+  scope types decide what such a caller may do). Under ``/placement`` only, OpenStack's
   ``noauth2`` convention is accepted as well, so OpenStack's own placement
   clients work unchanged: ``X-Auth-Token: admin`` is project ``admin`` with the
   ``admin`` role, ``X-Auth-Token: user:project`` is that user in that project.
@@ -19,11 +21,12 @@
   ``[keystone_authtoken]`` group of the fleetflow configuration. It runs with
   ``delay_auth_decision`` so that a missing or bad token reaches us and gets a
   401 in the API's error format; the identity comes from the headers the
-  middleware sets (it strips any the client sent).
+  middleware sets (it strips any the client sent): a project-scoped token's
+  project, or a system-scoped token's ``OpenStack-System-Scope``.
 
 Each request gets an oslo.context ``RequestContext`` in ``flask.g.context``
 (:func:`current_context`): ``project_id``, ``user_id``, ``roles``,
-``is_admin`` (the ``context_is_admin`` policy rule), ``request_id``.
+``system_scope``, ``is_admin`` (the ``context_is_admin`` policy rule), ``request_id``.
 """
 
 from __future__ import annotations
@@ -46,13 +49,16 @@ PUBLIC_ENDPOINTS = frozenset({"api-docs.openapi_json", "placement.versions"})
 
 # Paths where the OpenStack noauth2 token convention is honoured.
 NOAUTH_TOKEN_PREFIXES = ("/placement",)
+# The header keystonemiddleware sets for a system-scoped token (and that noauth reads).
+SYSTEM_SCOPE_HEADER = "OpenStack-System-Scope"
 
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
-    project_id: str
+    project_id: str | None  # None: a system-scoped caller
     user_id: str | None
     roles: tuple[str, ...]
+    system_scope: str | None = None
 
 
 def _split_roles(value: str | None) -> tuple[str, ...]:
@@ -62,30 +68,49 @@ def _split_roles(value: str | None) -> tuple[str, ...]:
 def noauth_identity(headers, path: str) -> Identity | None:
     """The identity a noauth request claims, or None when it claims none."""
     project = (headers.get("X-Project-Id") or "").strip()
+    system = (headers.get(SYSTEM_SCOPE_HEADER) or "").strip() or None
     if project:
         return Identity(project, headers.get("X-User-Id") or None,
                         _split_roles(headers.get("X-Roles")))
     token = (headers.get("X-Auth-Token") or "").strip()
-    if not token:
-        return None
-    if path.startswith(NOAUTH_TOKEN_PREFIXES):
+    if token and path.startswith(NOAUTH_TOKEN_PREFIXES):
         # NOTE: mirrors OpenStack Placement's NoAuthMiddleware: "admin" is an
-        # admin; "user:project" names both; a bare "name" is user and project.
-        user, _sep, project = token.partition(":")
+        # admin; "user:project" names both; a bare "name" is user and project;
+        # a system-scoped request has no project.
+        user, _sep, token_project = token.partition(":")
         roles = _split_roles(headers.get("X-Roles")) or (("admin",) if user == "admin" else ())
-        return Identity(project or user, user, roles)
-    project, colon, roles = token.partition(":")
-    if not colon or not project.strip():
-        return None
-    return Identity(project.strip(), headers.get("X-User-Id") or None, _split_roles(roles))
+        if system:
+            return Identity(None, user, roles, system)
+        return Identity(token_project or user, user, roles)
+    token_project, colon, token_roles = token.partition(":")
+    if colon and token_project.strip():
+        # PROJECT:ROLE[,ROLE], the convention of Nova's and Placement's noauth2.
+        if system:
+            return Identity(None, headers.get("X-User-Id") or None,
+                            _split_roles(token_roles), system)
+        return Identity(token_project.strip(), headers.get("X-User-Id") or None,
+                        _split_roles(token_roles))
+    if system:
+        return Identity(None, headers.get("X-User-Id") or None,
+                        _split_roles(headers.get("X-Roles")), system)
+    return None
 
 
 def keystone_identity(headers) -> Identity | None:
-    """The identity keystonemiddleware validated, or None (no or bad token)."""
-    if headers.get("X-Identity-Status") != "Confirmed" or not headers.get("X-Project-Id"):
+    """The identity keystonemiddleware validated, or None (no or bad token).
+
+    A token is scoped to a project (``X-Project-Id``) or to the system
+    (``OpenStack-System-Scope``); a token scoped to neither (a domain, or none)
+    is refused, as fleetflow has no domain-scoped rules.
+    """
+    if headers.get("X-Identity-Status") != "Confirmed":
         return None
-    return Identity(headers["X-Project-Id"], headers.get("X-User-Id") or None,
-                    _split_roles(headers.get("X-Roles")))
+    project = headers.get("X-Project-Id") or None
+    system = None if project else headers.get(SYSTEM_SCOPE_HEADER) or None
+    if project is None and system is None:
+        return None
+    return Identity(project, headers.get("X-User-Id") or None,
+                    _split_roles(headers.get("X-Roles")), system)
 
 
 def authenticate() -> None:
@@ -104,7 +129,8 @@ def authenticate() -> None:
         raise wexc.Unauthorized(missing)
     ctx = oslo_context.RequestContext(
         user_id=identity.user_id, project_id=identity.project_id,
-        roles=list(identity.roles), request_id=errors.request_id(), overwrite=False)
+        system_scope=identity.system_scope, roles=list(identity.roles),
+        request_id=errors.request_id(), overwrite=False)
     ctx.is_admin = policy.check_is_admin(state.enforcer, ctx)
     flask.g.context = ctx
 

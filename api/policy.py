@@ -15,6 +15,13 @@ Route rules are named ``<resource>:<action>`` (``hosts:update``) and every
 view names its rule with :func:`authorize`. The target is
 ``{"project_id": <tenant_id of the path>}`` (the caller's own project on admin
 routes), so ``project_reader`` means "reads in the project of the path".
+Every route rule is project-scoped: a system-scoped caller
+(``OpenStack-System-Scope: all``) passes none of them.
+
+``/placement`` has OpenStack Placement's own rules, by its names, defaults and
+scope types (:mod:`fleetflow.api.placement.policies`); oslo.policy's
+``[oslo_policy] enforce_new_defaults`` chooses between their new defaults and
+their deprecated ones.
 
 Tenant paths: ``/v2/{tenant_id}/...`` is refused with **403** when
 ``tenant_id`` is not the caller's project, unless the caller is admin
@@ -28,17 +35,18 @@ reservations, servers and groups do that), so their ids cannot be probed.
 from __future__ import annotations
 
 import functools
+import os
 
 import flask
 from oslo_policy import policy as oslo_policy
 from werkzeug import exceptions as wexc
 
+from fleetflow.api.placement import policies as placement_policies
 from fleetflow.api.state import current_state
 
 ADMIN = "rule:admin"
 READER = "rule:project_reader_or_admin"
 MEMBER = "rule:project_member_or_admin"
-ADMIN_OR_SERVICE = "rule:admin_or_service"
 
 BASE_RULES = [
     oslo_policy.RuleDefault("context_is_admin", "role:admin",
@@ -141,19 +149,17 @@ ROUTE_RULES = [
      "Audit placement, instances, hosts and groups for mismatches."),
     ("permissions:show", READER, "GET", f"{T}/permissions",
      "List the operations (route rules) the caller may call in the project."),
-    ("placement:read", ADMIN_OR_SERVICE, "GET", "/placement/", "Read placement data."),
-    ("placement:write", ADMIN_OR_SERVICE, "POST", "/placement/",
-     "Change placement data (POST, PUT, DELETE)."),
 ]
 
 
 def list_rules() -> list[oslo_policy.RuleDefault]:
-    """Every default rule (also for oslopolicy-sample-generator)."""
+    """Every default rule (also for oslopolicy-sample-generator): fleetflow's, then
+    OpenStack Placement's for /placement (:mod:`fleetflow.api.placement.policies`)."""
     routes = [
         oslo_policy.DocumentedRuleDefault(
             name, check, description, _operations(method, path), scope_types=["project"])
         for name, check, method, path, description in ROUTE_RULES]
-    return BASE_RULES + routes
+    return BASE_RULES + routes + placement_policies.list_rules()
 
 
 def _operations(method: str | tuple, path: str | tuple) -> list[dict]:
@@ -186,16 +192,37 @@ class RequestEnforcer(oslo_policy.Enforcer):
         super().load_rules(force_reload)
 
 
+def policy_file(conf) -> str:
+    """``[api] policy_file`` as oslo.policy looks for it.
+
+    oslo.policy reads an absolute path as is, and looks for a relative one in the
+    directory of the configuration file (or ``--config-dir``), then in
+    ``~/.fleetflow/``, ``~/``, ``/etc/fleetflow/`` and ``/etc/``. fleetflow runs
+    without any configuration file too (defaults and ``FLEETFLOW_*`` variables):
+    then the working directory stands for the configuration file's, and a file
+    found there is used.
+    """
+    name = conf.api.policy_file
+    if os.path.isabs(name) or conf.config_file or conf.config_dir:
+        return name
+    return os.path.abspath(name) if os.path.exists(name) else name
+
+
 def make_enforcer(conf) -> oslo_policy.Enforcer:
-    """An Enforcer with the defaults registered and ``[api] policy_file`` applied if present."""
-    enforcer = RequestEnforcer(conf, policy_file=conf.api.policy_file)
+    """An Enforcer with the defaults registered and the policy file applied if found."""
+    enforcer = RequestEnforcer(conf, policy_file=policy_file(conf))
+    # NOTE: Placement's deprecated defaults differ from its new ones on purpose
+    # ([oslo_policy] enforce_new_defaults chooses); a warning per rule at every
+    # start says nothing an operator can act on (Placement silences them too).
+    enforcer.suppress_default_change_warnings = True
     enforcer.register_defaults(list_rules())
     # NOTE: load now, so that a malformed policy file fails at start-up
     # rather than on the first request.
     try:
         enforcer.load_rules()
     except ValueError as exc:
-        raise ValueError(f"Policy file {conf.api.policy_file} is malformed: {exc}") from exc
+        raise ValueError(f"Policy file {enforcer.policy_path or enforcer.policy_file} is "
+                         f"malformed: {exc}") from exc
     return enforcer
 
 

@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 from oslo_config import cfg, types
+from oslo_middleware import cors
+from oslo_policy import opts as policy_opts
 
 ENV_PREFIX = "FLEETFLOW_"
 DEFAULT_STATE_DIR = "fleetflow-state"
@@ -256,6 +258,11 @@ OPTS: dict[str | None, list[cfg.Opt]] = {
     "quota": QUOTA_OPTS,
     "cloud": CLOUD_OPTS,
     "openstack": OPENSTACK_OPTS,
+    # The libraries' own groups, so that FLEETFLOW_OSLO_POLICY_ENFORCE_NEW_DEFAULTS and
+    # FLEETFLOW_CORS_ALLOWED_ORIGIN work as every other option: [oslo_policy]
+    # (enforce_new_defaults, policy_dirs ...) and [cors] (allowed_origin ...).
+    **dict(policy_opts.list_opts()),
+    "cors": cors.CORS_OPTS,
 }
 
 
@@ -274,6 +281,9 @@ def _apply_environment(conf: cfg.ConfigOpts, environ: Mapping[str, str]) -> None
         for opt in opts:
             value = environ.get(env_name(group, opt.dest))
             if value is None:
+                continue
+            if opt.multi:  # a MultiStrOpt: its values separated by commas
+                conf.set_override(opt.dest, [v for v in value.split(",") if v], group=group)
                 continue
             # NOTE: set_override stores the value as given; convert it with the
             # option's own type so a bad value fails here, naming the variable.
@@ -299,8 +309,17 @@ def environment_of(conf: cfg.ConfigOpts) -> dict[str, str]:
                 continue
             if isinstance(value, bool):
                 value = "true" if value else "false"
+            elif isinstance(value, list):
+                value = ",".join(str(v) for v in value)
             environ[env_name(group, opt.dest)] = str(value)
     return environ
+
+
+# The defaults of [cors] allow_headers and expose_headers: the headers fleetflow's
+# clients send and read, beyond the simple ones CORS always allows.
+CORS_ALLOW_HEADERS = ["X-Auth-Token", "X-Project-Id", "X-User-Id", "X-Roles",
+                      "OpenStack-API-Version", "OpenStack-System-Scope", "Idempotency-Key"]
+CORS_EXPOSE_HEADERS = ["X-OpenStack-Request-Id", "OpenStack-API-Version", "Location"]
 
 
 def make_conf() -> cfg.ConfigOpts:
@@ -308,6 +327,8 @@ def make_conf() -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     for group, opts in OPTS.items():
         conf.register_opts(opts, group=group)
+    conf.set_default("allow_headers", CORS_ALLOW_HEADERS, group="cors")
+    conf.set_default("expose_headers", CORS_EXPOSE_HEADERS, group="cors")
     return conf
 
 

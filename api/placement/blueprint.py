@@ -1,8 +1,8 @@
 """The ``/placement`` blueprint and what its views share.
 
 Views are plain functions (Placement's JSON is not marshmallow-shaped);
-requests are version-negotiated (:mod:`.microversion`) and need the
-``placement:read`` / ``placement:write`` policy rules (admin or service).
+requests are version-negotiated (:mod:`.microversion`) and each view needs
+Placement's own policy rule (:mod:`.policies`, ``RULE_OF_ENDPOINT``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import flask
 import flask_smorest
 
 from fleetflow.api import policy
-from fleetflow.api.placement import microversion
+from fleetflow.api.placement import microversion, policies
 from fleetflow.api.state import current_state
 from fleetflow.services.placement import PlacementService, errors, new_store
 
@@ -31,8 +31,16 @@ def _negotiate_and_authorize() -> None:
     microversion.negotiate()
     if flask.request.endpoint == VERSIONS_ENDPOINT:
         return  # version discovery needs no credentials, as in Placement
-    rule = "placement:read" if flask.request.method in ("GET", "HEAD") else "placement:write"
-    policy.enforce(rule)
+    rule = policies.RULE_OF_ENDPOINT.get(flask.request.endpoint)
+    if rule is None:
+        return  # no such route or method: 404 or 405, as in Placement
+    context = flask.g.context
+    if rule == "placement:usages":
+        # The project the usages are of, as Placement's target.
+        target = {"project_id": flask.request.args.get("project_id")}
+    else:
+        target = {"project_id": context.project_id, "user_id": context.user_id}
+    policy.enforce(rule, target)
 
 
 def service() -> PlacementService:

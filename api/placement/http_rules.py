@@ -8,11 +8,14 @@
 - from 1.15, responses with a representation carry ``Cache-Control: no-cache`` and
   ``Last-Modified``;
 - an explicit ``Accept`` that excludes JSON is 406; a body without a
-  ``Content-Type`` is 400.
+  ``Content-Type`` is 400;
+- an error's body follows ``Accept`` as webob's do: JSON when none is sent (or
+  ``*/*``), else the first of HTML and JSON the client accepts, else plain text.
 """
 
 from __future__ import annotations
 
+import html
 import json
 
 import flask
@@ -52,6 +55,31 @@ def _rewrite_error(response: flask.Response, detail: str | None) -> None:
         if detail is not None:
             error["detail"] = detail
     response.set_data(json.dumps(document))
+
+
+def _error_as_accepted(response: flask.Response) -> None:
+    """Turn a JSON error document into the HTML or plain text the client asked for."""
+    accept = flask.request.headers.get("Accept", "")
+    if not accept or accept.strip() == "*/*":
+        return
+    wanted = flask.request.accept_mimetypes.best_match(["text/html", "application/json"])
+    if wanted == "application/json":
+        return
+    try:
+        error = json.loads(response.get_data())["errors"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return
+    status = f"{response.status_code} {error.get('title', '')}"
+    detail = str(error.get("detail", ""))
+    if wanted == "text/html":
+        body = (f"<html>\n <head>\n  <title>{status}</title>\n </head>\n <body>\n"
+                f"  <h1>{status}</h1>\n  {html.escape(detail)}<br /><br />\n\n\n"
+                " </body>\n</html>")
+        response.set_data(body)
+        response.mimetype = "text/html"
+    else:
+        response.set_data(f"{status}\n\n{detail}\n\n")
+        response.mimetype = "text/plain"
 
 
 @blp.before_request
@@ -114,6 +142,7 @@ def _placement_http(response: flask.Response) -> flask.Response:
         elif response.status_code == 404 and request.url_rule is None:
             detail = "The resource could not be found."
         _rewrite_error(response, detail)
+        _error_as_accepted(response)
     elif version >= (1, 15) and (
             (response.status_code in (200, 201) and response.mimetype == "application/json")
             or request.endpoint in _BODILESS_WITH_CACHE_HEADERS):

@@ -45,8 +45,10 @@ DROP_ALLOCATIONS = A.delete().where(
 # Every touched provider's generation, compare-and-swapped in one statement.
 SEEN_GENERATIONS = sa.tuple_(RP.c.uuid, RP.c.generation).in_(
     sa.bindparam("seen", expanding=True))
-BUMP_PROVIDERS = (RP.update().where(SEEN_GENERATIONS)
-                   .values(generation=RP.c.generation + 1))
+# A provider that only loses allocations keeps its generation, as in Placement, but
+# its row moves (updated_at, by the column's onupdate) so that cached snapshots of its
+# usage are read again; compare-and-swapped like a bump.
+TOUCH_PROVIDERS = RP.update().where(SEEN_GENERATIONS)
 _MINE, _INV, _ALL = A.alias("mine"), INV.alias("inv"), A.alias("everyone")
 IN_USE = (sa.select(sa.func.sum(_ALL.c.used))
            .where(_ALL.c.resource_provider_uuid == _INV.c.resource_provider_uuid,

@@ -14,7 +14,10 @@ more consumers in the caller's transaction, all or nothing:
 5. consumer rows are bumped with compare-and-swap (or inserted), which also
    catches a consumer changed since step 2;
 6. the old allocations are replaced by the new ones;
-7. every touched provider's generation is bumped with compare-and-swap, in
+7. as in Placement, the generation of every provider the new allocations name
+   (and, but for a DELETE, of those an emptied consumer held) is bumped with
+   compare-and-swap (one a consumer only moves away from keeps its generation,
+   and its row is touched instead), in
    one UPDATE that also checks capacity, min_unit, max_unit and step_size
    against fresh sums (it runs after the write, and no other writer can
    change these providers' allocations until we commit, so under READ
@@ -41,6 +44,7 @@ from fleetflow.persistence.placement.models import (
     MAX_INT,
     Allocation,
     Consumer,
+    _utcnow,
 )
 from fleetflow.persistence.placement.providers import NAME_PATTERN, canonical_uuid, capacity
 
@@ -134,7 +138,7 @@ def release_allocations(session: orm.Session, consumer_uuid: str,
     fences.check(session, fence)
     row = consumers[consumer_uuid]
     _apply(conn, [ConsumerWrite(consumer_uuid, {}, row.project_id, row.user_id,
-                                ANY_GENERATION)], consumers, held)
+                                ANY_GENERATION)], consumers, held, bump_emptied=False)
 
 
 def _read_consumers(conn, consumer_uuids):
@@ -148,13 +152,16 @@ def _read_consumers(conn, consumer_uuids):
     return consumers, held
 
 
-def _apply(conn, writes, consumers, held, claim: bool = False) -> None:
+def _apply(conn, writes, consumers, held, claim: bool = False,
+           bump_emptied: bool = True) -> None:
     """Steps 3 to 8 of the module doc for validated ``writes``.
 
     ``claim``: every write has a null generation and the consumers were not
     read; they are created here after the provider locks, and only those that
     already existed are read (one with allocations is a generation conflict,
-    so it needs none of its providers locked).
+    so it needs none of its providers locked). ``bump_emptied``: whether the
+    providers of a consumer written empty gain a generation (a PUT or POST of
+    no allocations does, a DELETE does not, as in Placement).
     """
     new_rps = {rp for w in writes for rp in w.allocations}
     # Every provider that gains or loses allocations, read and row-locked in
@@ -191,13 +198,25 @@ def _apply(conn, writes, consumers, held, claim: bool = False) -> None:
         conn.execute(A.insert(), rows)
     if not generations:
         return
+    # Placement bumps the generation of the providers its allocation records name:
+    # the new allocations', and an emptied consumer's old ones (records of 0). A
+    # provider a consumer only moves away from keeps its generation, as do those of
+    # a DELETE; their rows are touched instead.
+    bumped = set(new_rps)
+    if bump_emptied:
+        bumped.update(rp for w in writes if not w.allocations
+                      for rp in held.get(w.consumer_uuid, ()))
     seen = sorted(generations.items())
-    if rows:
-        bumped = conn.execute(sql.BUMP_PROVIDERS_IF_THEY_FIT, {
-            "seen": seen, "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
-    else:
-        bumped = conn.execute(sql.BUMP_PROVIDERS, {"seen": seen}).rowcount
-    if bumped != len(seen):
+    gaining = [(uuid, g) for uuid, g in seen if uuid in bumped]
+    losing = [(uuid, g) for uuid, g in seen if uuid not in bumped]
+    moved = 0
+    if gaining:
+        moved += conn.execute(sql.BUMP_PROVIDERS_IF_THEY_FIT, {
+            "seen": gaining, "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
+    if losing:
+        moved += conn.execute(sql.TOUCH_PROVIDERS.values(updated_at=_utcnow()),
+                              {"seen": losing}).rowcount
+    if moved != len(seen):
         # Refused allocations raise their exact error here; else a generation moved.
         _check_capacity(conn, writes, sorted(new_rps))
         raise LostRace(errors.ProviderGenerationConflict(

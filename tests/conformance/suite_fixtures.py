@@ -24,10 +24,10 @@ from oslo_utils import uuidutils
 
 ADMIN = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement latest",
          "Accept": "application/json"}
-# The fixtures that change Placement's configuration in process: they cannot be
-# reproduced against a remote server (the skip file names the YAML files that use them).
-IN_PROCESS_ONLY = {"CORSFixture", "OpenPolicyFixture", "SecureRBACPolicyFixture",
-                   "LegacyRBACPolicyFixture"}
+# The fixtures that change Placement's configuration in its process: here the server
+# a file runs on is configured so (conftest.SERVERS), and the fixture only empties it.
+CONFIGURING = {"CORSFixture", "OpenPolicyFixture", "SecureRBACPolicyFixture",
+               "LegacyRBACPolicyFixture"}
 # os.environ names APIFixture sets for every file (Placement's own list).
 _RANDOM_ENV = ("RP_UUID", "RP_NAME", "RP_UUID1", "RP_NAME1", "RP_UUID2", "RP_NAME2",
                "PROJECT_ID", "ADMIN_PROJECT_ID", "SERVICE_PROJECT_ID", "USER_ID",
@@ -235,7 +235,8 @@ def load() -> dict[str, type]:
     for node in tree.body:
         if not isinstance(node, ast.ClassDef) or node.name in fixtures:
             continue
-        if node.name in IN_PROCESS_ONLY:
+        if node.name in CONFIGURING:
+            fixtures[node.name] = type(node.name, (APIFixture,), {})
             continue
         bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
         if not bases or not all(b in fixtures for b in bases):

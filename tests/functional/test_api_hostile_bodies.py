@@ -68,7 +68,9 @@ def hostile(services, app, db, make_headers):
     client = app.test_client()
     member = make_headers(TENANT, "member", "reader")
     admin = make_headers("admin", "admin", "member", "reader", user="admin")
-    placement = dict(admin, **{"OpenStack-API-Version": "placement latest"})
+    # Admin and service: the reshaper is a service's (Placement's default).
+    placement = dict(make_headers("admin", "admin", "service", user="admin"),
+                     **{"OpenStack-API-Version": "placement latest"})
     group = client.post(f"/v2/{TENANT}/groups", json={"group": {"name": "g"}},
                         headers=member).json["group"]["id"]
     values = {"tenant_id": TENANT, "name": HOST, "group_id": group,

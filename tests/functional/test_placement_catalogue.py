@@ -13,6 +13,8 @@ def headers(version: str = "latest") -> dict:
 
 
 H = headers()
+# The reshaper is a service's (Nova's) by Placement's default policy, not an admin's.
+SERVICE = {"X-Auth-Token": "nova", "X-Roles": "service", V: "placement latest"}
 
 
 def new_provider(client, name, parent=None) -> str:
@@ -52,17 +54,17 @@ def test_reshaper_moves_inventory_and_allocations_to_a_child_at_once(client):
             "user_id": "u", "consumer_generation": 1, "consumer_type": "INSTANCE"}}}
     stale = dict(body, allocations={consumer: dict(body["allocations"][consumer],
                                                    consumer_generation=0)})
-    refused = client.post("/placement/reshaper", json=stale, headers=H)
+    refused = client.post("/placement/reshaper", json=stale, headers=SERVICE)
     assert refused.status_code == 409
     assert usages(client, parent) == {"VCPU": 2} and usages(client, child) == {}
-    assert client.post("/placement/reshaper", json=body, headers=H).status_code == 204
+    assert client.post("/placement/reshaper", json=body, headers=SERVICE).status_code == 204
     assert usages(client, parent) == {} and usages(client, child) == {"VCPU": 2}
-    assert client.post("/placement/reshaper", json=body, headers=H).status_code == 409
+    assert client.post("/placement/reshaper", json=body, headers=SERVICE).status_code == 409
 
 
 def test_reshaper_needs_1_30(client):
-    assert client.post("/placement/reshaper", json={}, headers=headers("1.29")
-                       ).status_code == 404
+    assert client.post("/placement/reshaper", json={},
+                       headers=dict(SERVICE, **{V: "placement 1.29"})).status_code == 404
 
 
 def test_aggregates_filter_providers_and_repeated_member_of_is_and(client):

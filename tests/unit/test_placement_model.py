@@ -104,16 +104,21 @@ class Model:
                         return errors.CapacityExceeded
         return None
 
-    def apply(self, writes):
-        touched = set()
+    def apply(self, writes, delete: bool = False):
+        # As Placement: the providers the new allocations name gain a generation, and
+        # so do those of a consumer written empty; a DELETE bumps none, and a provider
+        # a consumer only moves away from keeps its own.
+        gaining = set()
         for w in writes:
-            touched |= set(self.allocations.get(w.consumer_uuid, {})) | set(w.allocations)
+            gaining |= set(w.allocations)
+            if not w.allocations and not delete:
+                gaining |= set(self.allocations.get(w.consumer_uuid, {}))
             if w.consumer_uuid in self.consumer_generation:
                 self.consumer_generation[w.consumer_uuid] += 1
             elif w.allocations:
                 self.consumer_generation[w.consumer_uuid] = 1
             self.allocations[w.consumer_uuid] = copy.deepcopy(w.allocations)
-        for rp in touched:
+        for rp in gaining:
             self.rp_generation[rp] += 1
 
 
@@ -188,7 +193,7 @@ class PlacementMachine(RuleBasedStateMachine):
                 self.store.delete_allocations(consumer)
             return
         self.store.delete_allocations(consumer)
-        self.model.apply([ConsumerWrite(consumer, {}, "p", "u", None)])
+        self.model.apply([ConsumerWrite(consumer, {}, "p", "u", None)], delete=True)
         self._check_visible([consumer])
 
     @rule(rp=st.sampled_from(RPS), rc=st.sampled_from(CLASSES),
