@@ -289,6 +289,9 @@ _REASONS = {200: "OK", 201: "Created", 401: "Unauthorized", 404: "Not Found",
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
     # A request's thread must not keep the process alive at its exit.
     daemon_threads = True
+    # socketserver's accept queue is 5: a reservation of 100 opening its connections
+    # at once had them reset. A real API's front end (Apache, uWSGI) queues 100 or more.
+    request_queue_size = 128
 
 
 class _QuietHandler(simple_server.WSGIRequestHandler):

@@ -13,6 +13,9 @@ import threading
 
 from fleetflow.common.exceptions import InvalidInput
 
+#: Hosts whose connections are pooled, and connections kept to each.
+POOL_HOSTS = 10
+POOL_CONNECTIONS = 64
 _lock = threading.Lock()
 _connections: dict[tuple, object] = {}
 
@@ -44,7 +47,21 @@ def _open(clouds_yaml: str | None, name: str | None):
         region = os_config.OpenStackConfig(config_files=files).get_one(cloud=name)
     except Exception as exc:  # openstacksdk raises its own config errors
         raise InvalidInput(f"cloud {name!r}: {exc}") from exc
-    return openstack.connection.Connection(config=region)
+    connection = openstack.connection.Connection(config=region)
+    _pool_connections(connection)
+    return connection
+
+
+def _pool_connections(connection) -> None:
+    # NOTE: requests keeps 10 connections a host; a reservation's builds and an
+    # evacuation's moves ask from up to one thread each, and the connections beyond
+    # 10 were closed after each request and opened again for the next.
+    from requests.adapters import HTTPAdapter
+
+    session = connection.session.session
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, HTTPAdapter(pool_connections=POOL_HOSTS,
+                                          pool_maxsize=POOL_CONNECTIONS))
 
 
 def forget() -> None:

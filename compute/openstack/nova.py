@@ -19,6 +19,8 @@ from fleetflow.common.exceptions import Conflict, InvalidInput
 from fleetflow.compute.exceptions import OutcomeUnknown
 
 MICROVERSION = "2.94"
+#: Tries again of a read whose connection failed (keystoneauth backs off between them).
+READ_RETRIES = 3
 #: Tag that marks a server as fleetflow's instance (Nova cannot filter on metadata).
 INSTANCE_TAG = "fleetflow:"
 #: Tag that finds the server of one try at a move from the try's migration id.
@@ -51,6 +53,10 @@ class Nova:
 
     def _request(self, method: str, url: str, ok=(200, 201, 202, 204), **kwargs):
         self._check_version()
+        if method == "get":
+            # A read is safe to send again: a connection the cloud's front end reset
+            # or refused (its accept queue full under a burst) is tried again first.
+            kwargs.setdefault("connect_retries", READ_RETRIES)
         try:
             response = getattr(self.connection.compute, method)(
                 url, microversion=MICROVERSION, raise_exc=False, **kwargs)
