@@ -225,7 +225,8 @@ class Serve:
         return wait(settled, 600, "settled reservation", poll)
 
 
-def fleetflow_evacuation(nova, serve_args, hosts, mode, servers, poll) -> dict:
+def fleetflow_evacuation(nova, serve_args, hosts, mode, servers, poll,
+                         max_parallel=None) -> dict:
     with Serve(*serve_args) as serve:
         others = [h for h in hosts if h != SOURCE]
         # Every other host in maintenance (its Nova service disabled) while the servers
@@ -246,8 +247,11 @@ def fleetflow_evacuation(nova, serve_args, hosts, mode, servers, poll) -> dict:
         for host in others:
             serve.set_state(host, "up")
         t0 = time.monotonic()
-        evacuation_id = serve.call("POST", "/v2/admin/evacuations", json={
-            "evacuation": {"hosts": [SOURCE], "mode": mode}})["evacuation"]["id"]
+        request = {"hosts": [SOURCE], "mode": mode}
+        if max_parallel:
+            request["max_parallel"] = max_parallel
+        evacuation_id = serve.call("POST", "/v2/admin/evacuations",
+                                   json={"evacuation": request})["evacuation"]["id"]
         posted = time.monotonic() - t0
 
         def settled():
@@ -350,7 +354,8 @@ def run_cases(args, nova: Nova, workdir: str, clouds_yaml: str, hosts: list[str]
           f"{'ratio':>6} {'ff hosts':>9} {'nova hosts':>7}", flush=True)
     for mode in args.modes:
         nova.clean(hosts)
-        ours = fleetflow_evacuation(nova, serve_args, hosts, mode, args.servers, args.poll)
+        ours = fleetflow_evacuation(nova, serve_args, hosts, mode, args.servers, args.poll,
+                                    args.max_parallel)
         nova.clean(hosts)
         theirs = nova_evacuation(nova, mode, args.servers, args.poll,
                                  args.nova_timeout)
@@ -375,6 +380,9 @@ def main() -> None:
     parser.add_argument("--modes", nargs="*", default=["live", "cold"],
                         choices=["live", "cold"])
     parser.add_argument("--skip-reservation", action="store_true")
+    parser.add_argument("--max-parallel", type=int, default=None,
+                        help="the evacuation's max_parallel (moves under way at once); "
+                             "unset: the API's default, 8")
     parser.add_argument("--poll", type=float, default=0.25,
                         help="seconds between this program's polls of fleetflow and Nova")
     parser.add_argument("--nova-poll", type=float, default=0.5,
