@@ -20,8 +20,11 @@ import time
 
 #: Tags per listing: ``tags-any`` goes in the query string (about 60 bytes a tag).
 CHUNK = 40
-#: A tag nobody asked about for this long is no longer listed.
-FORGET_SECONDS = 60.0
+#: A tag nobody asked about for this many intervals (a task waiting on it asks every
+#: interval) is no longer listed, so servers already built or moved drop out of the
+#: listing; never sooner than FORGET_SECONDS.
+FORGET_INTERVALS = 4
+FORGET_SECONDS = 5.0
 
 
 class Watch:
@@ -49,7 +52,8 @@ class Watch:
                 if answer is not None:
                     return answer
                 now = time.monotonic()
-                tags = [t for t, at in self._asked.items() if now - at < FORGET_SECONDS]
+                keep = max(FORGET_INTERVALS * self.interval, FORGET_SECONDS)
+                tags = [t for t, at in self._asked.items() if now - at < keep]
                 self._asked = {t: self._asked[t] for t in tags}
             found = self._list(tags)
             with self._lock:

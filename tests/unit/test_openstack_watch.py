@@ -87,3 +87,12 @@ def test_tasks_asking_at_once_share_one_listing():
         thread.join()
     assert answers == {i: [f"s{i}"] for i in range(8)}
     assert len(nova.listings) == 1
+
+
+def test_a_tag_nobody_asks_about_any_more_drops_out_of_the_listing():
+    nova = ListingNova([server("a", "t1"), server("b", "t2")])
+    watch = Watch(nova, interval=0)
+    watch.servers("t1")
+    watch._asked["t1"] -= 30  # its task stopped asking 30 s ago, many intervals
+    watch.servers("t2")
+    assert nova.listings[-1] == {"t2"}
