@@ -11,13 +11,21 @@
   (:func:`~.checkpoints.schedule_held`);
 - the task and retry actions, dispatching through
   :class:`~.checkpoints.HeldDispatch`; the task action saves a task's
-  progress together with its state (:class:`TaskAction`).
+  progress together with its state (:class:`TaskAction`), and a task that
+  starts keeps nothing of its earlier try (below).
 
 **Progress with the state.** A task's progress (0.0 when it starts, 1.0 when
 it ends) is saved by stock in a write of its own right after the state change
 it goes with: four checkpoints per task where two carry the same information.
 :meth:`TaskAction.change_state` puts the progress into the atom detail before
 the state is saved, so one write stores both.
+
+**A new try starts clean.** Stock keeps a task's result of the try before
+when a retry runs it again; a revert after a crash mid-try is then handed
+the earlier try's result (TaskFlow's ``Storage.get`` allows it while
+REVERTING). :meth:`TaskAction.change_state` empties the result and failure
+of a task that starts RUNNING, in the same write. Under the stock engine the
+tasks themselves must not trust such a result (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -55,6 +63,8 @@ class TaskAction(tf_task_action.TaskAction):
         staged = progress is not None and old_state != state
         if staged:
             _stage_progress(self._storage, task.name, progress)
+        if state == st.RUNNING:
+            _forget_earlier_try(self._storage, task.name)
         if state in self.SAVE_RESULT_STATES:
             self._storage.save(task.name, None if result is self.NO_RESULT else result, state)
         else:
@@ -75,6 +85,22 @@ def _stage_progress(storage, task_name: str, progress: float) -> None:
     with storage._lock.write_lock():
         source, _ = storage._atomdetail_by_name(task_name, expected_type=tf_models.TaskDetail)
         source.meta[tf_storage.META_PROGRESS] = progress
+
+
+def _forget_earlier_try(storage, task_name: str) -> None:
+    """Drop, in memory, what an earlier try of the task left; its RUNNING save stores that.
+
+    A retry resets its chain's atoms to PENDING with stock's ``change_state``,
+    which keeps each atom's result (and failure) of the try before. Should the
+    process die while the atom runs again, whoever resumes the flow and
+    reverts it is handed that result by ``Storage.get`` (REVERTING allows it):
+    a claim would release the host of the earlier try and leak the new one.
+    A task that starts has no outcome yet, so it keeps none.
+    """
+    with storage._lock.write_lock():
+        source, _ = storage._atomdetail_by_name(task_name, expected_type=tf_models.TaskDetail)
+        source.results = source.failure = None
+        source.revert_results = source.revert_failure = None
 
 
 class RetryAction(tf_retry_action.RetryAction):

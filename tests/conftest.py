@@ -197,13 +197,16 @@ def assert_audit_clean():
     settled: it runs the strict audit and fails with every mismatch listed.
     Returns the report (its ``counts`` say how much was looked at).
     """
-    def _check(database, placement_client, compute_api, **kwargs):
+    def _check(database, placement_client, compute_api, explain=None, **kwargs):
         from fleetflow.testing import assert_audit_clean
 
         try:
             return assert_audit_clean(database, placement_client, compute_api, **kwargs)
         except AssertionError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            # ``explain(message)``: what the test knows of the rows named (a
+            # crash case, its conductors' logs), added to the failure.
+            extra = explain(str(exc)) if explain is not None else ""
+            pytest.fail(str(exc) + (f"\n{extra}" if extra else ""), pytrace=False)
 
     return _check
 

@@ -35,9 +35,11 @@ class BootInstance(FleetTask):
     raised, so the retry's next attempt and the API both see it.
 
     Revert: destroys the guest on the host it was built on (idempotent;
-    nothing if absent). That host is the result's, or, when execute did not
-    finish, the instance row's, which the claim wrote before the boot: never
-    the retry's ``host``, which a REVERTED retry no longer has.
+    nothing if absent): the instance row's, which this try's claim wrote
+    before the boot, and the result's when that differs (after a crash in the
+    middle of a later try, TaskFlow's stock engine may still hand over the
+    earlier try's result; docs/engine.md). Never the retry's ``host``, which
+    a REVERTED retry no longer has.
     """
 
     def __init__(self, *args, final: bool = True, **kwargs):
@@ -71,15 +73,15 @@ class BootInstance(FleetTask):
                **kwargs) -> None:
         rt = runtime.get()
         uuid = instance_uuids[index]
-        host = result.get("host") if isinstance(result, dict) else None
+        built = result.get("host") if isinstance(result, dict) else None
         with rt.database.session() as session:
-            if host is None:
-                instance = session.get(Instance, uuid)
-                host = instance.host if instance is not None else None
-            if host is None:
+            instance = session.get(Instance, uuid)
+            hosts = {h for h in (instance.host if instance is not None else None, built) if h}
+            if not hosts:
                 return  # never claimed anywhere (or no host was left): nothing built
             rows.update_instance(session, uuid, status=states.REVERTING,
                                  task_state=states.TASK_REVERTING)
         # Whether or not execute finished, the world may hold a guest: a crash
         # can come after the host built it and before the result was saved.
-        rt.compute.ensure_destroyed(host, uuid, fence=fence)
+        for host in sorted(hosts):
+            rt.compute.ensure_destroyed(host, uuid, fence=fence)

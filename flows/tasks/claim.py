@@ -175,12 +175,12 @@ class ClaimResources(FleetTask):
     ``host`` None means its candidates ran out under best-effort: the
     instance is marked ERROR with its last fault and nothing is claimed.
 
-    Revert: releases the allocation on the host of the result and leaves the
-    group there. Without a result (execute did not finish) it releases the
-    instance's allocation and membership wherever they are: a chain holds
-    one host at a time, each earlier try having been undone by its own
-    revert. It never reads the retry's ``host``, which a REVERTED retry no
-    longer has.
+    Revert: releases the instance's allocation and membership wherever they
+    are: a chain holds one host at a time, each earlier try having been undone
+    by its own revert. It trusts neither the result, which after a crash in
+    the middle of a later try may still be the earlier try's (TaskFlow's stock
+    engine keeps it; docs/engine.md), nor the retry's ``host``, which a
+    REVERTED retry no longer has.
     """
 
     def execute(self, instance_uuids: list, index: int, host: str | None, placements: dict,
@@ -231,10 +231,7 @@ class ClaimResources(FleetTask):
             raise
         return {"host": host, "fast_path": False}
 
-    def revert(self, result, instance_uuids: list, index: int, request_spec: dict,
+    def revert(self, instance_uuids: list, index: int, request_spec: dict,
                fence=None, **kwargs) -> None:
-        # No result (a failure, a crash, never run, or no host left): the
-        # instance's claim and membership wherever the world shows them.
-        host = result.get("host") if isinstance(result, dict) else None
         group_id = (request_spec.get("group") or {}).get("id")
-        release(instance_uuids[index], host, group_id, fence)
+        release(instance_uuids[index], None, group_id, fence)

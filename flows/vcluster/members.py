@@ -127,9 +127,11 @@ class CreateVolume(FleetTask):
     that reaches it. A failure is written on the volume row, then raised.
 
     Revert: deletes it from the backend it was made on (nothing if it was
-    never made): the result's, or, when execute did not finish, the volume
-    row's, which the claim (or the retry moving it) wrote. Never the retry's
-    ``backend``, which a REVERTED retry no longer has.
+    never made): the volume row's, which this try's claim (or the retry
+    moving it) wrote, and the result's when that differs (after a crash in
+    the middle of a later try, TaskFlow's stock engine may still hand over the
+    earlier try's result; docs/engine.md). Never the retry's ``backend``,
+    which a REVERTED retry no longer has.
     """
 
     def execute(self, volume_id: str, backend: str, size_gb: int, volume_type: str | None,
@@ -161,12 +163,13 @@ class CreateVolume(FleetTask):
 
     def revert(self, result, volume_id: str, fence=None, **kwargs) -> None:
         rt = runtime.get()
-        backend = result.get("backend") if isinstance(result, dict) else None
-        if backend is None:
-            with rt.database.session() as session:
-                volume = session.get(Volume, volume_id)
-                backend = volume.backend if volume is not None else None
-        storage_routes.delete_volume(rt, backend, volume_id, fence)
+        made = result.get("backend") if isinstance(result, dict) else None
+        with rt.database.session() as session:
+            volume = session.get(Volume, volume_id)
+            backend = volume.backend if volume is not None else None
+        if made is not None and made != backend:
+            storage_routes.delete_volume(rt, made, volume_id, fence)
+        storage_routes.delete_volume(rt, backend or made, volume_id, fence)
         with rt.database.session() as session:
             session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
                 status=states.VOLUME_CREATING))

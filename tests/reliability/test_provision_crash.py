@@ -132,8 +132,17 @@ def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
                                [r["flow_id"] for r in cloud.reservations.values()])
     problems = cloud.problems(expected)
     assert not problems, "\n".join(problems)
-    report = assert_audit_clean(*cloud.audit_args())
+    report = assert_audit_clean(*cloud.audit_args(), explain=lambda text: cases_named(
+        cloud, cases, text))
     assert report.counts["instances"] >= len(cases) * COUNT
+
+
+def cases_named(cloud, cases, text: str) -> str:
+    """The cases whose instances ``text`` names, with their conductors' logs."""
+    named = [c for c in cases
+             if any(inst["uuid"] in text for inst in cloud.instances(c.reservation_id))]
+    return "\n".join(f"{c} fired {c.fired(cloud)}:\n" + cloud.log_tail(
+        lines=60, names={f"doomed-{c.index}", f"survivor-{c.index}"}) for c in named)
 
 
 def test_random_kills_in_200_instance_reservations(random_kills, provision_cloud_factory,
