@@ -121,12 +121,12 @@ def guard(database, conf, fence: dict | None, now: dt.datetime) -> list[str]:
                 held.append(recovery.host)
                 if recovery.status == rows.HELD:
                     continue
-                if fleet:
-                    why = f"more than {limit:.0%} of the fleet's hosts look dead"
-                else:
+                if recovery.zone in zones:
                     count, total = zones[recovery.zone]
                     why = (f"{count} of {total} hosts of zone {recovery.zone} look dead "
                            f"(more than {limit:.0%})")
+                else:
+                    why = f"more than {limit:.0%} of the fleet's hosts look dead"
                 recovery.status = rows.HELD
                 recovery.detail = f"storm guard: {why}"[:255]
                 rows.event(recovery, "storm-guard", why + ": nothing moves until fewer "

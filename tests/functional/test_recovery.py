@@ -138,3 +138,40 @@ def test_a_host_back_before_confirm_seconds_is_a_flap_and_nothing_moves(start):
     assert _get(cloud, "/v2/admin/evacuations")["evacuations"] == []
     assert _get(cloud, f"/v2/admin/hosts/{victim}")["host"]["state"] == "up"
     assert {s["host"] for s in _servers(cloud) if s["id"] == placed[0]["id"]} == {victim}
+
+
+def test_a_rack_dying_together_is_one_evacuation(start):
+    cloud = start(max_dead_fraction=0.5)
+    placed = _reserve(cloud, 12)
+    rack = {f"z1-r1-h0{n}" for n in range(1, 5)}
+    for host in sorted(rack):
+        _kill(cloud, host)
+    found = _closed(cloud, rack)
+    assert {r["status"] for r in found} == {"DONE"}, found
+    assert len({r["evacuation_id"] for r in found}) == 1
+    [evacuation] = _get(cloud, "/v2/admin/evacuations")["evacuations"]
+    assert sorted(evacuation["hosts"]) == sorted(rack)
+    servers = {s["id"]: s for s in _servers(cloud)}
+    assert all(servers[s["id"]]["status"] == "ACTIVE" and servers[s["id"]]["host"] not in rack
+               for s in placed)
+
+
+def test_a_third_of_a_zone_silent_at_once_is_held_by_the_storm_guard(start):
+    cloud = start()  # max_dead_fraction 0.2: 4 of 12 hosts is a storm
+    placed = _reserve(cloud, 12)
+    rack = {f"z1-r2-h0{n}" for n in range(1, 5)}
+    for host in sorted(rack):
+        _kill(cloud, host)
+    held = until(lambda: [r for r in _recoveries(cloud) if r["host"] in rack],
+                 lambda found: len(found) == 4 and all(r["status"] == "HELD" for r in found),
+                 timeout=30)
+    assert all("storm guard" in r["detail"] and "4 of 12 hosts of zone z1" in r["detail"]
+               for r in held)
+    assert _get(cloud, "/v2/admin/recoveries")["recovery"]["storm"]["zones"] == ["z1"]
+    time.sleep(1.0)  # several passes: still nothing moves
+    assert _get(cloud, "/v2/admin/evacuations")["evacuations"] == []
+    assert all(_get(cloud, f"/v2/admin/hosts/{h}")["host"]["reason"] is None for h in rack)
+    assert {s["host"] for s in _servers(cloud)} == {s["host"] for s in placed}
+    report = _get(cloud, "/v2/admin/audit")["audit"]
+    assert sorted(m["host"] for m in report["mismatches"]
+                  if m["kind"] == "recovery_held") == sorted(rack)
