@@ -13,7 +13,9 @@ import time
 
 import pytest
 import requests
+from click.testing import CliRunner
 
+from fleetflow.cli.main import cli
 from tests.functional.embedded import serving, small_fleet, until
 
 pytestmark = pytest.mark.slow
@@ -175,3 +177,34 @@ def test_a_third_of_a_zone_silent_at_once_is_held_by_the_storm_guard(start):
     report = _get(cloud, "/v2/admin/audit")["audit"]
     assert sorted(m["host"] for m in report["mismatches"]
                   if m["kind"] == "recovery_held") == sorted(rack)
+
+
+def _cli(cloud, *args):
+    result = CliRunner().invoke(cli, ["--url", cloud.url, "--project", "admin", "--roles",
+                                      "admin", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_paused_recovery_detects_but_does_not_act_until_resumed(start):
+    cloud = start()
+    placed = _reserve(cloud, 3)
+    victim = placed[0]["host"]
+    plan = _get(cloud, f"/v2/admin/hosts/{victim}/recovery-plan")["recovery_plan"]
+    assert plan["fits"] and [i["id"] for i in plan["instances"]] == [placed[0]["id"]]
+    assert all(i["destination"] not in (None, victim) for i in plan["instances"])
+    assert "PAUSED" in _cli(cloud, "recoveries", "pause", "--reason", "maintenance")
+    _kill(cloud, victim)
+    until(lambda: _recoveries(cloud), lambda found: any(
+        r["host"] == victim and r["status"] == "DEAD" for r in found), timeout=20)
+    time.sleep(1.0)  # several passes: a dead host, and nothing fenced
+    [recovery] = [r for r in _recoveries(cloud) if r["host"] == victim]
+    assert recovery["status"] == "DEAD" and recovery["evacuation_id"] is None
+    assert _get(cloud, f"/v2/admin/hosts/{victim}")["host"]["reason"] is None
+    assert "acting" in _cli(cloud, "recoveries", "resume")
+    [recovery] = _closed(cloud, {victim})
+    assert recovery["status"] == "DONE"
+    listing = _cli(cloud, "recoveries", "list")
+    assert recovery["id"] in listing and "DONE" in listing
+    shown = _cli(cloud, "recoveries", "show", recovery["id"])
+    assert "fenced" in shown and recovery["evacuation_id"] in shown
