@@ -47,6 +47,7 @@ API_VERSION = "2.0"
 BLUEPRINTS = [
     "fleetflow.api.hosts.routes",
     "fleetflow.api.evacuations.routes",
+    "fleetflow.api.recoveries.routes",
     "fleetflow.api.flavors.routes",
     "fleetflow.api.images.routes",
     "fleetflow.api.reservations.routes",

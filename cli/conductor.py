@@ -40,6 +40,19 @@ def _setup_process(conf):
     return None
 
 
+def _recovery_monitor(conf, persistence, name: str):
+    """The recovery monitor of this process (``[recovery] enabled``), or None."""
+    if not conf.recovery.enabled:
+        return None
+    from fleetflow.engine.jobboard.boards import make_jobboard
+    from fleetflow.flows import runtime
+    from fleetflow.services.wiring import recovery_monitor
+
+    rt = runtime.get()
+    return recovery_monitor(conf, rt.database, rt, persistence=persistence,
+                            board=make_jobboard(conf, persistence), name=name)
+
+
 @click.command("conductor")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Conductor threads in this process, each running one flow at a time "
@@ -85,6 +98,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
                          persistence=persistence)
     pool.start()
     reconciler = Reconciler(conf, persistence, name=name or default_name(conf)).start()
+    recovery = _recovery_monitor(conf, persistence, name or default_name(conf))
     cloud_sync = None
     if openstack_mode(conf):
         from fleetflow.services.sync import PeriodicSync
@@ -97,6 +111,8 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     # the main thread, which an unbounded wait would not reach promptly.
     while not stop.wait(0.5):
         pass
+    if recovery is not None:
+        recovery.stop()
     reconciler.stop()
     if cloud_sync is not None:
         cloud_sync.stop()

@@ -118,6 +118,7 @@ class Cloud:
         self.pool = None
         self.reconciler = None
         self.cloud_sync = None  # openstack mode: the cloud mirrored into the rows
+        self.recovery = None  # the recovery monitor, when [recovery] enabled
         self.server = None
         self.compute = None  # the RPC client of the hosts, wherever they run
 
@@ -132,7 +133,7 @@ class Cloud:
         from fleetflow.engine.jobboard.boards import make_jobboard
         from fleetflow.engine.reconcile import Reconciler
         from fleetflow.flows import runtime
-        from fleetflow.services.wiring import make_services
+        from fleetflow.services.wiring import make_services, recovery_monitor
 
         conf = self.conf
         os.makedirs(conf.state_dir, exist_ok=True)
@@ -158,8 +159,11 @@ class Cloud:
             from fleetflow.services.sync import PeriodicSync
 
             self.cloud_sync = PeriodicSync(conf, self.database).start()
-        app = create_app(conf, self.database,
-                         services=make_services(conf, self.database, rt, persistence, board))
+        services = make_services(conf, self.database, rt, persistence, board)
+        if conf.conductor.workers:
+            # It runs in every conductor process; the lease makes one act.
+            self.recovery = recovery_monitor(conf, self.database, rt, services)
+        app = create_app(conf, self.database, services=services)
         if auth.noauth_exposed(conf):
             click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "
                         "anyone who reaches the port can act as admin", fg="red", err=True)
@@ -183,6 +187,8 @@ class Cloud:
             self.listener.close()
         if self.server is not None:
             self.server.shutdown()
+        if self.recovery is not None:
+            self.recovery.stop()
         if self.reconciler is not None:
             self.reconciler.stop()
         if self.cloud_sync is not None:
@@ -214,6 +220,10 @@ def serve(conf, state_dir: str | None) -> None:
     check_config(conf)
     if state_dir is not None:
         config.set_state_dir(conf, state_dir)
+    if conf.fleet.file is None and simulates_hosts(conf):
+        # The demo fleet recovers its dead hosts by itself; a default only, so
+        # [recovery] enabled in a file or FLEETFLOW_RECOVERY_ENABLED still wins.
+        conf.set_default("enabled", True, group="recovery")
     logging.basicConfig(level=logging.DEBUG if conf.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     listener = bind_api_socket(conf)

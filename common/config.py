@@ -234,6 +234,37 @@ OPENSTACK_OPTS = [
                  help="How long a migration or evacuation may run before it fails."),
 ]
 
+RECOVERY_OPTS = [
+    cfg.BoolOpt("enabled", default=False,
+                help="Recover dead hosts without an operator: fence them, then rebuild "
+                     "their servers elsewhere (docs/recovery.md). The embedded demo fleet "
+                     "of 'fleetflow serve' turns it on."),
+    cfg.FloatOpt("interval", default=2.0, min=0.1,
+                 help="Seconds between two looks of the monitor at the hosts."),
+    cfg.FloatOpt("confirm_seconds", default=30.0, min=0.0,
+                 help="How long a host whose heartbeat is older than [compute] "
+                      "service_down_time must also fail its ping before it is dead."),
+    cfg.StrOpt("on_error", default="pause", choices=["pause", "continue", "revert"],
+               help="on_error of the evacuations the monitor starts."),
+    cfg.FloatOpt("max_dead_fraction", default=0.2, min=0.0, max=1.0,
+                 help="Storm guard: when more than this share of a zone's hosts, or of "
+                      "the fleet's, look dead at once, nothing is evacuated."),
+    cfg.IntOpt("max_concurrent", default=8, min=1,
+               help="Most hosts in recovery (fenced, their evacuation unfinished) at once."),
+    cfg.StrOpt("servers", default="all", choices=["all", "ha"],
+               help="all: every server of a dead host; ha: only those with metadata "
+                    "ha=true. Servers with metadata recovery=never are never moved."),
+    cfg.StrOpt("where", default="any", choices=["any", "reserve", "zone"],
+               help="any: any host that fits; reserve: the hosts of reserve_pool first "
+                    "(brought up on demand), any host when they are not enough; zone: "
+                    "hosts of the dead host's zone only."),
+    cfg.StrOpt("reserve_pool", default="reserve",
+               help="The pool of reserve hosts: hosts whose capability 'reserve_pool' "
+                    "has this value."),
+    cfg.IntOpt("max_parallel", default=8, min=1, max=256,
+               help="max_parallel of the evacuations the monitor starts."),
+]
+
 QUOTA_OPTS = [
     cfg.IntOpt("instances", default=10000, min=-1, help="Instances per tenant (-1: no limit)."),
     cfg.IntOpt("vcpus", default=40000, min=-1, help="VCPUs per tenant (-1: no limit)."),
@@ -256,6 +287,7 @@ OPTS: dict[str | None, list[cfg.Opt]] = {
     "placement": PLACEMENT_OPTS,
     "scheduler": SCHEDULER_OPTS,
     "quota": QUOTA_OPTS,
+    "recovery": RECOVERY_OPTS,
     "cloud": CLOUD_OPTS,
     "openstack": OPENSTACK_OPTS,
     # The libraries' own groups, so that FLEETFLOW_OSLO_POLICY_ENFORCE_NEW_DEFAULTS and

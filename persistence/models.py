@@ -193,6 +193,9 @@ class Instance(Timestamps, Base):
     # {"code", "message", "step", "host", "time"} when it failed.
     fault: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
     vcluster_id: Mapped[str | None] = mapped_column(sa.String(36), nullable=True, index=True)
+    # The server's metadata; automatic recovery reads ha, recovery and
+    # recovery_priority (docs/recovery.md). NULL: none.
+    metadata_: Mapped[dict | None] = mapped_column("metadata", sa.JSON, nullable=True)
 
     reservation: Mapped[Reservation | None] = orm.relationship(back_populates="instances")
 

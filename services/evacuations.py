@@ -47,6 +47,12 @@ class EvacuationRequest:
     target_hosts: list[str] | None = None
     reason: str | None = None
     user_id: str | None = None
+    # Automatic recovery: the id chosen (and recorded) before the request, so a
+    # request repeated after a crash finds the evacuation instead of making a
+    # second; and the servers to move, in order (None: every server, in order
+    # of host and age).
+    evacuation_id: str | None = None
+    instances: list[str] | None = None
 
 
 class EvacuationOps:
@@ -146,6 +152,8 @@ class EvacuationOps:
         """
         self._check(req)
         with self.database.session() as session:
+            if req.evacuation_id and session.get(Evacuation, req.evacuation_id) is not None:
+                return rows.view(session, rows.get(session, req.evacuation_id))
             self._host_rows(session, req.hosts, "hosts")
             if req.target_hosts:
                 self._host_rows(session, req.target_hosts, "target_hosts")
@@ -153,13 +161,25 @@ class EvacuationOps:
                 self._check_dead(session, req)
         if req.mode == states.MODE_REBUILD:
             self._check_silent(req)
+        try:
+            return self._create(req)
+        except sa.exc.IntegrityError:
+            if req.evacuation_id is None:
+                raise
+            # Another process created this very evacuation meanwhile.
+            return self.show(req.evacuation_id)
+
+    def _create(self, req: EvacuationRequest) -> dict:
         with self.database.session() as session:
-            evacuation_id = rows.new_evacuation_id()
+            evacuation_id = req.evacuation_id or rows.new_evacuation_id()
             rows.hold_hosts(session, evacuation_id, req.hosts)
             # After the hold, in its transaction: a build that claimed one of
             # these hosts first is seen here; one that claims later sees the hold.
             rows.refuse_unsettled_servers(session, req.hosts)
             servers = self._servers(session, req.hosts)
+            if req.instances is not None:
+                by_id = {s.id: s for s in servers}
+                servers = [by_id[uuid] for uuid in req.instances if uuid in by_id]
             evacuation = rows.create(
                 session, evacuation_id=evacuation_id, hosts=req.hosts, mode=req.mode,
                 on_error=req.on_error, max_parallel=int(req.max_parallel),
@@ -213,6 +233,9 @@ class EvacuationOps:
             if req.target_hosts:
                 self._host_rows(session, req.target_hosts, "target_hosts")
             servers = self._servers(session, req.hosts)
+            if req.instances is not None:
+                wanted = set(req.instances)
+                servers = [s for s in servers if s.id in wanted]
             probe = Evacuation(id="dry-run", hosts=list(req.hosts), mode=req.mode,
                                target_hosts=req.target_hosts)
             plan = move_plan.plan(session, probe, [s.id for s in servers],

@@ -28,13 +28,14 @@ def make_services(conf, database, runtime, persistence, board) -> dict:
     from fleetflow.engine.submit import Submitter
     from fleetflow.services.evacuations import EvacuationOps
     from fleetflow.services.hosts import HostOps
+    from fleetflow.services.recovery.ops import RecoveryOps
     from fleetflow.services.reservations import ReservationOps
     from fleetflow.services.vclusters import VClusterOps
 
     submit = Submitter(board, persistence)
     store = getattr(runtime.placement, "store", None)
     hosts = HostOps(conf, database, store, runtime.compute)
-    return {
+    services = {
         "reservations": ReservationOps(conf, database, submit),
         "job_submitter": submit,
         "placement_store": store,
@@ -47,6 +48,25 @@ def make_services(conf, database, runtime, persistence, board) -> dict:
         "hosts": hosts,
         "vclusters": VClusterOps(conf, database, submit),
     }
+    services["recoveries"] = RecoveryOps(conf, database, services["evacuations"])
+    return services
+
+
+def recovery_monitor(conf, database, runtime, services: dict | None = None,
+                     persistence=None, board=None, name: str | None = None):
+    """The started recovery monitor of a conductor process; None when ``[recovery]
+    enabled`` is false. ``services``: those of :func:`make_services` when the
+    process has them (``fleetflow serve``); else they are made here from
+    ``persistence`` and ``board``."""
+    if not conf.recovery.enabled:
+        return None
+    from fleetflow.engine.conductor.worker import default_name
+    from fleetflow.services.recovery.monitor import RecoveryMonitor
+
+    if services is None:
+        services = make_services(conf, database, runtime, persistence, board)
+    return RecoveryMonitor(conf, database, services["evacuations"], services["hosts"],
+                           runtime.compute, name or default_name(conf)).start()
 
 
 def build(conf) -> tuple:

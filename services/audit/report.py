@@ -35,6 +35,7 @@ from fleetflow.common.exceptions import NotFound
 from fleetflow.compute.openstack import audit as cloud_audit
 from fleetflow.persistence.cloud_sync import EXTERNAL_TYPE
 from fleetflow.services.audit import flows as audit_flows
+from fleetflow.services.audit import recovery as audit_recovery
 from fleetflow.services.audit import sources
 from fleetflow.services.audit import status as audit_status
 from fleetflow.services.audit import volumes as audit_volumes
@@ -67,6 +68,7 @@ KINDS = {
     **audit_volumes.KINDS,
     **audit_flows.KINDS,
     **audit_status.KINDS,
+    **audit_recovery.KINDS,
     **cloud_audit.KINDS,
 }
 
@@ -163,6 +165,7 @@ def audit(database, placement_client, compute_api, hosts=None, *, strict: bool =
     grace = audit_flows.grace(strict, flow_grace)
     flow_counts = audit_flows.check_stranded(checker.add, database, board, grace)
     flow_counts.update(audit_status.check_status(checker.add, database, grace))
+    flow_counts.update(audit_recovery.check_held(checker.add, database))
     report = AuditReport(checker.found, {
         "hosts": len(rows.hosts), "hosts_asked": len(guests.by_host) + len(guests.unreachable),
         "hosts_unreachable": len(guests.unreachable),
