@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -229,3 +230,26 @@ def test_two_concurrent_passes_never_admit_one_request_twice(cloud, ops):
 def _admit_again(cloud, ops, rid) -> bool:
     with cloud.database.session() as session:
         return ops.admit(session, rid)
+
+
+def test_the_admitter_runs_a_pass_when_capacity_is_freed_not_when_claimed(cloud, ops):
+    from fleetflow.services.queue.admitter import Admitter
+
+    cloud.conf.set_override("interval", 3600.0, group="queue")  # no safety-net pass here
+    admitter = Admitter(cloud.conf, cloud.database, ops, "test")
+    _fill(cloud, count=20)
+    assert not admitter.due()  # nothing queued: no pass, whatever changed
+    rid = _queue(ops, 6)
+    assert admitter.due()  # a request queued
+    assert admitter.run_once().admitted == []  # 4 free, 6 wanted
+    admitter._last_pass = time.monotonic()
+    assert not admitter.due()
+    _fill(cloud, tenant="other", count=1)  # a claim: nothing freed
+    assert not admitter.due()
+    _free(cloud, ops, "r2", 3)
+    assert admitter.due()
+    assert admitter.run_once().admitted == [rid]
+    # Another process's admitter waits for the lease while this one holds it.
+    _queue(ops, 1)
+    assert Admitter(cloud.conf, cloud.database, ops, "other").run_once() is None
+    assert admitter.run_once() is not None
