@@ -33,6 +33,7 @@ never admitted twice even if they did.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 
 import sqlalchemy as sa
@@ -186,13 +187,20 @@ def _admit_in_order(session, conf, ops, candidates, snapshot, now, result) -> No
     whys: dict[int, str] = {}
     blocked: list[int] = []  # seqs of the requests ahead that did not fit
     held: set[str] = set()
+    # Queues hold many equal requests: one that did not fit answers for its
+    # equals until the snapshot or the held hosts change.
+    refused: dict[tuple, NoValidHost] = {}
     for candidate in candidates:
         result.examined += 1
+        key = (json.dumps(candidate.spec, sort_keys=True), bool(held))
         req = plan.request_spec(session, candidate.spec, [], excluded_hosts=sorted(held))
         try:
+            if key in refused:
+                raise refused[key]
             placement = scheduler.schedule(req, snapshot, alternates=0,
                                            weigher=conf.scheduler.weigher)
         except NoValidHost as exc:
+            refused[key] = exc
             if candidate.deadline is not None and candidate.deadline <= now:
                 _expire(session, candidate.ref_id, exc.message, result)
                 continue
@@ -215,6 +223,7 @@ def _admit_in_order(session, conf, ops, candidates, snapshot, now, result) -> No
             continue
         for p in placement.instances:
             snapshot.add_usage(p.host, req.resources)
+        refused.clear()
         queue_rows.mark_admitted(session, candidate.seq)
         queue_rows.note_bypassed(session, blocked)
         result.admitted.append(candidate.ref_id)
