@@ -31,7 +31,7 @@ class QueueEntry(Base):
     __table_args__ = (
         sa.UniqueConstraint("kind", "ref_id"),
         # The head of the queue: waiting rows by priority, then arrival.
-        sa.Index("ix_queue_entries_order", "admitted_at", sa.text("priority DESC"), "seq"),
+        sa.Index("ix_queue_entries_order", "admitted_at", "priority", "seq"),
     )
 
     seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)

@@ -34,7 +34,7 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_queue_entries_tenant_id'), ['tenant_id'],
                               unique=False)
         batch_op.create_index('ix_queue_entries_order',
-                              ['admitted_at', sa.text('priority DESC'), 'seq'], unique=False)
+                              ['admitted_at', 'priority', 'seq'], unique=False)
 
 
 def downgrade() -> None:
