@@ -59,6 +59,7 @@ BLUEPRINTS = [
     "fleetflow.api.placement.routes",
     "fleetflow.api.audit.routes",
     "fleetflow.api.flows.routes",
+    "fleetflow.api.queue.routes",
     "fleetflow.api.permissions.routes",
 ]
 

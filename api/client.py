@@ -398,6 +398,10 @@ class Client:
         return list(self.iterate("/v2/admin/flows", "flows", state=state, tenant=tenant,
                                  limit=limit))
 
+    def list_queue(self, *, limit=None) -> list[dict]:
+        """Every request waiting for capacity, in queue order (administrators)."""
+        return list(self.iterate("/v2/admin/queue", "queue", limit=limit))
+
     def get_flow(self, flow_id: str) -> dict:
         """A flow with every atom (administrators)."""
         return self.get(f"/v2/admin/flows/{_segment(flow_id)}")["flow"]

@@ -151,6 +151,8 @@ ROUTE_RULES = [
     ("flows:admin_show", ADMIN, "GET", f"{A}/flows/{{id}}", "Show any flow."),
     ("flows:resume", ADMIN, "POST", f"{A}/flows/{{id}}/resume", "Resume a flow."),
     ("flows:revert", ADMIN, "POST", f"{A}/flows/{{id}}/revert", "Revert a flow."),
+    ("queue:list", ADMIN, "GET", f"{A}/queue",
+     "List every request waiting for capacity, with its position and why it waits."),
     ("quotas:show", READER, "GET", f"{T}/quotas", "Show the project's quotas."),
     ("quotas:admin_show", ADMIN, "GET", f"{A}/quotas/{{tenant_id}}",
      "Show any project's quotas."),

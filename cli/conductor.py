@@ -53,6 +53,16 @@ def _recovery_monitor(conf, persistence, name: str):
                             board=make_jobboard(conf, persistence), name=name)
 
 
+def _start_admitter(conf, persistence, name: str):
+    """The queue's admitter of this process (services/queue/admitter.py)."""
+    from fleetflow.engine.jobboard.boards import make_jobboard
+    from fleetflow.persistence.db import get_database
+    from fleetflow.services.queue.admitter import Admitter
+
+    board = make_jobboard(conf, persistence)
+    return Admitter.for_process(conf, get_database(conf), board, persistence, name).start()
+
+
 @click.command("conductor")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Conductor threads in this process, each running one flow at a time "
@@ -99,6 +109,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     pool.start()
     reconciler = Reconciler(conf, persistence, name=name or default_name(conf)).start()
     recovery = _recovery_monitor(conf, persistence, name or default_name(conf))
+    admitter = _start_admitter(conf, persistence, name or default_name(conf))
     cloud_sync = None
     if openstack_mode(conf):
         from fleetflow.services.sync import PeriodicSync
@@ -114,6 +125,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     if recovery is not None:
         recovery.stop()
     reconciler.stop()
+    admitter.stop()
     if cloud_sync is not None:
         cloud_sync.stop()
     pool.stop()

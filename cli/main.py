@@ -17,6 +17,7 @@ from fleetflow.cli import fleet as fleet_cmd
 from fleetflow.cli import flows as flows_cmd
 from fleetflow.cli import groups as groups_cmd
 from fleetflow.cli import hosts as hosts_cmd
+from fleetflow.cli import queue as queue_cmd
 from fleetflow.cli import recoveries as recoveries_cmd
 from fleetflow.cli import remote
 from fleetflow.cli import reservations as reservations_cmd
@@ -56,6 +57,7 @@ cli.add_command(serve_cmd.serve)
 cli.add_command(recoveries_cmd.recoveries)
 cli.add_command(audit_cmd.audit_cmd)
 cli.add_command(flows_cmd.flows)
+cli.add_command(queue_cmd.queue_cmd)
 cli.add_command(hosts_cmd.hosts)
 cli.add_command(evacuations_cmd.evacuate)
 cli.add_command(evacuations_cmd.evacuations)

@@ -117,6 +117,7 @@ class Cloud:
         self.agents = None  # or its child processes
         self.pool = None
         self.reconciler = None
+        self.admitter = None  # the queue's admission passes
         self.cloud_sync = None  # openstack mode: the cloud mirrored into the rows
         self.recovery = None  # the recovery monitor, when [recovery] enabled
         self.server = None
@@ -151,8 +152,13 @@ class Cloud:
         persistence = get_backend(conf)
         board = make_jobboard(conf, persistence)
         if conf.conductor.workers:
+            from fleetflow.engine.conductor.worker import default_name
+            from fleetflow.services.queue.admitter import Admitter
+
             self.pool = ConductorPool(conf, persistence=persistence)
             self.pool.start()
+            self.admitter = Admitter.for_process(conf, self.database, board, persistence,
+                                                 default_name(conf)).start()
         # Even without workers: the board is rebuilt from the database.
         self.reconciler = Reconciler(conf, persistence, self.database).start()
         if openstack_mode(conf):
@@ -191,6 +197,8 @@ class Cloud:
             self.recovery.stop()
         if self.reconciler is not None:
             self.reconciler.stop()
+        if self.admitter is not None:
+            self.admitter.stop()
         if self.cloud_sync is not None:
             self.cloud_sync.stop()
         if self.pool is not None:

@@ -73,7 +73,7 @@ RESERVATION = View(
         ("name", r.get("name")), ("status", r["status"]), ("policy", r.get("policy")),
         ("flow_id", r.get("flow_id")), ("progress", r.get("progress")),
         ("created_at", r.get("created_at")), ("updated_at", r.get("updated_at")),
-        ("fault", fault_text(r))],
+        ("fault", fault_text(r)), *queue_fields(r.get("queue"))],
     columns=("id", "name", "status", "policy", "active", "building", "error", "total",
              "created_at"),
     row=lambda r: [r["id"], r.get("name"), r["status"], r["policy"], r["progress"]["active"],
@@ -137,6 +137,25 @@ HOST = View(
                    *(used_of_total(h, rc) for rc in CAPACITY_CLASSES), h.get("evacuation_id"),
                    h["topology"]["region"], h["topology"]["zone"], h["topology"]["rack"],
                    h.get("reason")])
+
+def queue_fields(queue: dict | None) -> list[tuple[str, object]]:
+    """A QUEUED request's place in the queue, as a show lists it (nothing otherwise)."""
+    if not queue:
+        return []
+    return [("queue position", f"{queue['position']} ({queue['ahead']} ahead)"),
+            ("waiting since", queue.get("waiting_since")),
+            ("last attempt", queue.get("last_attempt")), ("why", queue.get("why"))]
+
+
+QUEUE = View(
+    title=lambda q: f"{q['kind']} {q['id']}",
+    fields=lambda q: [("tenant", q["tenant_id"]), ("priority", q["priority"]),
+                      *queue_fields(q), ("deadline", q.get("deadline")),
+                      ("bypassed", q.get("bypassed"))],
+    columns=("position", "kind", "id", "tenant", "priority", "waiting_since", "bypassed", "why"),
+    row=lambda q: [q["position"], q["kind"], q["id"], q["tenant_id"], q["priority"],
+                   q.get("waiting_since"), q.get("bypassed"), q.get("why")])
+
 
 FLOW = View(
     title=lambda f: f"flow {f['id']}",

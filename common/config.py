@@ -275,6 +275,33 @@ QUOTA_OPTS = [
                help="Volume gigabytes per tenant (-1: no limit)."),
 ]
 
+QUEUE_OPTS = [
+    cfg.IntOpt("max_bypass", default=8, min=0,
+               help="Admissions of requests behind the head of the queue (backfill) "
+                    "before the head's hosts are held back from backfill."),
+    cfg.FloatOpt("reserve_after", default=600.0, min=0.0,
+                 help="Seconds the head of the queue waits before its hosts are held "
+                      "back from backfill, however few bypasses it saw (0: never by age)."),
+    cfg.FloatOpt("interval", default=10.0, min=0.0,
+                 help="Seconds between two admission passes when nothing signalled freed "
+                      "capacity: the safety net (0: no admitter in this process)."),
+    cfg.FloatOpt("poll_interval", default=0.05, min=0.01,
+                 help="Seconds between two looks at the capacity stamp (one indexed "
+                      "aggregate query): a change starts an admission pass."),
+    cfg.IntOpt("scan_depth", default=64, min=1,
+               help="Queued requests one admission pass examines, from the head: a "
+                    "pass costs this many scheduling attempts at most."),
+    cfg.IntOpt("max_priority", default=10, min=0,
+               help="Highest priority a project may give a queued request (0 is the "
+                    "lowest and the default)."),
+    cfg.FloatOpt("default_timeout", default=0.0, min=0.0,
+                 help="queue_timeout of a queued request that gives none (0: wait until "
+                      "admitted or cancelled)."),
+    cfg.BoolOpt("fair_share", default=True,
+                help="At equal priority, admit a project below its share of the vCPUs in "
+                     "use before a project above it."),
+]
+
 OPTS: dict[str | None, list[cfg.Opt]] = {
     None: DEFAULT_OPTS,
     "database": DATABASE_OPTS,
@@ -288,6 +315,7 @@ OPTS: dict[str | None, list[cfg.Opt]] = {
     "scheduler": SCHEDULER_OPTS,
     "quota": QUOTA_OPTS,
     "recovery": RECOVERY_OPTS,
+    "queue": QUEUE_OPTS,
     "cloud": CLOUD_OPTS,
     "openstack": OPENSTACK_OPTS,
     # The libraries' own groups, so that FLEETFLOW_OSLO_POLICY_ENFORCE_NEW_DEFAULTS and

@@ -20,7 +20,12 @@ AFTER_EFFECT = "after-effect"
 AFTER_CHECKPOINT = "after-checkpoint"
 DURING_REVERT = "during-revert"
 AFTER_COMMIT = "after-commit"
-CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT)
+# Inside an admission pass's transaction, once a queued request's rows and
+# intent are written and before they commit (services/queue/admission.py;
+# its atom name is ``queue-admission``).
+DURING_ADMISSION = "during-admission"
+CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT,
+                DURING_ADMISSION)
 
 
 def crash_targets(environ=None) -> set[tuple[str, str]]:

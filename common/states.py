@@ -19,11 +19,19 @@ REVERTED = "REVERTED"
 DELETING = "DELETING"
 DELETED = "DELETED"
 PAUSED = "PAUSED"
+# Waiting in the queue for capacity (nothing claimed), and out of patience.
+QUEUED = "QUEUED"
+EXPIRED = "EXPIRED"
 
-RESERVATION_STATUSES = (PENDING, SCHEDULING, BUILDING, ACTIVE, PARTIAL, ERROR, REVERTING,
-                        REVERTED, DELETING, DELETED, PAUSED)
+RESERVATION_STATUSES = (QUEUED, PENDING, SCHEDULING, BUILDING, ACTIVE, PARTIAL, ERROR,
+                        REVERTING, REVERTED, DELETING, DELETED, PAUSED, EXPIRED)
 # A reservation in one of these no longer changes by itself.
-SETTLED = frozenset({ACTIVE, PARTIAL, ERROR, REVERTED, DELETED, PAUSED})
+SETTLED = frozenset({ACTIVE, PARTIAL, ERROR, REVERTED, DELETED, PAUSED, EXPIRED})
+
+# What a request does when it does not fit now: fail (NO_VALID_HOST) or wait.
+WHEN_FULL_FAIL = "fail"
+WHEN_FULL_QUEUE = "queue"
+WHEN_FULL_CHOICES = (WHEN_FULL_FAIL, WHEN_FULL_QUEUE)
 
 #: An instance in one of these stays where it is until someone acts on it; any
 #: other (PENDING, BUILDING, REVERTING, DELETING ...) is still being changed.

@@ -121,6 +121,17 @@ def check_quota(session: orm.Session, tenant_id: str, flavor: Flavor, count: int
         defaults)
 
 
+def check_quota_limits(session: orm.Session, tenant_id: str, flavor: Flavor, count: int,
+                       defaults) -> None:
+    """Raise QuotaExceeded if ``count`` instances of ``flavor`` exceed the limits alone.
+
+    For a queued request: what the project uses now is checked at admission,
+    and a request that could never fit is refused at once.
+    """
+    _check(quota_for(session, tenant_id, defaults), dict.fromkeys(INSTANCE_RESOURCES, 0), {
+        "instances": count, "vcpus": count * flavor.vcpus, "ram_mb": count * flavor.ram_mb})
+
+
 def check_volume_quota(session: orm.Session, tenant_id: str, count: int, gigabytes: int,
                        defaults) -> None:
     """Raise QuotaExceeded if ``count`` more volumes of ``gigabytes`` in all do not fit."""
@@ -138,28 +149,53 @@ def find_by_idempotency_key(session: orm.Session, tenant_id: str,
 def create(session: orm.Session, *, tenant_id: str, user_id: str | None, name: str | None,
            policy: str, request: dict, count: int, flavor_id: str, image_id: str,
            group_id: str | None, idempotency_key: str | None = None,
-           reservation_id: str | None = None) -> Reservation:
+           reservation_id: str | None = None, queued: bool = False) -> Reservation:
     """The reservation row and one PENDING instance row per requested instance.
 
     ``count`` is the most it may get (max_count); instance uuids are made
     here, once, so every retry of every task names the same consumers.
+    ``queued``: the row reads QUEUED and has no instances yet (they are made
+    at admission, :func:`create_instances`): a queued request holds nothing
+    and counts against no quota while it waits.
     """
     reservation = Reservation(
         id=reservation_id or ids.new_reservation_id(), tenant_id=tenant_id, user_id=user_id,
-        name=name, status=states.PENDING, policy=policy, request=request,
-        idempotency_key=idempotency_key)
+        name=name, status=states.QUEUED if queued else states.PENDING, policy=policy,
+        request=request, idempotency_key=idempotency_key)
     session.add(reservation)
     session.flush()
+    if not queued:
+        create_instances(session, reservation, count, flavor_id, image_id, group_id)
+    return reservation
+
+
+def create_instances(session: orm.Session, reservation: Reservation, count: int,
+                     flavor_id: str, image_id: str, group_id: str | None) -> None:
     now = utcnow()
-    label = name or reservation.id
+    label = reservation.name or reservation.id
     session.execute(sa.insert(Instance), [
-        {"id": ids.new_uuid(), "reservation_id": reservation.id, "tenant_id": tenant_id,
+        {"id": ids.new_uuid(), "reservation_id": reservation.id,
+         "tenant_id": reservation.tenant_id,
          "name": INSTANCE_NAME.format(name=label, index=i), "index": i,
          "status": states.PENDING, "flavor_id": flavor_id, "image_id": image_id,
          "group_id": group_id, "attempts": 0, "hosts_tried": [],
          "created_at": now, "updated_at": now}
         for i in range(count)])
-    return reservation
+
+
+def move_status(session: orm.Session, reservation_id: str, from_status: str, to_status: str,
+                fault: dict | None = None) -> bool:
+    """``from_status`` -> ``to_status`` if the row still reads ``from_status``.
+
+    One conditional UPDATE: of two writers (two admitters, an admitter and a
+    DELETE), exactly one sees True.
+    """
+    values: dict = {"status": to_status, "updated_at": utcnow()}
+    if fault is not None:
+        values["fault"] = fault
+    return session.execute(_RESERVATIONS_TABLE.update().where(
+        _RESERVATIONS_TABLE.c.id == reservation_id,
+        _RESERVATIONS_TABLE.c.status == from_status).values(**values)).rowcount == 1
 
 
 def get(session: orm.Session, reservation_id: str,

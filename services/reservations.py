@@ -25,6 +25,7 @@ from fleetflow.flows import keys
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups as group_rows
 from fleetflow.persistence import intents, paging
+from fleetflow.persistence import queue as queue_rows
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
@@ -54,6 +55,10 @@ class ReservationRequest:
     volume_gb: int | None = None
     # The provision flow's on_error: revert, or pause for an operator.
     on_error: str = ON_ERROR_REVERT
+    # Not fitting now: fail (NO_VALID_HOST) or wait in the queue (docs/queue.md).
+    when_full: str = states.WHEN_FULL_FAIL
+    queue_timeout: float | None = None
+    priority: int = 0
 
 
 def resolve_flavor(session, ref: str) -> Flavor:
@@ -101,6 +106,16 @@ def show(database, tenant_id: str,
                 rows.instance_views(session, reservation_id))
 
 
+def queue_position(database, reservation) -> dict | None:
+    """Where a QUEUED reservation stands (services/queue/views.py); None otherwise."""
+    if reservation.status != states.QUEUED:
+        return None
+    from fleetflow.services.queue import views
+
+    with database.read_session() as session:
+        return views.entry_view(session, queue_rows.KIND_RESERVATION, reservation.id)
+
+
 class ReservationOps:
     """Entry points for reservations and for deleting one server; one per process."""
 
@@ -123,6 +138,15 @@ class ReservationOps:
         if req.on_error not in ON_ERROR_CHOICES:
             raise InvalidInput(f"on_error: one of {', '.join(ON_ERROR_CHOICES)}",
                                field="on_error")
+        if req.when_full not in states.WHEN_FULL_CHOICES:
+            raise InvalidInput(f"when_full: one of {', '.join(states.WHEN_FULL_CHOICES)}",
+                               field="when_full")
+        if not 0 <= req.priority <= self.conf.queue.max_priority:
+            raise InvalidInput(f"priority: between 0 and {self.conf.queue.max_priority}",
+                               field="priority")
+        if req.queue_timeout is not None and req.queue_timeout <= 0:
+            raise InvalidInput("queue_timeout: a number of seconds above 0",
+                               field="queue_timeout")
         if req.volume_gb:
             volumes.refuse_in_openstack_mode(self.conf, "volume_gb")
         flavor = resolve_flavor(session, req.flavor_ref)
@@ -167,27 +191,68 @@ class ReservationOps:
                     return existing, False
             spec = self.request_spec(session, req)
             flavor = session.get(Flavor, spec["flavor_id"])
-            rows.check_quota(session, req.tenant_id, flavor, req.max_count, self.conf.quota)
+            queued = req.when_full == states.WHEN_FULL_QUEUE
+            if queued:
+                # What it will use is checked at admission (docs/queue.md).
+                rows.check_quota_limits(session, req.tenant_id, flavor, req.max_count,
+                                        self.conf.quota)
+            else:
+                rows.check_quota(session, req.tenant_id, flavor, req.max_count,
+                                 self.conf.quota)
             reservation = rows.create(
                 session, tenant_id=req.tenant_id, user_id=req.user_id, name=req.name,
                 policy=req.policy, request=dataclasses.asdict(req) | {"spec": spec},
                 count=req.max_count, flavor_id=flavor.id, image_id=spec["image_id"],
-                group_id=req.group_id, idempotency_key=idempotency_key)
-            # NOTE: the flow's intent commits with the rows (the outbox): a
-            # crash after the commit leaves a flow the reconciler posts, never
-            # a PENDING reservation without one, nor a job without its rows.
-            reservation.flow_id = ids.new_uuid()
-            instance_uuids = rows.instance_ids(session, reservation.id)
-            self.submit(PROVISION, {"reservation_id": reservation.id, "count": req.max_count,
-                                    "policy": req.policy,
-                                    "with_volumes": bool(req.volume_gb),
-                                    "max_reschedules": self.conf.scheduler.max_reschedules},
-                        store={keys.RESERVATION_ID: reservation.id, keys.REQUEST_SPEC: spec,
-                               keys.TENANT_ID: req.tenant_id,
-                               keys.INSTANCE_UUIDS: instance_uuids},
-                        tenant_id=req.tenant_id, on_error=req.on_error,
-                        flow_id=reservation.flow_id, session=session)
+                group_id=req.group_id, idempotency_key=idempotency_key, queued=queued)
+            if queued:
+                queue_rows.add(session, queue_rows.KIND_RESERVATION, reservation.id,
+                               req.tenant_id, req.priority,
+                               req.queue_timeout or self.conf.queue.default_timeout or None)
+            else:
+                self._start(session, reservation)
         return reservation, True
+
+    def _start(self, session, reservation: Reservation) -> None:
+        """Post the provision flow of ``reservation``, whose instance rows exist."""
+        req = reservation.request
+        # NOTE: the flow's intent commits with the rows (the outbox): a
+        # crash after the commit leaves a flow the reconciler posts, never
+        # a PENDING reservation without one, nor a job without its rows.
+        reservation.flow_id = ids.new_uuid()
+        instance_uuids = rows.instance_ids(session, reservation.id)
+        self.submit(PROVISION, {"reservation_id": reservation.id,
+                                "count": req["max_count"], "policy": req["policy"],
+                                "with_volumes": bool(req.get("volume_gb")),
+                                "max_reschedules": self.conf.scheduler.max_reschedules},
+                    store={keys.RESERVATION_ID: reservation.id,
+                           keys.REQUEST_SPEC: req["spec"],
+                           keys.TENANT_ID: reservation.tenant_id,
+                           keys.INSTANCE_UUIDS: instance_uuids},
+                    tenant_id=reservation.tenant_id,
+                    on_error=req.get("on_error", ON_ERROR_REVERT),
+                    flow_id=reservation.flow_id, session=session)
+
+    def admit(self, session, reservation_id: str) -> bool:
+        """Start a queued reservation as a fitting one starts: False if it is no longer
+        QUEUED (admitted by another, cancelled, expired).
+
+        The project's quota is checked now, against what it uses now
+        (QuotaExceeded: it stays queued). Rows, status and intent commit
+        together with the caller's transaction.
+        """
+        reservation = rows.get(session, reservation_id)
+        req = reservation.request
+        flavor = session.get(Flavor, req["spec"]["flavor_id"])
+        if reservation.status != states.QUEUED:
+            return False
+        rows.check_quota(session, reservation.tenant_id, flavor, req["max_count"],
+                         self.conf.quota)
+        if not rows.move_status(session, reservation_id, states.QUEUED, states.PENDING):
+            return False
+        rows.create_instances(session, reservation, req["max_count"], flavor.id,
+                              req["spec"]["image_id"], req.get("group_id"))
+        self._start(session, reservation)
+        return True
 
     def dry_run(self, req: ReservationRequest) -> dict[str, Any]:
         """Whether ``req`` fits right now, with the scheduler's explanation; claims nothing."""
@@ -202,6 +267,14 @@ class ReservationOps:
             reservation = rows.get(session, reservation_id, tenant_id)
             if reservation.status in (states.DELETING, states.DELETED):
                 return reservation
+            # Never started: nothing to tear down. The conditional UPDATE loses
+            # to an admitter that started it meanwhile (then 409 below).
+            for waiting in (states.QUEUED, states.EXPIRED):
+                if rows.move_status(session, reservation_id, waiting, states.DELETED):
+                    queue_rows.remove(session, queue_rows.KIND_RESERVATION, [reservation_id])
+                    reservation.status = states.DELETED
+                    return reservation
+            session.refresh(reservation)
             if reservation.status not in states.SETTLED:
                 raise Conflict(f"reservation {reservation_id} is {reservation.status}; "
                                "delete it once it has settled")

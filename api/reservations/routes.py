@@ -26,9 +26,11 @@ blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/res
 
 # Request fields that must match for a replayed Idempotency-Key.
 _COMPARED = ("name", "flavor_ref", "image_ref", "min_count", "max_count", "capabilities",
-             "group_id", "policy", "volume_gb", "on_error")
+             "group_id", "policy", "volume_gb", "on_error", "when_full", "queue_timeout",
+             "priority")
 # What a field compared above meant in a request stored before it existed.
-_STORED_DEFAULTS = {"on_error": ON_ERROR_REVERT}
+_STORED_DEFAULTS = {"on_error": ON_ERROR_REVERT, "when_full": "fail", "queue_timeout": None,
+                    "priority": 0}
 
 
 def _self_link(tenant_id: str, reservation_id: str) -> str:
@@ -48,7 +50,11 @@ def _view(reservation, progress: dict) -> dict:
             "policy": reservation.policy, "flow_id": reservation.flow_id,
             "created_at": reservation.created_at, "updated_at": reservation.updated_at,
             "progress": progress, "fault": reservation.fault,
-            "links": _summary(reservation)["links"]}
+            "queue": _queue(reservation), "links": _summary(reservation)["links"]}
+
+
+def _queue(reservation) -> dict | None:
+    return reservation_ops.queue_position(current_state().database, reservation)
 
 
 # NOTE: GET of one reservation builds its JSON by hand, not with marshmallow:
@@ -57,6 +63,7 @@ def _view(reservation, progress: dict) -> dict:
 # engine's GIL). The helpers below give exactly what that schema's dump gives
 # (tests compare the two); the schema still documents the route.
 _FAULT_KEYS = tuple(schemas.FaultSchema().fields)
+_QUEUE_TIMES = ("waiting_since", "last_attempt")
 
 
 def _text(value):
@@ -91,6 +98,9 @@ def _show_body(view: dict, instances: list[dict]) -> dict:
         body[key] = fields.utc_isoformat(body[key])  # as schemas' UtcDateTime
     view = hosts_view.current()
     body["fault"] = _fault_body(body["fault"], view)
+    if body["queue"] is not None:
+        body["queue"] = {key: fields.utc_isoformat(value) if key in _QUEUE_TIMES else value
+                         for key, value in body["queue"].items()}
     body["instances"] = [_instance_body(i, view) for i in instances]
     return {"reservation": body}
 

@@ -94,6 +94,22 @@ class ReservationFieldsSchema(ma.Schema):
         metadata={"description": "A data volume of this size per instance, on a storage "
                                  "backend its host reaches (a dry run counts it too)."})
 
+    when_full = ma.fields.String(
+        load_default=states.WHEN_FULL_FAIL, validate=ma.validate.OneOf(states.WHEN_FULL_CHOICES),
+        metadata={"description": "What happens when it does not fit now: 'fail' "
+                                 "(NO_VALID_HOST) or 'queue': it waits, QUEUED and holding "
+                                 "nothing, until all of it (min_count for best-effort) fits "
+                                 "at once (docs/queue.md)."})
+    queue_timeout = ma.fields.Float(
+        allow_none=True, load_default=None,
+        validate=ma.validate.Range(min=0, min_inclusive=False, max=10 * 365 * 86400),
+        metadata={"description": "Seconds it may wait queued; then it ends EXPIRED with the "
+                                 "last placement explanation (default: [queue] "
+                                 "default_timeout; none: no limit)."})
+    priority = ma.fields.Integer(
+        load_default=0, validate=ma.validate.Range(min=0),
+        metadata={"description": "Queue priority, higher first, 0 to [queue] max_priority."})
+
     @ma.validates_schema
     def check_counts(self, data, **kwargs):
         if "count" in data and ("min_count" in data or "max_count" in data):
@@ -187,6 +203,20 @@ class ReservationSummaryResponseSchema(ma.Schema):
     reservation = ma.fields.Nested(ReservationSummarySchema, required=True)
 
 
+class QueuePositionSchema(ma.Schema):
+    """Where a QUEUED reservation stands in the queue."""
+
+    position = ma.fields.Integer(required=True, metadata={
+        "description": "From 1, in priority-then-age order (backfill and fair share may "
+                       "still admit a later one first)."})
+    ahead = ma.fields.Integer(required=True)
+    waiting_since = fields.UtcDateTime()
+    last_attempt = fields.UtcDateTime(allow_none=True)
+    why = ma.fields.String(allow_none=True, metadata={
+        "description": "Why the last admission pass did not admit it: the dry run's "
+                       "explanation, or the quota it would exceed."})
+
+
 class ReservationListItemSchema(ma.Schema):
     """A reservation in a list: everything but its instances."""
 
@@ -200,7 +230,10 @@ class ReservationListItemSchema(ma.Schema):
     progress = ma.fields.Nested(ProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True, metadata={
         "description": "ERROR or REVERTED: the fault that caused it; PARTIAL: how many "
-                       "instances failed and why, by fault code."})
+                       "instances failed and why, by fault code; EXPIRED: QUEUE_TIMEOUT "
+                       "with the last placement explanation."})
+    queue = ma.fields.Nested(QueuePositionSchema, allow_none=True,
+                             metadata={"description": "While QUEUED; null otherwise."})
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
 
 

@@ -26,7 +26,7 @@ def schema_dump(db, rid: str, tenant: str, href: str, app, headers: dict) -> dic
         app.preprocess_request()
         reservation = rows.get(session, rid, tenant)
         data = {name: getattr(reservation, name) for name in SHOWN}
-        data.update(progress=rows.progress(session, rid),
+        data.update(progress=rows.progress(session, rid), queue=None,
                     links=[{"rel": "self", "href": href}],
                     instances=rows.instances(session, rid))
         return schemas.ReservationResponseSchema().dump({"reservation": data})

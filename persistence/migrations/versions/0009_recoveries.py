@@ -1,13 +1,13 @@
 """automatic host recovery: its detections, the operators' switch, server metadata
 
-Revision ID: 0009_recoveries
+Revision ID: 0009
 Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0009_recoveries'
+revision = '0009'
 down_revision = '0007'
 branch_labels = None
 depends_on = None
