@@ -65,6 +65,27 @@ def add(session: orm.Session, kind: str, ref_id: str, tenant_id: str, priority: 
     return entry
 
 
+def _table(kind: str) -> sa.Table:
+    from fleetflow.persistence.models import Reservation, VCluster
+
+    return (Reservation if kind == KIND_RESERVATION else VCluster).__table__
+
+
+def move_status(session: orm.Session, kind: str, ref_id: str, from_status: str,
+                to_status: str, fault: dict | None = None) -> bool:
+    """The request's own row ``from_status`` -> ``to_status`` if it still reads ``from_status``.
+
+    One conditional UPDATE: of two writers (two admitters, an admitter and a
+    DELETE), exactly one sees True.
+    """
+    table = _table(kind)
+    values: dict = {"status": to_status, "updated_at": utcnow()}
+    if fault is not None:
+        values["fault"] = fault
+    return session.execute(table.update().where(
+        table.c.id == ref_id, table.c.status == from_status).values(**values)).rowcount == 1
+
+
 def find(session: orm.Session, kind: str, ref_id: str) -> QueueEntry | None:
     return session.execute(sa.select(QueueEntry).where(
         QueueEntry.kind == kind, QueueEntry.ref_id == ref_id)).scalar_one_or_none()
