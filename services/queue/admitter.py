@@ -51,9 +51,12 @@ class Admitter:
         """An admitter that posts admitted flows to ``board`` (as the API does)."""
         from fleetflow.engine.submit import Submitter
         from fleetflow.services.reservations import ReservationOps
+        from fleetflow.services.vclusters import VClusterOps
 
-        return cls(conf, database, ReservationOps(conf, database, Submitter(board, persistence)),
-                   name)
+        submit = Submitter(board, persistence)
+        return cls(conf, database, {
+            queue_rows.KIND_RESERVATION: ReservationOps(conf, database, submit),
+            queue_rows.KIND_VCLUSTER: VClusterOps(conf, database, submit)}, name)
 
     def start(self) -> Admitter:
         if self.interval > 0 and self._thread is None:
