@@ -32,6 +32,8 @@ class QueueEntry(Base):
         sa.UniqueConstraint("kind", "ref_id"),
         # The head of the queue: waiting rows by priority, then arrival.
         sa.Index("ix_queue_entries_order", "admitted_at", "priority", "seq"),
+        # Waiting rows out of patience, wherever they stand.
+        sa.Index("ix_queue_entries_deadline", "admitted_at", "deadline"),
     )
 
     seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
@@ -92,9 +94,26 @@ def find(session: orm.Session, kind: str, ref_id: str) -> QueueEntry | None:
 
 
 def head(session: orm.Session, limit: int) -> list[QueueEntry]:
-    """The first ``limit`` waiting entries, in queue order (an index range scan)."""
-    return list(session.scalars(sa.select(QueueEntry).where(_WAITING)
-                                .order_by(*_ORDER).limit(limit)))
+    """The first ``limit`` waiting entries, in queue order.
+
+    One priority at a time, highest first: each is a range scan of the order
+    index in its order (priority descending then seq ascending is no order
+    one index gives), so the cost follows ``limit`` and the priorities in the
+    head, not the queue's length.
+    """
+    found: list[QueueEntry] = []
+    below = None
+    while len(found) < limit:
+        level = session.execute(sa.select(sa.func.max(QueueEntry.priority)).where(
+            _WAITING, *(() if below is None else (QueueEntry.priority < below,)))
+        ).scalar_one()
+        if level is None:
+            break
+        found += session.scalars(sa.select(QueueEntry).where(
+            _WAITING, QueueEntry.priority == level).order_by(QueueEntry.seq)
+            .limit(limit - len(found)))
+        below = level
+    return found
 
 
 def page(session: orm.Session, limit: int, after: int = 0) -> list[QueueEntry]:

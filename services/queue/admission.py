@@ -26,9 +26,18 @@ Order and fairness:
 * Admitted ones whose flow has not claimed yet are placed on the snapshot
   first, so a pass never hands the same free capacity out twice.
 
-Two passes never run at once in one deployment (the admitter's lease), and
-admission is a conditional UPDATE (``QUEUED`` -> ``PENDING``), so a request is
-never admitted twice even if they did.
+Transactions: the queue's clean-up first (requests gone, expired), then the
+places are read in one read transaction and each admission commits on its own
+(its status, rows and flow intent together), so its flow starts at once
+instead of after the whole pass, and a pass holds no write lock while it
+places. A process killed during an admission leaves nothing of that one; the
+ones before it are complete. Two passes never run at once in one deployment
+(the admitter's lease), and admission is a conditional UPDATE (``QUEUED`` ->
+``PENDING``), so a request is never admitted twice even if they did.
+
+``memo`` (the admitter keeps one, :class:`Memo`): the fleet's snapshot read
+again only where hosts changed, and where each admitted-but-unclaimed request
+was placed, reused while it has claimed nothing more.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from fleetflow.persistence.placement import allocations
 from fleetflow.scheduler import plan
 from fleetflow.scheduler.snapshot import snapshot_from_db
 from fleetflow.services.queue.kinds import KINDS, UNCLAIMED, refusal_key
+from fleetflow.services.queue.snapshots import SnapshotCache
 
 LOG = logging.getLogger(__name__)
 
@@ -62,6 +72,8 @@ class PassResult:
     expired: list[str] = dataclasses.field(default_factory=list)
     head: str | None = None
     held: int = 0  # hosts held back for the head
+    # (candidate, why) out of patience in this pass: expired once it has placed
+    expiring: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -127,11 +139,21 @@ def _remove(session, entries) -> None:
         queue_rows.remove(session, name, [e.ref_id for e in entries if e.kind == name])
 
 
-def run_pass(conf, database, ops, now=None) -> PassResult:
+@dataclasses.dataclass
+class Memo:
+    """What an admitter keeps between its passes (see the module's docstring)."""
+
+    snapshots: SnapshotCache = dataclasses.field(default_factory=SnapshotCache)
+    # (kind, ref_id, instances left to claim) -> hosts and resources it takes
+    unclaimed: dict[tuple, list] = dataclasses.field(default_factory=dict)
+
+
+def run_pass(conf, database, ops, now=None, memo: Memo | None = None) -> PassResult:
     """One pass over the head of the queue; ``ops`` admits (``{kind: ops}``, or one
     ReservationOps for reservations only)."""
     now = now or utcnow()
     ops = _ops_by_kind(ops)
+    memo = memo or Memo()
     result = PassResult()
     with database.session() as session:
         entries = [e for e in queue_rows.head(session, conf.queue.scan_depth) if e.kind in ops]
@@ -151,34 +173,48 @@ def run_pass(conf, database, ops, now=None) -> PassResult:
         if not candidates:
             _remove(session, [e for e in unclaimed if _status(requests, e) not in UNCLAIMED])
             return result
-        usage = allocations.usages_by_provider(session)
-        snapshot = snapshot_from_db(
-            session, usage, plan.recent_failures(session),
-            storage=any(KINDS[c.kind].storage(c.spec) for c in candidates))
-        _remove(session, _place_unclaimed(session, conf, snapshot, unclaimed, requests))
+    whys: dict[int, str] = {}
+    with database.read_session() as session:
+        failures = plan.recent_failures(session)
+        if any(KINDS[c.kind].storage(c.spec) for c in candidates):
+            snapshot = snapshot_from_db(session, allocations.usages_by_provider(session),
+                                        failures, storage=True)
+        else:
+            snapshot = memo.snapshots.snapshot(session, failures)
+        done = _place_unclaimed(session, conf, snapshot, unclaimed, memo)
         vcpus = (_tenant_vcpus(session, {c.tenant_id for c in candidates})
                  if conf.queue.fair_share else None)
-        _admit_in_order(session, conf, ops, order(candidates, vcpus), snapshot, now, result)
+        _admit_in_order(session, database, conf, ops, order(candidates, vcpus), snapshot, now,
+                        result, whys)
+    with database.session() as session:
+        _remove(session, done)
+        for candidate, why in result.expiring:
+            _expire(session, candidate.kind, candidate.ref_id, why, result)
+        queue_rows.note_attempts(session, whys)
     return result
 
 
-def _place_unclaimed(session, conf, snapshot, entries, requests) -> list:
+def _place_unclaimed(session, conf, snapshot, entries, memo: Memo) -> list:
     """Put what admitted requests will claim on ``snapshot``; returns entries done with."""
     done = []
+    rows = _load(session, entries)
     for entry in entries:
-        row = requests.get((entry.kind, entry.ref_id))
-        taken = None if row is None else KINDS[entry.kind].unclaimed(session, conf, row,
-                                                                      snapshot)
+        row = rows.get((entry.kind, entry.ref_id))
+        taken = None if row is None else KINDS[entry.kind].unclaimed(
+            session, conf, row, snapshot, memo.unclaimed)
         if taken is None:
             done.append(entry)
             continue
         for host, resources in taken:
-            snapshot.add_usage(host, resources)
+            if host in snapshot.by_name:
+                snapshot.add_usage(host, resources)
+    waiting = {(e.kind, e.ref_id) for e in entries} - {(e.kind, e.ref_id) for e in done}
+    memo.unclaimed = {k: v for k, v in memo.unclaimed.items() if k[:2] in waiting}
     return done
 
 
-def _admit_in_order(session, conf, ops, candidates, snapshot, now, result) -> None:
-    whys: dict[int, str] = {}
+def _admit_in_order(session, database, conf, ops, candidates, snapshot, now, result,
+                    whys: dict[int, str]) -> None:
     blocked: list[int] = []  # seqs of the requests ahead that did not fit
     held: set[str] = set()
     # Queues hold many equal requests: one that did not fit answers for its
@@ -195,7 +231,7 @@ def _admit_in_order(session, conf, ops, candidates, snapshot, now, result) -> No
         if taken is None:
             refused[key] = why
             if candidate.deadline is not None and candidate.deadline <= now:
-                _expire(session, candidate.kind, candidate.ref_id, why, result)
+                result.expiring.append((candidate, why))
                 continue
             whys[candidate.seq] = why
             blocked.append(candidate.seq)
@@ -206,8 +242,12 @@ def _admit_in_order(session, conf, ops, candidates, snapshot, now, result) -> No
                     result.held = len(held)
             continue
         try:
-            with session.begin_nested():
-                admitted = ops[candidate.kind].admit(session, candidate.ref_id)
+            # Its own transaction: its flow is posted as soon as it commits.
+            with database.session() as write:
+                admitted = ops[candidate.kind].admit(write, candidate.ref_id)
+                if admitted:
+                    queue_rows.mark_admitted(write, candidate.seq)
+                    queue_rows.note_bypassed(write, blocked)
                 crash_points.maybe_crash(ADMISSION_ATOM, crash_points.DURING_ADMISSION)
         except rows.QuotaExceeded as exc:
             whys[candidate.seq] = exc.message
@@ -217,10 +257,7 @@ def _admit_in_order(session, conf, ops, candidates, snapshot, now, result) -> No
         for host, resources in taken:
             snapshot.add_usage(host, resources)
         refused.clear()
-        queue_rows.mark_admitted(session, candidate.seq)
-        queue_rows.note_bypassed(session, blocked)
         result.admitted.append(candidate.ref_id)
-    queue_rows.note_attempts(session, whys)
 
 
 def _expire(session, kind: str, ref_id: str, why: str, result: PassResult) -> None:

@@ -45,6 +45,7 @@ class Admitter:
         self._thread: threading.Thread | None = None
         self._last: queue_rows.Stamp | None = None
         self._last_pass = 0.0
+        self.memo = admission.Memo()
 
     @classmethod
     def for_process(cls, conf, database, board, persistence, name: str) -> Admitter:
@@ -83,7 +84,7 @@ class Admitter:
                 session, lease_key(self.conf), self.name, 3 * max(self.interval, 1.0))
         if not held:
             return None
-        result = admission.run_pass(self.conf, self.database, self.ops)
+        result = admission.run_pass(self.conf, self.database, self.ops, memo=self.memo)
         if result.admitted or result.expired:
             LOG.info("queue: admitted %s, expired %s (examined %d)", result.admitted,
                      result.expired, result.examined)

@@ -67,8 +67,12 @@ class ReservationKind:
         return _uses_hosts(session, spec, snapshot)
 
     @staticmethod
-    def unclaimed(session, conf, row, snapshot) -> Taken | None:
-        """What an admitted request will still claim; None once its flow is past claiming."""
+    def unclaimed(session, conf, row, snapshot, memo: dict) -> Taken | None:
+        """What an admitted request will still claim; None once its flow is past claiming.
+
+        ``memo``: where it was placed while as much was left to claim (its
+        flow schedules for itself; this only keeps that much room aside).
+        """
         if row.status not in UNCLAIMED:
             return None
         uuids = res_rows.instance_ids(session, row.id)
@@ -77,14 +81,17 @@ class ReservationKind:
         left = [u for u in uuids if u not in claimed]
         if not left:
             return None if row.status != states.PENDING else []
-        req = plan.request_spec(session, row.request["spec"], left, count=len(left))
-        req.min_count = 1
-        try:
-            placement = scheduler.schedule(req, snapshot, alternates=0,
-                                           weigher=conf.scheduler.weigher)
-        except NoValidHost:
-            return []
-        return [(p.host, req.resources) for p in placement.instances]
+        key = (queue_rows.KIND_RESERVATION, row.id, len(left))
+        if key not in memo:
+            req = plan.request_spec(session, row.request["spec"], left, count=len(left))
+            req.min_count = 1
+            try:
+                placement = scheduler.schedule(req, snapshot, alternates=0,
+                                               weigher=conf.scheduler.weigher)
+                memo[key] = [(p.host, req.resources) for p in placement.instances]
+            except NoValidHost:
+                memo[key] = []
+        return memo[key]
 
 
 class VClusterKind:
@@ -149,7 +156,7 @@ class VClusterKind:
         return found
 
     @classmethod
-    def unclaimed(cls, session, conf, row, snapshot) -> Taken | None:
+    def unclaimed(cls, session, conf, row, snapshot, memo: dict) -> Taken | None:
         """An admitted cluster whose build has not claimed yet takes its place (all of it)."""
         if row.status not in UNCLAIMED:
             return None
@@ -157,8 +164,10 @@ class VClusterKind:
         if members and session.scalar(sa.select(sa.func.count()).select_from(Allocation)
                                       .where(Allocation.consumer_uuid.in_(members))):
             return None  # the build claims the cluster at once: all of it is counted
-        taken, _ = cls.place(session, conf, row.request, snapshot, set())
-        return taken or []
+        key = (queue_rows.KIND_VCLUSTER, row.id)
+        if key not in memo:
+            memo[key] = cls.place(session, conf, row.request, snapshot, set())[0] or []
+        return memo[key]
 
 
 def _backends(session, snapshot) -> list:
