@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fleetflow.cli import remote, views
 from fleetflow.cli.groups import find_group
+from fleetflow.cli.queue import queue_options
 
 # Statuses after which a reservation no longer changes by itself (the API's
 # SETTLED set; the CLI does not import server code).
@@ -88,13 +89,7 @@ def _settled_exit(reservation: dict) -> None:
 @click.option("--name", help="Name of the reservation (instances are NAME-0000, ...).")
 @click.option("--idempotency-key", help="Retrying with the same key returns the first "
                                         "reservation instead of making another.")
-@click.option("--queue", "queue", is_flag=True,
-              help="When it does not fit now, wait QUEUED (holding nothing) until all of it "
-                   "fits at once, instead of failing with NO_VALID_HOST.")
-@click.option("--queue-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S",
-              help="With --queue: seconds it may wait; then it ends EXPIRED.")
-@click.option("--priority", type=click.IntRange(min=0), metavar="P",
-              help="With --queue: higher first (0 to the cloud's [queue] max_priority).")
+@queue_options
 @click.option("--dry-run", is_flag=True,
               help="Only say whether it fits now (exit 3 when it does not).")
 @click.option("--watch", "watch_", is_flag=True, help="Show progress until it settles.")
@@ -102,7 +97,7 @@ def _settled_exit(reservation: dict) -> None:
               help="Seconds between polls with --watch.")
 @remote.api_command
 def reserve(count, min_count, max_count, flavor, image, capabilities, group, policy,
-            volume_gb, on_error, name, idempotency_key, queue, queue_timeout, priority,
+            volume_gb, on_error, name, idempotency_key, queue_fields,
             dry_run, watch_, interval, as_json):
     """Reserve N instances in one request: one flow places and boots them all.
 
@@ -123,13 +118,10 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
         body["max_count"] = max_count
     if count is None and min_count is None and max_count is None:
         raise click.UsageError("give --count, or --min-count and/or --max-count")
-    if (queue_timeout is not None or priority is not None) and not queue:
-        raise click.UsageError("--queue-timeout and --priority go with --queue")
-    for key, value in (("name", name), ("volume_gb", volume_gb), ("on_error", on_error),
-                       ("when_full", "queue" if queue else None),
-                       ("queue_timeout", queue_timeout), ("priority", priority)):
+    for key, value in (("name", name), ("volume_gb", volume_gb), ("on_error", on_error)):
         if value is not None:
             body[key] = value
+    body.update(queue_fields)
     if group:
         body["group_id"] = find_group(client, group, "--group")["id"]
     if dry_run:

@@ -27,12 +27,13 @@ from rich.table import Table
 
 from fleetflow.api.client import FleetflowApiError, where
 from fleetflow.cli import remote, views
+from fleetflow.cli.queue import queue_options
 
 # The API's words (the CLI does not import server code).
-STATUSES = ("PENDING", "SCHEDULING", "BUILDING", "ACTIVE", "UPDATING", "ERROR", "REVERTING",
-            "REVERTED", "DELETING", "DELETED", "PAUSED")
+STATUSES = ("QUEUED", "PENDING", "SCHEDULING", "BUILDING", "ACTIVE", "UPDATING", "ERROR",
+            "REVERTING", "REVERTED", "DELETING", "DELETED", "PAUSED", "EXPIRED")
 # Statuses after which a cluster no longer changes by itself.
-SETTLED = ("ACTIVE", "ERROR", "REVERTED", "DELETED", "PAUSED")
+SETTLED = ("ACTIVE", "ERROR", "REVERTED", "DELETED", "PAUSED", "EXPIRED")
 
 file_option = click.option("-f", "--file", "path", required=True,
                            type=click.Path(exists=True, dir_okay=False, path_type=pathlib.Path),
@@ -61,28 +62,31 @@ def _json_object(path: pathlib.Path, content: bytes) -> dict:
     return document
 
 
-def _renamed_xml(path: pathlib.Path, content: bytes, name: str) -> bytes:
-    """The XML document with the root's name attribute set (a <name> child would win)."""
+def _renamed_xml(path: pathlib.Path, content: bytes, fields: dict) -> bytes:
+    """The XML document with the root's attributes set (a child of that name would win)."""
     try:
         root = SafeET.fromstring(content)
     except (ET.ParseError, DefusedXmlException) as exc:
         raise click.BadParameter(f"{path}: not XML ({exc})", param_hint="-f") from None
-    for child in root.findall("name"):
-        root.remove(child)
-    root.set("name", name)
+    for key, value in fields.items():
+        for child in root.findall(key):
+            root.remove(child)
+        root.set(key, str(value))
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def read_cluster(path: pathlib.Path, name: str | None) -> dict | bytes:
-    """The body of ``create``: the inner JSON object, or the XML document's bytes."""
+def read_cluster(path: pathlib.Path, name: str | None, fields: dict | None = None
+                 ) -> dict | bytes:
+    """The body of ``create``: the inner JSON object, or the XML document's bytes, with
+    ``name`` and ``fields`` (``when_full`` ...) set over the file's."""
+    fields = {**({"name": name} if name is not None else {}), **(fields or {})}
     content = path.read_bytes()
     if _is_xml(path, content):
-        return content if name is None else _renamed_xml(path, content, name)
+        return _renamed_xml(path, content, fields) if fields else content
     document = _json_object(path, content)
     inner = document.get("vcluster")
     cluster = dict(inner) if isinstance(inner, dict) else document
-    if name is not None:
-        cluster["name"] = name
+    cluster.update(fields)
     return cluster
 
 
@@ -252,18 +256,19 @@ def vclusters() -> None:
 @click.option("--dry-run", is_flag=True,
               help="Only say whether it fits now and where each member would go "
                    "(exit 3 when it does not fit).")
+@queue_options
 @watch_option
 @interval_option
 @remote.api_command
-def create(path, name, idempotency_key, dry_run, watch_, interval, as_json):
+def create(path, name, idempotency_key, dry_run, queue_fields, watch_, interval, as_json):
     """Create a cluster from a file: one flow places and builds every member.
 
     With --watch the exit status is 0 when the cluster ends ACTIVE, 4 when it
-    ends otherwise (ERROR, REVERTED), 5 when it stops PAUSED and 130 on Ctrl-C
+    ends otherwise (ERROR, REVERTED, EXPIRED), 5 when it stops PAUSED and 130 on Ctrl-C
     (the flow goes on). With --dry-run it is 0 when the cluster fits now and 3 when it does not.
     """
     client = remote.client()
-    cluster = read_cluster(path, name)
+    cluster = read_cluster(path, name, queue_fields)
     send = client.create_vcluster_xml if isinstance(cluster, bytes) else client.create_vcluster
     if dry_run:
         verdict = send(cluster, dry_run=True)

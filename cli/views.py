@@ -101,7 +101,8 @@ VCLUSTER = View(
     fields=lambda v: [
         ("name", v.get("name")), ("status", v["status"]), ("flow_id", v.get("flow_id")),
         ("progress", v.get("progress")), ("created_at", v.get("created_at")),
-        ("updated_at", v.get("updated_at")), ("fault", fault_text(v))],
+        ("updated_at", v.get("updated_at")), ("fault", fault_text(v)),
+        *queue_fields(v.get("queue"))],
     columns=("id", "name", "status", *VCLUSTER_PROGRESS, "created_at"),
     row=lambda v: [v["id"], v.get("name"), v["status"],
                    *((v.get("progress") or {}).get(k) for k in VCLUSTER_PROGRESS),

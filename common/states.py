@@ -56,8 +56,8 @@ VOLUME_DELETED = "DELETED"
 
 # Virtual clusters: the cluster's status; its members keep their own.
 UPDATING = "UPDATING"
-VCLUSTER_STATUSES = (PENDING, SCHEDULING, BUILDING, ACTIVE, UPDATING, ERROR, REVERTING,
-                     REVERTED, DELETING, DELETED, PAUSED)
+VCLUSTER_STATUSES = (QUEUED, PENDING, SCHEDULING, BUILDING, ACTIVE, UPDATING, ERROR,
+                     REVERTING, REVERTED, DELETING, DELETED, PAUSED, EXPIRED)
 #: A vcluster in one of these runs a flow: no other change is accepted meanwhile.
 VCLUSTER_BUSY = frozenset({PENDING, SCHEDULING, BUILDING, UPDATING, REVERTING, DELETING})
 MEMBER_SERVER = "server"

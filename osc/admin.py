@@ -1,5 +1,6 @@
-"""``openstack fleet evacuation create|list|show|resume|skip|revert`` and
-``openstack fleet host list|show|set`` (administrators)."""
+"""``openstack fleet evacuation create|list|show|resume|skip|revert``,
+``openstack fleet host list|show|set`` and ``openstack fleet queue list``
+(administrators)."""
 
 from __future__ import annotations
 
@@ -141,6 +142,16 @@ class ListHost(base.ListCommand):
         return self.listed(parsed_args, self.api().list_hosts(
             state=parsed_args.status, region=parsed_args.region, zone=parsed_args.zone,
             rack=parsed_args.rack))
+
+
+class ListQueue(base.ListCommand):
+    """List the requests waiting for capacity: position, priority and why each waits"""
+
+    rules = ("queue:list",)
+    view = views.QUEUE
+
+    def take_action(self, parsed_args):
+        return self.listed(parsed_args, self.api().list_queue())
 
 
 class ShowHost(base.ShowCommand):

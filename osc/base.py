@@ -84,6 +84,29 @@ def raw(parsed_args) -> bool:
     return getattr(parsed_args, "formatter", None) in RAW_FORMATS
 
 
+def add_queue_arguments(parser) -> None:
+    """``--queue``, ``--queue-timeout``, ``--priority`` (as ``fleetflow reserve`` has them)."""
+    parser.add_argument("--queue", action="store_true",
+                        help="When it does not fit now, wait QUEUED (holding nothing) until "
+                             "all of it fits at once, instead of failing")
+    parser.add_argument("--queue-timeout", type=float, metavar="<seconds>",
+                        help="With --queue: seconds it may wait; then it ends EXPIRED")
+    parser.add_argument("--priority", type=int, metavar="<n>",
+                        help="With --queue: higher first (0 to the cloud's maximum)")
+
+
+def queue_fields(parsed_args) -> dict:
+    """The request's ``when_full``, ``queue_timeout``, ``priority`` the arguments give."""
+    if not parsed_args.queue and (parsed_args.queue_timeout is not None
+                                  or parsed_args.priority is not None):
+        raise exceptions.CommandError("--queue-timeout and --priority go with --queue")
+    fields = {"when_full": "queue"} if parsed_args.queue else {}
+    for key in ("queue_timeout", "priority"):
+        if getattr(parsed_args, key) is not None:
+            fields[key] = getattr(parsed_args, key)
+    return fields
+
+
 class ShowCommand(FleetCommand, command.ShowOne):
     """One object: its view's fields, or the API's object as it is."""
 

@@ -50,6 +50,7 @@ class CreateReservation(base.ShowCommand):
                                  "or pause for an operator")
         parser.add_argument("--volume-gb", type=int, metavar="<gb>",
                             help="A data volume per instance")
+        base.add_queue_arguments(parser)
         parser.add_argument("--dry-run", action="store_true",
                             help="Only say whether it fits now (exit 3 when it does not)")
         parser.add_argument("--wait", action="store_true",
@@ -65,6 +66,7 @@ class CreateReservation(base.ShowCommand):
         for key in ("count", "min_count", "max_count", "volume_gb", "on_error"):
             if getattr(parsed_args, key) is not None:
                 body[key] = getattr(parsed_args, key)
+        body.update(base.queue_fields(parsed_args))
         if parsed_args.group:
             body["group_id"] = find_group(client, parsed_args.group, "--group")["id"]
         if parsed_args.dry_run:

@@ -52,6 +52,7 @@ class CreateVCluster(_Accepting):
         parser = super().get_parser(prog_name)
         parser.add_argument("name", metavar="<name>", help="New cluster name")
         _file_argument(parser, "The cluster document (JSON, or XML: .xml or starting with <)")
+        base.add_queue_arguments(parser)
         parser.add_argument("--dry-run", action="store_true",
                             help="Only say whether it fits now (exit 3 when it does not)")
         _wait_argument(parser)
@@ -59,7 +60,8 @@ class CreateVCluster(_Accepting):
 
     def take_action(self, parsed_args):
         client = self.api()
-        cluster = cli_vclusters.read_cluster(parsed_args.file, parsed_args.name)
+        cluster = cli_vclusters.read_cluster(parsed_args.file, parsed_args.name,
+                                             base.queue_fields(parsed_args))
         send = (client.create_vcluster_xml if isinstance(cluster, bytes)
                 else client.create_vcluster)
         if parsed_args.dry_run:

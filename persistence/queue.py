@@ -32,6 +32,8 @@ class QueueEntry(Base):
         sa.UniqueConstraint("kind", "ref_id"),
         # The head of the queue: waiting rows by priority, then arrival.
         sa.Index("ix_queue_entries_order", "admitted_at", "priority", "seq"),
+        # Waiting rows out of patience, wherever they stand.
+        sa.Index("ix_queue_entries_deadline", "admitted_at", "deadline"),
     )
 
     seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
@@ -65,15 +67,53 @@ def add(session: orm.Session, kind: str, ref_id: str, tenant_id: str, priority: 
     return entry
 
 
+def _table(kind: str) -> sa.Table:
+    from fleetflow.persistence.models import Reservation, VCluster
+
+    return (Reservation if kind == KIND_RESERVATION else VCluster).__table__
+
+
+def move_status(session: orm.Session, kind: str, ref_id: str, from_status: str,
+                to_status: str, fault: dict | None = None) -> bool:
+    """The request's own row ``from_status`` -> ``to_status`` if it still reads ``from_status``.
+
+    One conditional UPDATE: of two writers (two admitters, an admitter and a
+    DELETE), exactly one sees True.
+    """
+    table = _table(kind)
+    values: dict = {"status": to_status, "updated_at": utcnow()}
+    if fault is not None:
+        values["fault"] = fault
+    return session.execute(table.update().where(
+        table.c.id == ref_id, table.c.status == from_status).values(**values)).rowcount == 1
+
+
 def find(session: orm.Session, kind: str, ref_id: str) -> QueueEntry | None:
     return session.execute(sa.select(QueueEntry).where(
         QueueEntry.kind == kind, QueueEntry.ref_id == ref_id)).scalar_one_or_none()
 
 
 def head(session: orm.Session, limit: int) -> list[QueueEntry]:
-    """The first ``limit`` waiting entries, in queue order (an index range scan)."""
-    return list(session.scalars(sa.select(QueueEntry).where(_WAITING)
-                                .order_by(*_ORDER).limit(limit)))
+    """The first ``limit`` waiting entries, in queue order.
+
+    One priority at a time, highest first: each is a range scan of the order
+    index in its order (priority descending then seq ascending is no order
+    one index gives), so the cost follows ``limit`` and the priorities in the
+    head, not the queue's length.
+    """
+    found: list[QueueEntry] = []
+    below = None
+    while len(found) < limit:
+        level = session.execute(sa.select(sa.func.max(QueueEntry.priority)).where(
+            _WAITING, *(() if below is None else (QueueEntry.priority < below,)))
+        ).scalar_one()
+        if level is None:
+            break
+        found += session.scalars(sa.select(QueueEntry).where(
+            _WAITING, QueueEntry.priority == level).order_by(QueueEntry.seq)
+            .limit(limit - len(found)))
+        below = level
+    return found
 
 
 def page(session: orm.Session, limit: int, after: int = 0) -> list[QueueEntry]:

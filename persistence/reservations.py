@@ -103,13 +103,16 @@ def _check(limits: dict[str, int], used: dict[str, int], asked: dict[str, int]) 
 
 
 def check_instance_quota(session: orm.Session, tenant_id: str, asked: dict[str, int],
-                         defaults) -> None:
+                         defaults, limits_only: bool = False) -> None:
     """Raise QuotaExceeded if ``asked`` (instances, vcpus, ram_mb) does not fit.
 
     The amounts are totals, so one request of several flavors (a cluster's
-    servers) is checked at once rather than flavor by flavor.
+    servers) is checked at once rather than flavor by flavor. ``limits_only``:
+    against the limits alone, for a queued request (what the project uses is
+    checked at admission; one that could never fit is refused at once).
     """
-    _check(quota_for(session, tenant_id, defaults), usage(session, tenant_id),
+    used = dict.fromkeys(INSTANCE_RESOURCES, 0) if limits_only else usage(session, tenant_id)
+    _check(quota_for(session, tenant_id, defaults), used,
            {key: asked.get(key, 0) for key in INSTANCE_RESOURCES})
 
 
@@ -123,19 +126,18 @@ def check_quota(session: orm.Session, tenant_id: str, flavor: Flavor, count: int
 
 def check_quota_limits(session: orm.Session, tenant_id: str, flavor: Flavor, count: int,
                        defaults) -> None:
-    """Raise QuotaExceeded if ``count`` instances of ``flavor`` exceed the limits alone.
-
-    For a queued request: what the project uses now is checked at admission,
-    and a request that could never fit is refused at once.
-    """
-    _check(quota_for(session, tenant_id, defaults), dict.fromkeys(INSTANCE_RESOURCES, 0), {
-        "instances": count, "vcpus": count * flavor.vcpus, "ram_mb": count * flavor.ram_mb})
+    """:func:`check_quota` against the limits alone (a queued request)."""
+    check_instance_quota(session, tenant_id, {
+        "instances": count, "vcpus": count * flavor.vcpus, "ram_mb": count * flavor.ram_mb},
+        defaults, limits_only=True)
 
 
 def check_volume_quota(session: orm.Session, tenant_id: str, count: int, gigabytes: int,
-                       defaults) -> None:
+                       defaults, limits_only: bool = False) -> None:
     """Raise QuotaExceeded if ``count`` more volumes of ``gigabytes`` in all do not fit."""
-    _check(quota_for(session, tenant_id, defaults), volume_usage(session, tenant_id),
+    used = (dict.fromkeys(VOLUME_RESOURCES, 0) if limits_only
+            else volume_usage(session, tenant_id))
+    _check(quota_for(session, tenant_id, defaults), used,
            {"volumes": count, "gigabytes": gigabytes})
 
 
@@ -181,21 +183,6 @@ def create_instances(session: orm.Session, reservation: Reservation, count: int,
          "group_id": group_id, "attempts": 0, "hosts_tried": [],
          "created_at": now, "updated_at": now}
         for i in range(count)])
-
-
-def move_status(session: orm.Session, reservation_id: str, from_status: str, to_status: str,
-                fault: dict | None = None) -> bool:
-    """``from_status`` -> ``to_status`` if the row still reads ``from_status``.
-
-    One conditional UPDATE: of two writers (two admitters, an admitter and a
-    DELETE), exactly one sees True.
-    """
-    values: dict = {"status": to_status, "updated_at": utcnow()}
-    if fault is not None:
-        values["fault"] = fault
-    return session.execute(_RESERVATIONS_TABLE.update().where(
-        _RESERVATIONS_TABLE.c.id == reservation_id,
-        _RESERVATIONS_TABLE.c.status == from_status).values(**values)).rowcount == 1
 
 
 def get(session: orm.Session, reservation_id: str,

@@ -30,6 +30,7 @@ from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.services import volumes
+from fleetflow.services.queue import limits as queue_limits
 
 PROVISION = "provision"
 TEARDOWN = "reservation-teardown"
@@ -138,15 +139,7 @@ class ReservationOps:
         if req.on_error not in ON_ERROR_CHOICES:
             raise InvalidInput(f"on_error: one of {', '.join(ON_ERROR_CHOICES)}",
                                field="on_error")
-        if req.when_full not in states.WHEN_FULL_CHOICES:
-            raise InvalidInput(f"when_full: one of {', '.join(states.WHEN_FULL_CHOICES)}",
-                               field="when_full")
-        if not 0 <= req.priority <= self.conf.queue.max_priority:
-            raise InvalidInput(f"priority: between 0 and {self.conf.queue.max_priority}",
-                               field="priority")
-        if req.queue_timeout is not None and req.queue_timeout <= 0:
-            raise InvalidInput("queue_timeout: a number of seconds above 0",
-                               field="queue_timeout")
+        queue_limits.check(self.conf, req)
         if req.volume_gb:
             volumes.refuse_in_openstack_mode(self.conf, "volume_gb")
         flavor = resolve_flavor(session, req.flavor_ref)
@@ -247,7 +240,8 @@ class ReservationOps:
             return False
         rows.check_quota(session, reservation.tenant_id, flavor, req["max_count"],
                          self.conf.quota)
-        if not rows.move_status(session, reservation_id, states.QUEUED, states.PENDING):
+        if not queue_rows.move_status(session, queue_rows.KIND_RESERVATION, reservation_id,
+                                      states.QUEUED, states.PENDING):
             return False
         rows.create_instances(session, reservation, req["max_count"], flavor.id,
                               req["spec"]["image_id"], req.get("group_id"))
@@ -270,7 +264,8 @@ class ReservationOps:
             # Never started: nothing to tear down. The conditional UPDATE loses
             # to an admitter that started it meanwhile (then 409 below).
             for waiting in (states.QUEUED, states.EXPIRED):
-                if rows.move_status(session, reservation_id, waiting, states.DELETED):
+                if queue_rows.move_status(session, queue_rows.KIND_RESERVATION, reservation_id,
+                                         waiting, states.DELETED):
                     queue_rows.remove(session, queue_rows.KIND_RESERVATION, [reservation_id])
                     reservation.status = states.DELETED
                     return reservation

@@ -85,7 +85,16 @@ def show(session, vcluster: VCluster) -> dict:
             "flow_id": vcluster.flow_id, "created_at": vcluster.created_at,
             "updated_at": vcluster.updated_at, "progress": _progress(items),
             "instances": items, "groupings": grouping_items(session, vcluster.id, items),
-            "fault": vcluster.fault}
+            "fault": vcluster.fault, "queue": _queue(session, vcluster)}
+
+
+def _queue(session, vcluster: VCluster) -> dict | None:
+    """Where a QUEUED cluster stands (services/queue/views.py); None otherwise."""
+    if vcluster.status != states.QUEUED:
+        return None
+    from fleetflow.services.queue import views
+
+    return views.entry_view(session, views.queue_rows.KIND_VCLUSTER, vcluster.id)
 
 
 def summaries(session, tenant_id: str | None, status: str | None, limit: int,

@@ -30,6 +30,7 @@ from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.flows import keys
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import intents
+from fleetflow.persistence import queue as queue_rows
 from fleetflow.persistence import reservations as quota_rows
 from fleetflow.persistence import vclusters as rows
 from fleetflow.persistence.models import StorageBackend, VCluster
@@ -38,6 +39,7 @@ from fleetflow.scheduler.vcluster import plan as vcluster_plan
 from fleetflow.scheduler.vcluster.place import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
 from fleetflow.services import volumes as volumes_service
+from fleetflow.services.queue import limits as queue_limits
 from fleetflow.services.reservations import resolve_flavor, resolve_image
 
 LOG = logging.getLogger(__name__)
@@ -59,6 +61,10 @@ class VClusterRequest:
     name: str
     instances: list[dict]
     groupings: list[dict] = dataclasses.field(default_factory=list)
+    # Not fitting now: fail (its build reverts, NO_VALID_HOST) or wait in the queue.
+    when_full: str = states.WHEN_FULL_FAIL
+    queue_timeout: float | None = None
+    priority: int = 0
 
 
 @dataclasses.dataclass
@@ -87,8 +93,13 @@ class VClusterOps:
     # -- validation ----------------------------------------------------------------
 
     def _check(self, session, tenant_id: str, instances: list[dict], groupings: list[dict],
-               existing: vcluster_plan.ClusterInput | None = None) -> _Checked:
-        """Resolve the new members, check every grouping (old and new) and the quotas."""
+               existing: vcluster_plan.ClusterInput | None = None,
+               limits_only: bool = False) -> _Checked:
+        """Resolve the new members, check every grouping (old and new) and the quotas.
+
+        ``limits_only``: a queued cluster is checked against the limits alone;
+        what the project uses is checked at admission (docs/queue.md).
+        """
         existing = existing or vcluster_plan.ClusterInput([], [], [])
         taken = {m.name for m in [*existing.servers, *existing.volumes]}
         servers, volumes, asked = [], [], {"instances": 0, "vcpus": 0, "ram_mb": 0}
@@ -131,9 +142,11 @@ class VClusterOps:
         if len(cluster.servers) > limit or len(cluster.volumes) > limit:
             raise InvalidInput(f"instances: at most {limit} servers and {limit} volumes per "
                                "vcluster", field="instances")
-        quota_rows.check_instance_quota(session, tenant_id, asked, self.conf.quota)
+        quota_rows.check_instance_quota(session, tenant_id, asked, self.conf.quota,
+                                        limits_only)
         quota_rows.check_volume_quota(session, tenant_id, len(volumes),
-                                      sum(v["size_gb"] for v in volumes), self.conf.quota)
+                                      sum(v["size_gb"] for v in volumes), self.conf.quota,
+                                      limits_only)
         return _Checked(servers, volumes, groupings, cluster)
 
     @staticmethod
@@ -152,24 +165,58 @@ class VClusterOps:
         With an ``idempotency_key`` this tenant used before: the first cluster
         and False (the caller compares ``cluster.request`` with the new body).
         """
-        body = {"name": req.name, "instances": req.instances, "groupings": req.groupings}
+        body = {"name": req.name, "instances": req.instances, "groupings": req.groupings,
+                "when_full": req.when_full, "queue_timeout": req.queue_timeout,
+                "priority": req.priority}
+        queued = req.when_full == states.WHEN_FULL_QUEUE
         with self.database.session() as session:
             if idempotency_key:
                 found = rows.find_by_idempotency_key(session, req.tenant_id, idempotency_key)
                 if found is not None:
                     return found, False
+            queue_limits.check(self.conf, req)
             checked = self._check(session, req.tenant_id, req.instances,
-                                  normalise_groupings(req.groupings))
+                                  normalise_groupings(req.groupings), limits_only=queued)
             vcluster = VCluster(id=rows.new_id(), tenant_id=req.tenant_id, user_id=req.user_id,
-                                name=req.name, status=states.PENDING, request=body, runs=[],
-                                idempotency_key=idempotency_key)
+                                name=req.name, status=states.QUEUED if queued else states.PENDING,
+                                request=body, runs=[], idempotency_key=idempotency_key)
             session.add(vcluster)
             session.flush()
-            flow_id = ids.new_uuid()
-            servers, volumes = self._write_members(session, vcluster, checked, flow_id)
-            rows.record_run(vcluster, flow_id, states.RUN_CREATE)
-            self._post(session, BUILD, vcluster, states.RUN_CREATE, flow_id, servers, volumes)
+            if queued:
+                # Its members are written at admission: a queued cluster holds nothing.
+                queue_rows.add(session, queue_rows.KIND_VCLUSTER, vcluster.id, req.tenant_id,
+                               req.priority,
+                               req.queue_timeout or self.conf.queue.default_timeout or None)
+                return vcluster, True
+            self._build(session, vcluster, checked)
         return vcluster, True
+
+    def _build(self, session, vcluster: VCluster, checked: _Checked) -> None:
+        """Write the members of a new cluster and post its build, in ``session``'s transaction."""
+        flow_id = ids.new_uuid()
+        servers, volumes = self._write_members(session, vcluster, checked, flow_id)
+        rows.record_run(vcluster, flow_id, states.RUN_CREATE)
+        self._post(session, BUILD, vcluster, states.RUN_CREATE, flow_id, servers, volumes)
+
+    def admit(self, session, vcluster_id: str) -> bool:
+        """Build a queued cluster as a fitting one is built: False if it is no longer QUEUED.
+
+        The project's quotas are checked now, against what it uses now
+        (QuotaExceeded: it stays queued); rows, status and the build's intent
+        commit with the caller's transaction.
+        """
+        vcluster = rows.get(session, vcluster_id)
+        if vcluster.status != states.QUEUED:
+            return False
+        body = vcluster.request
+        checked = self._check(session, vcluster.tenant_id, body["instances"],
+                              normalise_groupings(body.get("groupings") or []))
+        if not queue_rows.move_status(session, queue_rows.KIND_VCLUSTER, vcluster_id,
+                                      states.QUEUED, states.PENDING):
+            return False
+        session.refresh(vcluster)
+        self._build(session, vcluster, checked)
+        return True
 
     def _write_members(self, session, vcluster: VCluster, checked: _Checked, flow_id: str,
                        groupings: list[dict] | None = None) -> tuple[list, list]:
@@ -274,6 +321,13 @@ class VClusterOps:
             vcluster = rows.get(session, vcluster_id, tenant_id)
             if vcluster.status in (states.DELETING, states.DELETED):
                 return vcluster
+            # Never built: nothing to tear down. Loses to an admitter that built it meanwhile.
+            for waiting in (states.QUEUED, states.EXPIRED):
+                if queue_rows.move_status(session, queue_rows.KIND_VCLUSTER, vcluster_id,
+                                          waiting, states.DELETED):
+                    queue_rows.remove(session, queue_rows.KIND_VCLUSTER, [vcluster_id])
+                    session.refresh(vcluster)
+                    return vcluster
             rows.take(session, vcluster, states.DELETING, DELETABLE)
             members = rows.members(session, vcluster.id)
             flow_id = ids.new_uuid()

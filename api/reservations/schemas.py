@@ -17,6 +17,26 @@ CAPABILITY_HELP = ("Host capabilities each instance needs: a value (\"true\") or
                    "and a value (\">= 4\", \"in a b\", \"s== blue\", \"!= old\").")
 
 
+class QueueFieldsSchema(ma.Schema):
+    """Whether a request that does not fit now fails or waits (reservations, vclusters)."""
+
+    when_full = ma.fields.String(
+        load_default=states.WHEN_FULL_FAIL, validate=ma.validate.OneOf(states.WHEN_FULL_CHOICES),
+        metadata={"description": "What happens when it does not fit now: 'fail' "
+                                 "(NO_VALID_HOST) or 'queue': it waits, QUEUED and holding "
+                                 "nothing, until all of it (a reservation's min_count for "
+                                 "best-effort) fits at once (docs/queue.md)."})
+    queue_timeout = ma.fields.Float(
+        allow_none=True, load_default=None,
+        validate=ma.validate.Range(min=0, min_inclusive=False, max=10 * 365 * 86400),
+        metadata={"description": "Seconds it may wait queued; then it ends EXPIRED with the "
+                                 "last placement explanation (default: [queue] "
+                                 "default_timeout; none: no limit)."})
+    priority = fields.Integer(
+        load_default=0, validate=ma.validate.Range(min=0),
+        metadata={"description": "Queue priority, higher first, 0 to [queue] max_priority."})
+
+
 class CapabilityValue(ma.fields.Field):
     """A capability requirement: a string, or a JSON scalar read as its string.
 
@@ -50,7 +70,7 @@ def valid_requirements(value: dict) -> None:
         raise ma.ValidationError(errors)
 
 
-class ReservationFieldsSchema(ma.Schema):
+class ReservationFieldsSchema(QueueFieldsSchema):
     """What a reservation asks for. Give ``count``, or ``min_count`` and/or ``max_count``.
 
     Not both forms; ``min_count`` <= ``max_count`` (``min_count`` defaults to 1,
@@ -93,22 +113,6 @@ class ReservationFieldsSchema(ma.Schema):
         allow_none=True, validate=ma.validate.Range(min=1, max=MAX_VOLUME_GB),
         metadata={"description": "A data volume of this size per instance, on a storage "
                                  "backend its host reaches (a dry run counts it too)."})
-
-    when_full = ma.fields.String(
-        load_default=states.WHEN_FULL_FAIL, validate=ma.validate.OneOf(states.WHEN_FULL_CHOICES),
-        metadata={"description": "What happens when it does not fit now: 'fail' "
-                                 "(NO_VALID_HOST) or 'queue': it waits, QUEUED and holding "
-                                 "nothing, until all of it (min_count for best-effort) fits "
-                                 "at once (docs/queue.md)."})
-    queue_timeout = ma.fields.Float(
-        allow_none=True, load_default=None,
-        validate=ma.validate.Range(min=0, min_inclusive=False, max=10 * 365 * 86400),
-        metadata={"description": "Seconds it may wait queued; then it ends EXPIRED with the "
-                                 "last placement explanation (default: [queue] "
-                                 "default_timeout; none: no limit)."})
-    priority = fields.Integer(
-        load_default=0, validate=ma.validate.Range(min=0),
-        metadata={"description": "Queue priority, higher first, 0 to [queue] max_priority."})
 
     @ma.validates_schema
     def check_counts(self, data, **kwargs):
@@ -204,7 +208,7 @@ class ReservationSummaryResponseSchema(ma.Schema):
 
 
 class QueuePositionSchema(ma.Schema):
-    """Where a QUEUED reservation stands in the queue."""
+    """Where a QUEUED reservation or vcluster stands in the queue."""
 
     position = ma.fields.Integer(required=True, metadata={
         "description": "From 1, in priority-then-age order (backfill and fair share may "

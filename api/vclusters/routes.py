@@ -64,7 +64,9 @@ XML_SHAPE = xml.XmlShape(
 xml.enable(blp, XML_SHAPE)
 
 # What a replayed Idempotency-Key must repeat (VCluster.request holds them).
-_COMPARED = ("name", "instances", "groupings")
+_COMPARED = ("name", "instances", "groupings", "when_full", "queue_timeout", "priority")
+# What a field compared above meant in a request stored before it existed.
+_STORED_DEFAULTS = {"when_full": "fail", "queue_timeout": None, "priority": 0}
 
 
 def _ops():
@@ -102,7 +104,8 @@ def _storable():
 
 def _check_same_request(vcluster, asked: dict) -> None:
     first = vcluster.request or {}
-    changed = [name for name in _COMPARED if first.get(name) != asked[name]]
+    changed = [name for name in _COMPARED
+               if first.get(name, _STORED_DEFAULTS.get(name)) != asked.get(name)]
     idempotency.refuse_changed("vcluster", vcluster.id, changed)
 
 
@@ -157,7 +160,9 @@ class VClusters(MethodView):
         fields = body["vcluster"]
         req = VClusterRequest(tenant_id=tenant_id, user_id=auth.current_context().user_id,
                               name=fields["name"], instances=fields["instances"],
-                              groupings=fields["groupings"])
+                              groupings=fields["groupings"], when_full=fields["when_full"],
+                              queue_timeout=fields["queue_timeout"],
+                              priority=fields["priority"])
         if args["dry_run"]:
             verdict = _ops().dry_run(req)
             return flask.jsonify(schemas.VClusterDryRunResponseSchema().dump({"dry_run": verdict}))

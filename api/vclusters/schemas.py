@@ -22,6 +22,8 @@ from fleetflow.api.reservations.schemas import (
     CAPABILITY_HELP,
     CapabilityValue,
     FaultSchema,
+    QueueFieldsSchema,
+    QueuePositionSchema,
     valid_requirements,
 )
 from fleetflow.api.state import current_state
@@ -139,8 +141,11 @@ class VClusterMembersSchema(ma.Schema):
         _check_count(data, "groupings")
 
 
-class VClusterFieldsSchema(VClusterMembersSchema):
+class VClusterFieldsSchema(VClusterMembersSchema, QueueFieldsSchema):
     """A cluster: its name, at least one member, and groupings over the members.
+
+    ``when_full: queue``: a cluster that does not fit waits, QUEUED, until all
+    of its members can be placed at once (docs/queue.md).
 
     Member names are unique in the cluster; a grouping's ``membersRef`` names
     only its members; groupings that contradict each other, or a volume
@@ -286,6 +291,8 @@ class VClusterListItemSchema(ma.Schema):
     updated_at = fields.UtcDateTime()
     progress = ma.fields.Nested(VClusterProgressSchema, required=True)
     fault = ma.fields.Nested(FaultSchema, allow_none=True)
+    queue = ma.fields.Nested(QueuePositionSchema, allow_none=True,
+                             metadata={"description": "While QUEUED; null otherwise."})
 
 
 class VClusterListEntrySchema(VClusterListItemSchema):

@@ -45,15 +45,19 @@ class Admitter:
         self._thread: threading.Thread | None = None
         self._last: queue_rows.Stamp | None = None
         self._last_pass = 0.0
+        self.memo = admission.Memo()
 
     @classmethod
     def for_process(cls, conf, database, board, persistence, name: str) -> Admitter:
         """An admitter that posts admitted flows to ``board`` (as the API does)."""
         from fleetflow.engine.submit import Submitter
         from fleetflow.services.reservations import ReservationOps
+        from fleetflow.services.vclusters import VClusterOps
 
-        return cls(conf, database, ReservationOps(conf, database, Submitter(board, persistence)),
-                   name)
+        submit = Submitter(board, persistence)
+        return cls(conf, database, {
+            queue_rows.KIND_RESERVATION: ReservationOps(conf, database, submit),
+            queue_rows.KIND_VCLUSTER: VClusterOps(conf, database, submit)}, name)
 
     def start(self) -> Admitter:
         if self.interval > 0 and self._thread is None:
@@ -80,7 +84,7 @@ class Admitter:
                 session, lease_key(self.conf), self.name, 3 * max(self.interval, 1.0))
         if not held:
             return None
-        result = admission.run_pass(self.conf, self.database, self.ops)
+        result = admission.run_pass(self.conf, self.database, self.ops, memo=self.memo)
         if result.admitted or result.expired:
             LOG.info("queue: admitted %s, expired %s (examined %d)", result.admitted,
                      result.expired, result.examined)

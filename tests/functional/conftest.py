@@ -41,12 +41,14 @@ def recording_services(conf, db, jobs):
     A test module uses them by overriding ``api_services`` to return them.
     """
     from fleetflow.services.reservations import ReservationOps
+    from fleetflow.services.vclusters import VClusterOps
 
     def submit(flow_name, flow_kwargs, **options):
         jobs.append((flow_name, flow_kwargs, options))
         return options.get("flow_id") or "flow"
 
-    return {"reservations": ReservationOps(conf, db, submit=submit)}
+    return {"reservations": ReservationOps(conf, db, submit=submit),
+            "vclusters": VClusterOps(conf, db, submit=submit)}
 
 
 @pytest.fixture

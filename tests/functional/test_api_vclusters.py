@@ -126,7 +126,8 @@ def test_a_server_with_its_volume_builds_both(post, small_cloud, client,
     view = wait(small_cloud, client, member_headers, response.headers["Location"])
     assert view["status"] == "ACTIVE" and view["name"] == "db"
     assert set(view) == {"id", "name", "status", "flow_id", "created_at", "updated_at",
-                         "progress", "instances", "groupings", "fault"}
+                         "progress", "instances", "groupings", "fault", "queue"}
+    assert view["queue"] is None  # set while QUEUED only
     assert view["progress"] == {"total": 2, "active": 2, "building": 0, "error": 0}
     found = members(view)
     assert found["db-server-1"]["host"].startswith("z1-")

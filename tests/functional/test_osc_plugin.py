@@ -29,7 +29,7 @@ OPENSTACK = BIN / "openstack"
 MEMBER = "demo:member"
 ADMIN = "admin:admin"
 ADMIN_COMMANDS = ("fleet host list", "fleet evacuation create", "fleet audit",
-                  "fleet flow resume")
+                  "fleet flow resume", "fleet queue list")
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +217,26 @@ def test_hosts_evacuations_flows_and_audit_as_an_administrator(osc):
               lambda r: r["status"] == "REVERTED")
 
     assert isinstance(admin("fleet", "audit", "-f", "json"), list)
+
+
+def test_queued_requests_and_the_queue_list(osc, tmp_path):
+    waiting = osc("fleet", "reservation", "create", "wait", "--count", "1", "--flavor",
+                  "m1.small", "--capability", "sticker=purple", "--queue", "--priority", "2",
+                  "-f", "json")
+    assert waiting["status"] == "QUEUED" and waiting["queue"]["position"] == 1
+    cluster = tmp_path / "job.json"
+    cluster.write_text(json.dumps({"instances": [{
+        "name": "n1", "type": "server", "spec": {"imageRef": "cirros", "flavorRef": "m1.tiny",
+                                                 "capabilities": {"sticker": "purple"}}}]}))
+    job = osc("fleet", "vcluster", "create", "job", "--file", str(cluster), "--queue",
+              "-f", "json")
+    assert job["status"] == "QUEUED"
+
+    listed = _wait_for(lambda: osc("fleet", "queue", "list", "-f", "json", token=ADMIN),
+                       lambda q: len(q) == 2 and all(w["why"] for w in q))
+    assert [(w["kind"], w["id"]) for w in listed] == [("reservation", waiting["id"]),
+                                                     ("vcluster", job["id"])]
+    osc("fleet", "queue", "list", expect=1)  # operators only
+    osc("fleet", "reservation", "delete", waiting["id"])
+    osc("fleet", "vcluster", "delete", job["id"])
+    assert osc("fleet", "queue", "list", "-f", "json", token=ADMIN) == []

@@ -93,12 +93,14 @@ class ServeProcess:
         return requests.get(f"{self.url}/v2/demo/reservations/{reservation_id}",
                             headers=TENANT, timeout=30).json()["reservation"]
 
-    def wait_settled(self, reservation_id: str, timeout: float) -> dict:
-        """The reservation once it left every transitional status (fails after ``timeout``)."""
+    def wait_settled(self, reservation_id: str, timeout: float,
+                     waiting: tuple[str, ...] = ()) -> dict:
+        """The reservation once it left every transitional status, and ``waiting`` ones
+        (``QUEUED``), or fails after ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             body = self.reservation(reservation_id)
-            if body["status"] not in UNFINISHED:
+            if body["status"] not in UNFINISHED + waiting:
                 return body
             assert time.monotonic() < deadline, (body["status"], body["progress"], self.log())
             time.sleep(0.2)
