@@ -109,6 +109,7 @@ class ReservationFieldsSchema(ma.Schema):
     priority = ma.fields.Integer(
         load_default=0, validate=ma.validate.Range(min=0),
         metadata={"description": "Queue priority, higher first, 0 to [queue] max_priority."})
+    metadata = fields.server_metadata(load_default=dict)
 
     @ma.validates_schema
     def check_counts(self, data, **kwargs):
