@@ -92,6 +92,13 @@ ROUTE_RULES = [
      "Stop automatic recovery cluster-wide."),
     ("recoveries:resume", ADMIN, "POST", f"{A}/recoveries/resume",
      "Let automatic recovery act again."),
+    ("recoveries:projects", ADMIN, ("GET", "GET"),
+     (f"{A}/recoveries/projects", f"{A}/recoveries/projects/{{project_id}}"),
+     "See which servers of a project automatic recovery moves."),
+    ("recoveries:update_project", ADMIN, ("PUT", "DELETE"),
+     (f"{A}/recoveries/projects/{{project_id}}", f"{A}/recoveries/projects/{{project_id}}"),
+     "Choose which servers of a project automatic recovery moves (all, ha, none), or "
+     "drop that choice."),
     ("evacuations:create", ADMIN, "POST", f"{A}/evacuations",
      "Evacuate one or several hosts."),
     ("evacuations:list", ADMIN, "GET", f"{A}/evacuations", "List evacuations."),

@@ -98,3 +98,39 @@ class HostRecoveryPlan(MethodView):
         would stay (``recovery=never``, not ``ha=true`` ...); nothing changes.
         """
         return {"recovery_plan": _ops().plan(name)}
+
+
+@blp.route("/recoveries/projects")
+class RecoveryProjects(MethodView):
+    @policy.authorize("recoveries:projects")
+    @blp.response(200, schemas.RecoveryProjectListSchema)
+    def get(self):
+        """List the projects whose servers a recovery chooses otherwise than
+        ``[recovery] servers``."""
+        return {"projects": _ops().projects()}
+
+
+@blp.route("/recoveries/projects/<project_id>")
+class RecoveryProject(MethodView):
+    @policy.authorize("recoveries:projects")
+    @blp.response(200, schemas.RecoveryProjectResponseSchema)
+    def get(self, project_id):
+        """Which of the project's servers a recovery moves (``default``: no override)."""
+        return {"project": _ops().project(project_id)}
+
+    @policy.authorize("recoveries:update_project")
+    @blp.arguments(schemas.RecoveryProjectUpdateSchema)
+    @blp.response(200, schemas.RecoveryProjectResponseSchema)
+    def put(self, body, project_id):
+        """Choose which of the project's servers a recovery moves: all, ha (metadata
+        ha=true only) or none. ``recovery=never`` servers never move."""
+        fields = body["project"]
+        return {"project": _ops().set_project(project_id, fields["servers"],
+                                              fields.get("reason"),
+                                              auth.current_context().user_id)}
+
+    @policy.authorize("recoveries:update_project")
+    @blp.response(200, schemas.RecoveryProjectResponseSchema)
+    def delete(self, project_id):
+        """Drop the project's override: ``[recovery] servers`` applies again."""
+        return {"project": _ops().clear_project(project_id)}
