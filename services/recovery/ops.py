@@ -135,11 +135,13 @@ class RecoveryOps:
         if moving and self.evacuations is not None:
             request = EvacuationRequest(hosts=[host], mode=states.MODE_REBUILD,
                                         target_hosts=targets, instances=moving)
-            verdict = self.evacuations.dry_run(request)
+            # The reserve pool waits in maintenance: a recovery would bring it up.
+            as_up = tuple(targets or ()) if where == "reserve" else ()
+            verdict = self.evacuations.dry_run(request, as_up=as_up)
             if not verdict["fits"] and where == "reserve" and targets:
                 # Reserve hosts first, any host when they are not enough.
                 verdict = self.evacuations.dry_run(
-                    dataclasses.replace(request, target_hosts=None))
+                    dataclasses.replace(request, target_hosts=None), as_up=as_up)
         order = {uuid: n for n, uuid in enumerate(moving)}
         verdict["instances"].sort(key=lambda i: order.get(i["id"], len(order)))
         return {"host": host, "zone": zone, "where": where, "fits": verdict["fits"],
