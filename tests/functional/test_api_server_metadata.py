@@ -4,6 +4,8 @@ automatic recovery moves (``/v2/admin/recoveries/projects/{project}``)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -131,6 +133,13 @@ def test_cli_sets_and_unsets_properties(live_server, make_servers):
     assert "recovery_priority=7" in _cli(url, "servers", "show", server).output
     assert _cli(url, "servers", "set", server, "--property", "novalue").exit_code != 0
     assert _cli(url, "servers", "unset", server, "--property", "ha").exit_code != 0
+    result = _cli(url, "reserve", "--count", "1", "--flavor", "m1.small", "--property",
+                  "ha=true", "--property", "recovery=never", "--json")
+    assert result.exit_code == 0, result.output
+    listed = _cli(url, "servers", "list", "--reservation", json.loads(result.output)["id"],
+                  "--json")
+    [made] = json.loads(listed.output)
+    assert made["metadata"] == {"ha": "true", "recovery": "never"}
 
 
 def test_an_admin_chooses_a_project_s_servers(client, admin_headers, member_headers, conf,
