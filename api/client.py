@@ -352,6 +352,18 @@ class Client:
         return self.delete(self._tenant_path(tenant_id, f"servers/{_segment(server_id)}"))[
             "server"]
 
+    def update_server_metadata(self, server_id: str, metadata: dict, replace: bool = False,
+                               tenant_id: str | None = None) -> dict:
+        """Merge ``metadata`` into the server's (``replace``: instead of it); all of it."""
+        path = self._tenant_path(tenant_id, f"servers/{_segment(server_id)}/metadata")
+        send = self.put if replace else self.post
+        return send(path, {"metadata": metadata})["metadata"]
+
+    def delete_server_metadata(self, server_id: str, key: str,
+                               tenant_id: str | None = None) -> None:
+        self.delete(self._tenant_path(
+            tenant_id, f"servers/{_segment(server_id)}/metadata/{_segment(key)}"))
+
     # -- server groups -----------------------------------------------------
 
     def list_groups(self, *, name=None, tenant_id: str | None = None) -> list[dict]:

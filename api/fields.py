@@ -26,6 +26,7 @@ import flask
 import marshmallow as ma
 
 from fleetflow.api import xml
+from fleetflow.services.servers import MAX_METADATA_ITEMS, MAX_METADATA_LENGTH
 
 # The integer columns are 32-bit on PostgreSQL.
 COLUMN_MIN = -(2**31)
@@ -108,3 +109,18 @@ class JsonBoolean(ma.fields.Boolean):
         if not isinstance(value, bool):
             raise self.make_error("invalid", input=value)
         return value
+
+
+METADATA_HELP = (f"String keys (1 to {MAX_METADATA_LENGTH} characters) and values (at most "
+                 f"{MAX_METADATA_LENGTH}), at most {MAX_METADATA_ITEMS} items. Automatic "
+                 "recovery reads ha=true, recovery=never and recovery_priority=N "
+                 "(docs/recovery.md).")
+
+
+def server_metadata(**kwargs) -> ma.fields.Dict:
+    """A server's metadata as a client sends it, within Nova's bounds."""
+    return ma.fields.Dict(
+        keys=Name(validate=ma.validate.Length(min=1, max=MAX_METADATA_LENGTH)),
+        values=Text(validate=ma.validate.Length(max=MAX_METADATA_LENGTH)),
+        validate=ma.validate.Length(max=MAX_METADATA_ITEMS),
+        metadata={"description": METADATA_HELP}, **kwargs)

@@ -1,10 +1,12 @@
-"""``fleetflow recoveries list|show|watch|pause|resume|plan``: automatic recovery of dead hosts.
+"""``fleetflow recoveries list|show|watch|pause|resume|plan|projects|project``: automatic
+recovery of dead hosts.
 
 ::
 
     fleetflow --project admin --roles admin recoveries list
     fleetflow --project admin --roles admin recoveries watch
     fleetflow --project admin --roles admin recoveries plan z1-r1-h01
+    fleetflow --project admin --roles admin recoveries project demo --servers ha
 """
 
 from __future__ import annotations
@@ -137,3 +139,46 @@ def plan(host, as_json):
         [i["id"], i.get("destination"), i.get("explanation")] for i in found["instances"]])
     if found["staying"]:
         remote.table("staying", ["id", "why"], [[s["id"], s["why"]] for s in found["staying"]])
+
+
+PROJECT_COLUMNS = ["project_id", "servers", "reason", "user_id", "updated_at"]
+
+
+@recoveries.command("projects")
+@remote.api_command
+def projects(as_json):
+    """List the projects whose servers are chosen otherwise than [recovery] servers."""
+    found = remote.client().get(f"{BASE}/projects")["projects"]
+    if as_json:
+        remote.print_json(found)
+        return
+    remote.table("projects", PROJECT_COLUMNS,
+                 [[p.get(c) for c in PROJECT_COLUMNS] for p in found])
+
+
+@recoveries.command("project")
+@click.argument("project_id")
+@click.option("--servers", type=click.Choice(["all", "ha", "none"]), default=None,
+              help="Which of its servers a recovery moves (ha: metadata ha=true only).")
+@click.option("--default", "clear", is_flag=True,
+              help="Drop the project's choice: [recovery] servers applies again.")
+@click.option("--reason", default=None)
+@remote.api_command
+def project(project_id, servers, clear, reason, as_json):
+    """Show or set which servers of PROJECT_ID a recovery moves."""
+    client = remote.client()
+    path = f"{BASE}/projects/{project_id}"
+    if servers and clear:
+        raise click.UsageError("give --servers or --default, not both")
+    if servers:
+        found = client.put(path, {"project": {"servers": servers, "reason": reason}})
+    elif clear:
+        found = client.delete(path)
+    else:
+        found = client.get(path)
+    found = found["project"]
+    if as_json:
+        remote.print_json(found)
+    else:
+        origin = " ([recovery] servers)" if found.get("default") else ""
+        click.echo(f"project {found['project_id']}: servers {found['servers']}{origin}")

@@ -80,6 +80,9 @@ def _settled_exit(reservation: dict) -> None:
               help="Host capability each instance needs (gpu=true, cores>=4, "
                    "'arch=in x86 arm'); repeatable.")
 @click.option("--group", help="Server group id or name (all instances join it).")
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="Metadata of each server (repeat it): ha=true, recovery=never, "
+                   "recovery_priority=N steer automatic recovery.")
 @click.option("--policy", type=click.Choice(["all-or-nothing", "best-effort"]),
               default="all-or-nothing", show_default=True, help="What a failure does.")
 @click.option("--volume-gb", type=click.IntRange(min=1), help="A data volume per instance.")
@@ -96,8 +99,8 @@ def _settled_exit(reservation: dict) -> None:
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between polls with --watch.")
 @remote.api_command
-def reserve(count, min_count, max_count, flavor, image, capabilities, group, policy,
-            volume_gb, on_error, name, idempotency_key, queue_fields,
+def reserve(count, min_count, max_count, flavor, image, capabilities, group, properties,
+            policy, volume_gb, on_error, name, idempotency_key, queue_fields,
             dry_run, watch_, interval, as_json):
     """Reserve N instances in one request: one flow places and boots them all.
 
@@ -124,6 +127,11 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pol
     body.update(queue_fields)
     if group:
         body["group_id"] = find_group(client, group, "--group")["id"]
+    if properties:
+        body["metadata"] = {key: value for key, _sep, value in (
+            item.partition("=") for item in properties)}
+        if any("=" not in item or item.startswith("=") for item in properties):
+            raise click.BadParameter("expected KEY=VALUE", param_hint="--property")
     if dry_run:
         verdict = client.reserve(body, dry_run=True)
         if as_json:

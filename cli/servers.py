@@ -1,4 +1,4 @@
-"""``fleetflow servers list|show|delete``: instances one by one."""
+"""``fleetflow servers list|show|set|unset|delete``: instances one by one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _fault(server: dict) -> str | None:
 
 @click.group("servers")
 def servers() -> None:
-    """List, show and delete servers (instances)."""
+    """List, show and delete servers (instances); set and unset their metadata."""
 
 
 @servers.command("list")
@@ -64,7 +64,59 @@ def show(server_id, as_json):
                                            "host_id", "reservation_id", "group_id", "flavor_id",
                                            "image_id", "attempts", "hosts_tried",
                                            "created_at", "updated_at")
-    ] + [("fault", _fault(server))])
+    ] + [("fault", _fault(server)), ("metadata", _properties(server.get("metadata")))])
+
+
+def _properties(metadata: dict | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((metadata or {}).items()))
+
+
+def _pair(ctx, param, values) -> dict:
+    pairs = {}
+    for value in values:
+        key, sep, item = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r}: give KEY=VALUE", ctx, param)
+        pairs[key] = item
+    return pairs
+
+
+@servers.command("set")
+@click.argument("server_id")
+@click.option("--property", "properties", multiple=True, callback=_pair, metavar="KEY=VALUE",
+              help="A metadata item to add or change (repeat it). ha=true, recovery=never "
+                   "and recovery_priority=N steer automatic recovery.")
+@click.option("--no-property", is_flag=True,
+              help="Remove every other item first (the metadata becomes the --property "
+                   "items only).")
+@remote.api_command
+def set_(server_id, properties, no_property, as_json):
+    """Set metadata items of a server (as 'openstack server set --property')."""
+    if not properties and not no_property:
+        raise click.UsageError("nothing to set: give --property KEY=VALUE")
+    metadata = remote.client().update_server_metadata(server_id, properties,
+                                                      replace=no_property)
+    if as_json:
+        remote.print_json(metadata)
+    else:
+        click.echo(f"server {server_id}: {_properties(metadata) or 'no metadata'}")
+
+
+@servers.command("unset")
+@click.argument("server_id")
+@click.option("--property", "keys", multiple=True, required=True, metavar="KEY",
+              help="A metadata key to remove (repeat it).")
+@remote.api_command
+def unset(server_id, keys, as_json):
+    """Remove metadata items of a server."""
+    client = remote.client()
+    for key in keys:
+        client.delete_server_metadata(server_id, key)
+    metadata = client.get_server(server_id).get("metadata") or {}
+    if as_json:
+        remote.print_json(metadata)
+    else:
+        click.echo(f"server {server_id}: {_properties(metadata) or 'no metadata'}")
 
 
 @servers.command("delete")

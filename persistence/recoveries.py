@@ -81,6 +81,55 @@ class RecoveryControl(Base):
                                                     onupdate=utcnow)
 
 
+class RecoveryProject(Base):
+    """An administrator's override of ``[recovery] servers`` for one project."""
+
+    __tablename__ = "recovery_projects"
+
+    project_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    # all | ha | none (PROJECT_SERVERS)
+    servers: Mapped[str] = mapped_column(sa.String(8))
+    reason: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    updated_at: Mapped[dt.datetime] = mapped_column(sa.DateTime, default=utcnow,
+                                                    onupdate=utcnow)
+
+
+# Which servers of a project a recovery moves: every one, those marked
+# ha=true, or none at all.
+PROJECT_SERVERS = ("all", "ha", "none")
+
+
+def project_overrides(session: orm.Session, projects) -> dict[str, str]:
+    """``{project: servers}`` of the projects among ``projects`` with an override."""
+    projects = sorted(set(projects))
+    if not projects:
+        return {}
+    return dict(session.execute(sa.select(RecoveryProject.project_id, RecoveryProject.servers)
+                                .where(RecoveryProject.project_id.in_(projects))).all())
+
+
+def set_project(session: orm.Session, project_id: str, servers: str, reason: str | None,
+                user_id: str | None) -> RecoveryProject:
+    """Create or change the project's override (a repeat changes nothing more)."""
+    row = session.get(RecoveryProject, project_id)
+    if row is None:
+        try:
+            with session.begin_nested():
+                row = RecoveryProject(project_id=project_id, servers=servers)
+                session.add(row)
+        except sa.exc.IntegrityError:  # set by another request meanwhile: this one wins
+            row = session.get(RecoveryProject, project_id)
+    row.servers, row.reason, row.user_id = servers, reason, user_id
+    row.updated_at = utcnow()
+    return row
+
+
+def project_view(row: RecoveryProject) -> dict:
+    return {"project_id": row.project_id, "servers": row.servers, "reason": row.reason,
+            "user_id": row.user_id, "updated_at": row.updated_at}
+
+
 def new_id() -> str:
     return RECOVERY_PREFIX + uuidlib.uuid4().hex[:12]
 

@@ -151,7 +151,8 @@ def find_by_idempotency_key(session: orm.Session, tenant_id: str,
 def create(session: orm.Session, *, tenant_id: str, user_id: str | None, name: str | None,
            policy: str, request: dict, count: int, flavor_id: str, image_id: str,
            group_id: str | None, idempotency_key: str | None = None,
-           reservation_id: str | None = None, queued: bool = False) -> Reservation:
+           reservation_id: str | None = None, queued: bool = False,
+           metadata: dict | None = None) -> Reservation:
     """The reservation row and one PENDING instance row per requested instance.
 
     ``count`` is the most it may get (max_count); instance uuids are made
@@ -167,12 +168,13 @@ def create(session: orm.Session, *, tenant_id: str, user_id: str | None, name: s
     session.add(reservation)
     session.flush()
     if not queued:
-        create_instances(session, reservation, count, flavor_id, image_id, group_id)
+        create_instances(session, reservation, count, flavor_id, image_id, group_id, metadata)
     return reservation
 
 
 def create_instances(session: orm.Session, reservation: Reservation, count: int,
-                     flavor_id: str, image_id: str, group_id: str | None) -> None:
+                     flavor_id: str, image_id: str, group_id: str | None,
+                     metadata: dict | None = None) -> None:
     now = utcnow()
     label = reservation.name or reservation.id
     session.execute(sa.insert(Instance), [
@@ -181,6 +183,7 @@ def create_instances(session: orm.Session, reservation: Reservation, count: int,
          "name": INSTANCE_NAME.format(name=label, index=i), "index": i,
          "status": states.PENDING, "flavor_id": flavor_id, "image_id": image_id,
          "group_id": group_id, "attempts": 0, "hosts_tried": [],
+         "metadata_": dict(metadata) if metadata else None,
          "created_at": now, "updated_at": now}
         for i in range(count)])
 

@@ -221,9 +221,12 @@ class EvacuationOps:
                            keys.TENANT_ID: None},
                     tenant_id=None, flow_id=flow_id, session=session)
 
-    def dry_run(self, req: EvacuationRequest) -> dict:
+    def dry_run(self, req: EvacuationRequest, as_up: tuple[str, ...] = ()) -> dict:
         """``{"fits": bool, "instances": [{"id", "tenant_id", "source", "destination",
-        "explanation"}]}``: where each server would go now; nothing changes."""
+        "explanation"}]}``: where each server would go now; nothing changes.
+
+        ``as_up``: hosts to count as ``up`` whatever their state (a recovery's
+        reserve pool, kept in maintenance until a recovery brings it up)."""
         from fleetflow.persistence.placement import allocations
         from fleetflow.scheduler.moves import plan as move_plan
 
@@ -240,7 +243,7 @@ class EvacuationOps:
                                target_hosts=req.target_hosts)
             plan = move_plan.plan(session, probe, [s.id for s in servers],
                                       allocations.usages_by_provider(session), self.conf,
-                                      alternates=0)
+                                      alternates=0, as_up=as_up)
             session.expunge_all()
         instances = []
         for server in servers:

@@ -29,7 +29,7 @@ from fleetflow.persistence import queue as queue_rows
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
-from fleetflow.services import volumes
+from fleetflow.services import servers, volumes
 from fleetflow.services.queue import limits as queue_limits
 
 PROVISION = "provision"
@@ -60,6 +60,8 @@ class ReservationRequest:
     when_full: str = states.WHEN_FULL_FAIL
     queue_timeout: float | None = None
     priority: int = 0
+    # Metadata of each of its servers (docs/recovery.md reads ha, recovery ...).
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def resolve_flavor(session, ref: str) -> Flavor:
@@ -140,6 +142,7 @@ class ReservationOps:
             raise InvalidInput(f"on_error: one of {', '.join(ON_ERROR_CHOICES)}",
                                field="on_error")
         queue_limits.check(self.conf, req)
+        servers.check_metadata(req.metadata or {})
         if req.volume_gb:
             volumes.refuse_in_openstack_mode(self.conf, "volume_gb")
         flavor = resolve_flavor(session, req.flavor_ref)
@@ -196,7 +199,8 @@ class ReservationOps:
                 session, tenant_id=req.tenant_id, user_id=req.user_id, name=req.name,
                 policy=req.policy, request=dataclasses.asdict(req) | {"spec": spec},
                 count=req.max_count, flavor_id=flavor.id, image_id=spec["image_id"],
-                group_id=req.group_id, idempotency_key=idempotency_key, queued=queued)
+                group_id=req.group_id, idempotency_key=idempotency_key, queued=queued,
+                metadata=req.metadata or None)
             if queued:
                 queue_rows.add(session, queue_rows.KIND_RESERVATION, reservation.id,
                                req.tenant_id, req.priority,
@@ -244,7 +248,8 @@ class ReservationOps:
                                       states.QUEUED, states.PENDING):
             return False
         rows.create_instances(session, reservation, req["max_count"], flavor.id,
-                              req["spec"]["image_id"], req.get("group_id"))
+                              req["spec"]["image_id"], req.get("group_id"),
+                              req.get("metadata") or None)
         self._start(session, reservation)
         return True
 

@@ -8,6 +8,8 @@ from fleetflow.api import fields
 from fleetflow.api.common import LinkSchema, PaginationArgsSchema
 from fleetflow.api.evacuations.schemas import HOST_NAME, EvacuationDryRunInstanceSchema
 
+# Which servers of a project a recovery moves (persistence.recoveries.PROJECT_SERVERS).
+PROJECT_SERVERS = ("all", "ha", "none")
 STATUSES = ("SUSPECT", "DEAD", "HELD", "FENCED", "EVACUATING", "FLAPPED", "CLEARED",
             "ABORTED", "DONE", "PARTIAL", "FAILED", "REVERTED")
 
@@ -112,3 +114,34 @@ class RecoveryPlanSchema(ma.Schema):
 
 class RecoveryPlanResponseSchema(ma.Schema):
     recovery_plan = ma.fields.Nested(RecoveryPlanSchema, required=True)
+
+
+class RecoveryProjectSchema(ma.Schema):
+    project_id = ma.fields.String(required=True)
+    servers = ma.fields.String(required=True, metadata={
+        "description": "all | ha | none: which of the project's servers a recovery moves "
+                       "(recovery=never servers never move)."})
+    reason = ma.fields.String(allow_none=True)
+    user_id = ma.fields.String(allow_none=True)
+    updated_at = fields.UtcDateTime(allow_none=True)
+    default = ma.fields.Boolean(metadata={
+        "description": "True: no override; servers is [recovery] servers."})
+
+
+class RecoveryProjectResponseSchema(ma.Schema):
+    project = ma.fields.Nested(RecoveryProjectSchema, required=True)
+
+
+class RecoveryProjectListSchema(ma.Schema):
+    projects = ma.fields.List(ma.fields.Nested(RecoveryProjectSchema), required=True)
+
+
+class RecoveryProjectFieldsSchema(ma.Schema):
+    servers = ma.fields.String(required=True, validate=ma.validate.OneOf(PROJECT_SERVERS))
+    reason = fields.Text(allow_none=True, validate=ma.validate.Length(max=255))
+
+
+class RecoveryProjectUpdateSchema(ma.Schema):
+    """Body of PUT .../recoveries/projects/{project}: ``{"project": {"servers": "ha"}}``."""
+
+    project = ma.fields.Nested(RecoveryProjectFieldsSchema, required=True)

@@ -27,10 +27,10 @@ blp = common.Blueprint("reservations", __name__, url_prefix="/v2/<tenant_id>/res
 # Request fields that must match for a replayed Idempotency-Key.
 _COMPARED = ("name", "flavor_ref", "image_ref", "min_count", "max_count", "capabilities",
              "group_id", "policy", "volume_gb", "on_error", "when_full", "queue_timeout",
-             "priority")
+             "priority", "metadata")
 # What a field compared above meant in a request stored before it existed.
 _STORED_DEFAULTS = {"on_error": ON_ERROR_REVERT, "when_full": "fail", "queue_timeout": None,
-                    "priority": 0}
+                    "priority": 0, "metadata": {}}
 
 
 def _self_link(tenant_id: str, reservation_id: str) -> str:

@@ -114,6 +114,8 @@ class ReservationFieldsSchema(QueueFieldsSchema):
         metadata={"description": "A data volume of this size per instance, on a storage "
                                  "backend its host reaches (a dry run counts it too)."})
 
+    metadata = fields.server_metadata(load_default=dict)
+
     @ma.validates_schema
     def check_counts(self, data, **kwargs):
         if "count" in data and ("min_count" in data or "max_count" in data):

@@ -91,3 +91,45 @@ class ServerItem(MethodView):
         still moves it: SERVER_BEING_MOVED)."""
         reservations = current_state().service("reservations")
         return {"server": reservations.delete_server(tenant_id, server_id)}
+
+
+@blp.route("/<tenant_id>/servers/<server_id>/metadata")
+class ServerMetadata(MethodView):
+    """A server's metadata, as Nova's ``/servers/{id}/metadata``."""
+
+    @policy.authorize("servers:show_metadata")
+    @blp.response(200, schemas.ServerMetadataSchema)
+    @blp.doc(responses={"404": {"description": "No such server in the project."}})
+    def get(self, tenant_id, server_id):
+        """Show the server's metadata."""
+        return {"metadata": servers.get_metadata(current_state().database, tenant_id,
+                                                 server_id)}
+
+    @policy.authorize("servers:update_metadata")
+    @blp.arguments(schemas.ServerMetadataSchema)
+    @blp.response(200, schemas.ServerMetadataSchema)
+    @blp.doc(responses={"404": {"description": "No such server in the project."}})
+    def put(self, body, tenant_id, server_id):
+        """Replace the server's metadata with the body's: keys it leaves out are gone."""
+        return {"metadata": servers.update_metadata(
+            current_state().database, tenant_id, server_id, body["metadata"], replace=True)}
+
+    @policy.authorize("servers:update_metadata")
+    @blp.arguments(schemas.ServerMetadataSchema)
+    @blp.response(200, schemas.ServerMetadataSchema)
+    @blp.doc(responses={"404": {"description": "No such server in the project."}})
+    def post(self, body, tenant_id, server_id):
+        """Merge the body's items into the server's metadata; answers all of it."""
+        return {"metadata": servers.update_metadata(
+            current_state().database, tenant_id, server_id, body["metadata"])}
+
+
+@blp.route("/<tenant_id>/servers/<server_id>/metadata/<key>")
+class ServerMetadataItem(MethodView):
+    @policy.authorize("servers:update_metadata")
+    @blp.response(204)
+    @blp.doc(responses={"404": {"description": "No such server, or no such key."}})
+    def delete(self, tenant_id, server_id, key):
+        """Remove one key of the server's metadata."""
+        servers.update_metadata(current_state().database, tenant_id, server_id,
+                                remove=(key,))

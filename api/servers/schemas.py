@@ -33,6 +33,12 @@ class ServerSchema(ma.Schema):
     flavor_id = ma.fields.String(required=True)
     image_id = ma.fields.String(required=True)
     group_id = ma.fields.String(allow_none=True)
+    metadata = ma.fields.Function(
+        lambda instance: dict(instance.metadata_ or {}),
+        metadata={"type": "object", "additionalProperties": {"type": "string"},
+                  "description": "Its metadata (keys and values strings), as Nova's; "
+                                 "automatic recovery reads ha, recovery and "
+                                 "recovery_priority (docs/recovery.md)."})
     attempts = ma.fields.Integer(required=True)
     hosts_tried = ma.fields.List(hosts_view.Place(), required=True, metadata={
         "description": "Hosts it was sent to, in order (their host_ids to callers "
@@ -102,3 +108,9 @@ class ServerStatusSchema(ma.Schema):
 
 class ServerDeleteResponseSchema(ma.Schema):
     server = ma.fields.Nested(ServerStatusSchema, required=True)
+
+
+class ServerMetadataSchema(ma.Schema):
+    """Body of PUT and POST .../servers/{id}/metadata, and their answer, as Nova's."""
+
+    metadata = fields.server_metadata(required=True)

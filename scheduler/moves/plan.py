@@ -116,8 +116,12 @@ class _Builder:
 
 
 def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
-         excluded_hosts=(), alternates: int | None = None) -> MovePlan:
-    """Candidates for the servers ``uuids`` of ``evacuation`` on the cloud as it is now."""
+         excluded_hosts=(), alternates: int | None = None, as_up=()) -> MovePlan:
+    """Candidates for the servers ``uuids`` of ``evacuation`` on the cloud as it is now.
+
+    ``as_up``: hosts read ``up`` whatever their state (a dry run of a recovery
+    that would bring its reserve pool into service first).
+    """
     builder = _Builder(session, evacuation)
     instances = {i.id: i for i in session.scalars(
         sa.select(Instance).where(Instance.id.in_(uuids)))}
@@ -135,6 +139,9 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
         else:
             servers.append(server)
     snapshot = snapshot_with_heartbeats(session, usage, conf.compute.service_down_time)
+    for name in as_up:
+        if name in snapshot.by_name:
+            snapshot.by_name[name].state = states.HOST_UP
     result = place_moves(servers, snapshot,
                          excluded_hosts=[*evacuation.hosts, *excluded_hosts],
                          target_hosts=evacuation.target_hosts,

@@ -138,9 +138,15 @@ def evacuate(database, conf, evacuations, hosts_ops, fence_token: dict | None) -
     from fleetflow.flows.evacuate.tasks import HostAlive
     from fleetflow.services.evacuations import EvacuationRequest
 
-    with database.read_session() as session:
+    with database.session() as session:
+        fences.check(session, fence_token)
         groups: dict[str, list] = defaultdict(list)
         for recovery in rows.open_recoveries(session, (rows.FENCED,)):
+            why = operator_took(session, recovery)
+            if why:
+                rows.close(recovery, rows.CLEARED, why)
+                LOG.warning("host %s: %s; its recovery stops", recovery.host, why)
+                continue
             groups[recovery.evacuation_id].append((recovery.host, recovery.zone))
     for evacuation_id, found in groups.items():
         names = [name for name, _zone in found]
@@ -179,6 +185,33 @@ def evacuate(database, conf, evacuations, hosts_ops, fence_token: dict | None) -
                     rows.event(recovery, "evacuation", f"{evacuation_id}: {detail}")
         LOG.warning("hosts %s: evacuation %s started (%s)", ", ".join(names), evacuation_id,
                     detail)
+
+
+def operator_took(session, recovery) -> str | None:
+    """Why a FENCED recovery's host is an operator's now, or None.
+
+    Between the fence and the evacuation (a monitor that died there and the
+    next one taking over) an operator may have acted: set the host to
+    another state, or evacuated it by hand, an evacuation that may even be
+    over. The host is theirs then; creating the recorded evacuation would
+    move what they decided not to, or evacuate the host a second time.
+    """
+    if session.get(Evacuation, recovery.evacuation_id) is not None:
+        return None  # ours exists (its creation rewrote the host's reason): follow it
+    host = session.scalars(sa.select(Host).where(Host.name == recovery.host)).first()
+    if host is None:
+        return "the host left the fleet"
+    if host.state != states.HOST_DOWN or host.state_reason != FENCE_REASON:
+        return f"an operator set the host {host.state} after the fence"
+    if host.evacuation_id not in (None, recovery.evacuation_id):
+        return f"an operator evacuates the host ({host.evacuation_id})"
+    others = session.scalars(sa.select(Evacuation).where(
+        Evacuation.id != recovery.evacuation_id,
+        Evacuation.created_at >= recovery.suspect_at))
+    for other in others:
+        if recovery.host in (other.hosts or []):
+            return f"an operator evacuated the host ({other.id})"
+    return None
 
 
 def _close_all(database, fence_token, evacuation_id: str, status: str, why: str) -> None:

@@ -17,6 +17,9 @@ from fleetflow.persistence import recoveries as rows
 from fleetflow.persistence.models import utcnow
 from fleetflow.services.recovery import detect, policy
 
+# The length of a project id everywhere (the tenant_id columns).
+PROJECT_ID_LENGTH = 64
+
 
 class RecoveryOps:
     """``evacuations``: services.evacuations.EvacuationOps, for the dry run."""
@@ -77,6 +80,41 @@ class RecoveryOps:
             switch.updated_at = utcnow()
         return self.status()
 
+    def projects(self) -> list[dict]:
+        """Every project's override of ``[recovery] servers``, by project."""
+        with self.database.read_session() as session:
+            return [rows.project_view(r) for r in session.scalars(
+                sa.select(rows.RecoveryProject).order_by(rows.RecoveryProject.project_id))]
+
+    def project(self, project_id: str) -> dict:
+        """The project's choice: its override, or ``[recovery] servers`` (``default``)."""
+        with self.database.read_session() as session:
+            row = session.get(rows.RecoveryProject, project_id)
+            if row is not None:
+                return rows.project_view(row) | {"default": False}
+        return {"project_id": project_id, "servers": self.conf.recovery.servers,
+                "reason": None, "user_id": None, "updated_at": None, "default": True}
+
+    def set_project(self, project_id: str, servers: str, reason: str | None = None,
+                    user_id: str | None = None) -> dict:
+        """Which servers of the project a recovery moves: all, ha (ha=true only) or none."""
+        if not 1 <= len(project_id) <= PROJECT_ID_LENGTH:
+            raise InvalidInput(f"project: 1 to {PROJECT_ID_LENGTH} characters",
+                               field="project_id")
+        if servers not in rows.PROJECT_SERVERS:
+            raise InvalidInput(f"servers: one of {', '.join(rows.PROJECT_SERVERS)}",
+                               field="servers")
+        with self.database.session() as session:
+            rows.set_project(session, project_id, servers, reason, user_id)
+        return self.project(project_id)
+
+    def clear_project(self, project_id: str) -> dict:
+        """Back to ``[recovery] servers`` for the project (nothing to clear is no error)."""
+        with self.database.session() as session:
+            session.execute(sa.delete(rows.RecoveryProject).where(
+                rows.RecoveryProject.project_id == project_id))
+        return self.project(project_id)
+
     def plan(self, host: str) -> dict:
         """What a recovery of ``host`` would do now: which servers move where, which stay."""
         from fleetflow.services.evacuations import EvacuationRequest
@@ -97,11 +135,13 @@ class RecoveryOps:
         if moving and self.evacuations is not None:
             request = EvacuationRequest(hosts=[host], mode=states.MODE_REBUILD,
                                         target_hosts=targets, instances=moving)
-            verdict = self.evacuations.dry_run(request)
+            # The reserve pool waits in maintenance: a recovery would bring it up.
+            as_up = tuple(targets or ()) if where == "reserve" else ()
+            verdict = self.evacuations.dry_run(request, as_up=as_up)
             if not verdict["fits"] and where == "reserve" and targets:
                 # Reserve hosts first, any host when they are not enough.
                 verdict = self.evacuations.dry_run(
-                    dataclasses.replace(request, target_hosts=None))
+                    dataclasses.replace(request, target_hosts=None), as_up=as_up)
         order = {uuid: n for n, uuid in enumerate(moving)}
         verdict["instances"].sort(key=lambda i: order.get(i["id"], len(order)))
         return {"host": host, "zone": zone, "where": where, "fits": verdict["fits"],

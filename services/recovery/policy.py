@@ -1,9 +1,11 @@
 """What a recovery moves, in which order, and where to: ``[recovery]`` and server metadata.
 
 - which: every server of the dead hosts (``servers = all``) or only those
-  with metadata ``ha=true`` (``servers = ha``); a server with
-  ``recovery=never`` (an appliance someone else manages) is never moved, and
-  ``ha=false`` excludes one server under ``all``.
+  with metadata ``ha=true`` (``servers = ha``), unless an administrator set
+  the project's own choice (all, ha or none: persistence.recoveries'
+  ``recovery_projects``); a server with ``recovery=never`` (an appliance
+  someone else manages) is never moved, and ``ha=false`` excludes one
+  server under ``all``.
 - order: ``recovery_priority`` (an integer, higher first), then by server
   group, so a group's members are placed and moved together, then by age.
 - where: ``any`` host; ``reserve``: the hosts of the reserve pool first
@@ -17,12 +19,14 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.common import states
+from fleetflow.persistence import recoveries as rows
 from fleetflow.persistence.models import Host, Instance
 
 HA = "ha"
 RECOVERY = "recovery"
 PRIORITY = "recovery_priority"
 NEVER = "never"
+NONE = "none"
 RESERVE_CAPABILITY = "reserve_pool"
 # Out of service until a recovery needs them.
 RESERVE_IDLE = (states.HOST_MAINTENANCE, states.HOST_DISABLED)
@@ -32,15 +36,21 @@ def _truthy(value) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes", "on")
 
 
-def excluded_why(conf, metadata: dict | None) -> str | None:
-    """Why a server with ``metadata`` stays where it is, or None when it moves."""
+def excluded_why(conf, metadata: dict | None, project: str | None = None) -> str | None:
+    """Why a server with ``metadata`` stays where it is, or None when it moves.
+
+    ``project``: its project's override of ``[recovery] servers``, if any.
+    """
     metadata = metadata or {}
     if str(metadata.get(RECOVERY, "")).strip().lower() == NEVER:
         return "recovery=never"
+    if project == NONE:
+        return "its project's recovery is none"
     if HA in metadata and not _truthy(metadata[HA]):
         return "ha=false"
-    if conf.recovery.servers == HA and not _truthy(metadata.get(HA)):
-        return "not ha=true ([recovery] servers = ha)"
+    if (project or conf.recovery.servers) == HA and not _truthy(metadata.get(HA)):
+        where = "its project's recovery is ha" if project else "[recovery] servers = ha"
+        return f"not ha=true ({where})"
     return None
 
 
@@ -55,9 +65,10 @@ def servers(session: orm.Session, conf, hosts: list[str]) -> tuple[list[str], di
     """``(ids to move in order, {id: why it stays})`` of the servers on ``hosts``."""
     found = list(session.scalars(sa.select(Instance).where(
         Instance.host.in_(hosts), Instance.status.in_((states.ACTIVE, states.ERROR)))))
+    overrides = rows.project_overrides(session, (s.tenant_id for s in found))
     moving, staying = [], {}
     for server in found:
-        why = excluded_why(conf, server.metadata_)
+        why = excluded_why(conf, server.metadata_, overrides.get(server.tenant_id))
         if why:
             staying[server.id] = why
         else:

@@ -13,27 +13,21 @@ holding all of it, written straight to placement), then requests that do not fit
    and the time to the admitted request's flow submission (the POST-equivalent start)
    is measured, ``--repeat`` times.
 
-    python bench/queue.py                                      # SQLite
-    python bench/queue.py --db postgresql+psycopg://postgres@127.0.0.1/bench_queue
+    python bench/admission.py                                      # SQLite
+    python bench/admission.py --db postgresql+psycopg://postgres@127.0.0.1/bench_queue
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
+import statistics
+import tempfile
+import threading
+import time
+import uuid
 
-# Run as a script, this file would stand for the standard library's queue module.
-sys.path[:] = [p for p in sys.path
-               if os.path.abspath(p or os.curdir) != os.path.dirname(os.path.abspath(__file__))]
-
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-
-from fleetflow.common import states  # noqa: E402
+from fleetflow.common import states
 
 
 def build(workdir: str, hosts: int, db_url: str | None):
