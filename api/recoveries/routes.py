@@ -55,7 +55,9 @@ class Recoveries(MethodView):
                 "links": _next_link(marker, limit)}
 
 
-@blp.route("/recoveries/<recovery_id>")
+# The id's length (``rc-`` and 12 hex digits) keeps ``pause``, ``resume`` and
+# ``projects`` from matching it, also for OPTIONS, whose Allow lists every match.
+@blp.route("/recoveries/<string(length=15):recovery_id>")
 class RecoveryItem(MethodView):
     @policy.authorize("recoveries:show")
     @blp.response(200, schemas.RecoveryResponseSchema)
@@ -72,7 +74,7 @@ def _switch(paused: bool, body: dict) -> dict:
 @blp.route("/recoveries/pause")
 class RecoveriesPause(MethodView):
     @policy.authorize("recoveries:pause")
-    @blp.arguments(schemas.RecoverySwitchSchema)
+    @blp.arguments(schemas.RecoverySwitchSchema, required=False)
     @blp.response(200, schemas.RecoveryStatusResponseSchema)
     def post(self, body):
         """Stop automatic fencing and evacuation cluster-wide (a maintenance window).
@@ -85,7 +87,7 @@ class RecoveriesPause(MethodView):
 @blp.route("/recoveries/resume")
 class RecoveriesResume(MethodView):
     @policy.authorize("recoveries:resume")
-    @blp.arguments(schemas.RecoverySwitchSchema)
+    @blp.arguments(schemas.RecoverySwitchSchema, required=False)
     @blp.response(200, schemas.RecoveryStatusResponseSchema)
     def post(self, body):
         """Let the monitor act again: hosts found dead meanwhile are recovered."""

@@ -382,8 +382,9 @@ def test_openapi_document_is_valid_and_lists_every_route(app, client):
     for url_rule in app.url_map.iter_rules():
         if url_rule.endpoint.startswith("api-docs."):
             continue
-        # A converter (``<path:name>``) is documented as the bare parameter.
-        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", url_rule.rule)
+        # A converter (``<path:name>``, ``<string(length=15):id>``) is documented as
+        # the bare parameter.
+        path = re.sub(r"<(?:\w+(?:\([^)]*\))?:)?(\w+)>", r"{\1}", url_rule.rule)
         assert path in spec["paths"], f"{path} is not documented"
         for method in url_rule.methods - {"HEAD", "OPTIONS"}:
             assert method.lower() in spec["paths"][path], f"{method} {path} not documented"
