@@ -106,7 +106,7 @@ class ReservationFieldsSchema(ma.Schema):
         metadata={"description": "Seconds it may wait queued; then it ends EXPIRED with the "
                                  "last placement explanation (default: [queue] "
                                  "default_timeout; none: no limit)."})
-    priority = ma.fields.Integer(
+    priority = fields.Integer(
         load_default=0, validate=ma.validate.Range(min=0),
         metadata={"description": "Queue priority, higher first, 0 to [queue] max_priority."})
 
