@@ -88,6 +88,12 @@ class _StateCollector:
 REGISTRY.register(_StateCollector())
 
 
+def move_ended(outcome: str, count: int = 1) -> None:
+    """``count`` evacuation moves ended ``outcome`` (a move's status: DONE, FAILED, ...)."""
+    if count:
+        EVACUATION_MOVES.labels(outcome.lower()).inc(count)
+
+
 def exposition() -> bytes:
     """Every metric of this process in Prometheus' text format."""
     return prometheus_client.generate_latest(REGISTRY)
