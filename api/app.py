@@ -60,6 +60,7 @@ BLUEPRINTS = [
     "fleetflow.api.placement.routes",
     "fleetflow.api.audit.routes",
     "fleetflow.api.capacity.routes",
+    "fleetflow.api.events.routes",
     "fleetflow.api.flows.routes",
     "fleetflow.api.queue.routes",
     "fleetflow.api.permissions.routes",

@@ -429,8 +429,12 @@ class Client:
         return self.get(self._tenant_path(tenant_id,
                                           f"flows/{_segment(flow_id)}/graph"))["graph"]
 
-    # -- capacity (admin) -------------------------------------------------------
+    # -- capacity and events (admin) -------------------------------------------
 
     def capacity(self, *, region=None, zone=None, by=None) -> dict:
         """Total, used and free per resource class, per region › zone › rack › host."""
         return self.get("/v2/admin/capacity", region=region, zone=zone, by=by)["capacity"]
+
+    def events(self, *, since: str | None = None, limit=None) -> dict:
+        """``{"events", "cursor"}``: operations and hosts changed after ``since``."""
+        return self.get("/v2/admin/events", since=since, limit=limit)
