@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from fleetflow.common import states
 from fleetflow.persistence import evacuations as evacuation_rows
 from fleetflow.persistence.models import Host, StorageBackend, utcnow
 from fleetflow.services import hosts as host_views
@@ -67,6 +68,9 @@ def report(database, service_down_time: float, *, region: str | None = None,
         rows = [{"name": h.name, "region": h.region, "zone": h.zone, "rack": h.rack,
                  "state": evacuation_rows.effective_host_state(h, service_down_time, now),
                  "evacuation_id": h.evacuation_id, "instances": counts.get(h.name, 0),
+                 # Set down, not silent: fenced (recovery, a rebuild evacuation, an
+                 # operator's forced down); placement has its disabled trait.
+                 "fenced": h.state == states.HOST_DOWN, "reason": h.state_reason,
                  "resources": capacity.get(h.uuid, {})} for h in hosts]
         storage = [{"name": b.name, "scope": b.scope, "region": b.region, "zone": b.zone,
                     "rack": b.rack, "host": b.host_name,

@@ -28,6 +28,10 @@ class CapacityHostSchema(ma.Schema):
     evacuation_id = ma.fields.String(allow_none=True,
                                      metadata={"description": "The evacuation holding it."})
     instances = ma.fields.Integer(required=True)
+    fenced = ma.fields.Boolean(metadata={
+        "description": "Set down (not merely silent): fenced by a recovery, a rebuild "
+                       "evacuation or an operator; placement lists its disabled trait."})
+    reason = ma.fields.String(allow_none=True, metadata={"description": "Why its state."})
     resources = _resources()
 
 

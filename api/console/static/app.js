@@ -7,7 +7,12 @@ const POLL_MS = 2000;
 const main = document.getElementById("main");
 const who = { project: "", roles: "", token: "" };
 const openGroups = new Set();
+const SETTLED_FLOWS = ["SUCCESS", "REVERTED", "FAILURE", "PAUSED"];
 let timer = null;
+// The events feed's cursor: a page is drawn again when something it shows changed.
+let cursor = null;
+// A flow graph on the page still running: its atoms change without any row changing.
+let flowLive = false;
 
 function loadIdentity() {
   const q = new URLSearchParams(location.search);
@@ -66,7 +71,7 @@ function fullness(resources) {
 async function fleetPage() {
   const { capacity } = await api("/v2/admin/capacity");
   let html = `<h2>Fleet</h2><p>${capacity.host_count} hosts, ${capacity.instances} instances. ${usage(capacity.resources)}</p>
-<p class="legend"><span>border: <b style="color:#2a8">up</b> <b style="color:#d22">down</b> <b style="color:#e90">maintenance</b> <b style="color:#888">disabled</b> <b style="color:#a3c">held by an evacuation</b></span><span>fill: how full (darkest = full)</span></p>`;
+<p class="legend"><span>border: <b style="color:#2a8">up</b> <b style="color:#d22">down</b> <b style="color:#e90">maintenance</b> <b style="color:#888">disabled</b> <b style="color:#a3c">held by an evacuation</b>; <b style="color:#d22">hatched</b>: fenced (set down)</span><span>fill: how full (darkest = full)</span></p>`;
   for (const region of capacity.regions) {
     html += `<div class="region"><h3>${esc(region.name)} — ${region.host_count} hosts</h3>`;
     for (const zone of region.zones) {
@@ -75,9 +80,9 @@ async function fleetPage() {
         html += `<div class="rack"><h5>${esc(rack.name)}</h5>`;
         for (const h of rack.hosts) {
           const f = fullness(h.resources);
-          const cls = h.evacuation_id ? `${h.state} held` : h.state;
+          const cls = `${h.state}${h.evacuation_id ? " held" : ""}${h.fenced ? " fenced" : ""}`;
           html += `<a class="host ${esc(cls)}" data-host="${esc(h.name)}" href="#/host/${encodeURIComponent(h.name)}"
- style="background: rgba(40, 90, 180, ${(0.08 + 0.9 * f).toFixed(2)})" title="${esc(h.name)}: ${esc(h.state)}, ${h.instances} instances, ${Math.round(f * 100)}% full"></a>`;
+ style="background: rgba(40, 90, 180, ${(0.08 + 0.9 * f).toFixed(2)})" title="${esc(h.name)}: ${esc(h.state)}${h.fenced ? ` (fenced: ${esc(h.reason || "set down")})` : ""}, ${h.instances} instances, ${Math.round(f * 100)}% full"></a>`;
         }
         html += "</div>";
       }
@@ -98,12 +103,14 @@ function usage(resources) {
 async function hostPage(name) {
   const { host } = await api(`/v2/admin/hosts/${encodeURIComponent(name)}`);
   const servers = await api(`/v2/admin/servers?host=${encodeURIComponent(name)}`).catch(() => ({ servers: [] }));
+  const recent = await api(`/v2/admin/evacuations?host=${encodeURIComponent(name)}&limit=10`).catch(() => ({ evacuations: [] }));
   const actions = ["up", "maintenance", "down", "disabled"].filter((s) => s !== host.state)
     .map((s) => `<button data-set-state="${s}">set ${s}</button>`).join(" ");
   return `<h2>Host ${esc(host.name)}</h2><p>${state(host.state)} ${esc(host.reason || "")}
  ${host.evacuation_id ? `held by <a href="#/evacuation/${esc(host.evacuation_id)}">${esc(host.evacuation_id)}</a>` : ""}</p>
 <p>${usage(host.capacity)}</p><p>${actions}</p>
-<h3>Servers (${host.instances})</h3><table>${(servers.servers || []).map((s) => `<tr><td>${esc(s.id)}</td><td>${esc(s.name)}</td><td>${state(s.status)}</td></tr>`).join("")}</table>`;
+<h3>Servers (${host.instances})</h3><table>${(servers.servers || []).map((s) => `<tr><td>${esc(s.id)}</td><td>${esc(s.name)}</td><td>${state(s.status)}</td></tr>`).join("")}</table>
+<h3>Recent operations</h3>${recent.evacuations.length ? listTable(recent.evacuations, "evacuation", ["id", "hosts", "mode", "status", "progress", "created_at"]) : "<p>No evacuation of this host.</p>"}`;
 }
 
 function listTable(items, kind, cols) {
@@ -134,6 +141,7 @@ async function graphSection(flowId) {
   if (!flowId) return "<p>No flow yet.</p>";
   const path = isAdmin() ? `/v2/admin/flows/${flowId}/graph` : `/v2/${who.project}/flows/${flowId}/graph`;
   const { graph } = await api(path);
+  flowLive = flowLive || !SETTLED_FLOWS.includes(graph.state);
   const all = [...atoms(graph.root)];
   const failed = all.filter((a) => a.failure);
   const actions = isAdmin() ? `<button data-flow-action="resume" data-flow="${esc(flowId)}">resume flow</button>
@@ -186,8 +194,39 @@ function nav() {
   document.getElementById("nav").innerHTML = links.map((l) => `<a href="#/${l}" class="${l === here ? "current" : ""}">${l}</a>`).join("");
 }
 
+// Does a change of the feed show on the page ``page``/``arg``?
+function shows(page, arg, event) {
+  if (page === "fleet") return event.kind === "host" || event.kind === "evacuation";
+  if (page === "host") return (event.kind === "host" && event.id === arg) || event.kind === "evacuation";
+  if (page === "recoveries") return true;
+  if (arg) return event.kind === page && event.id === arg;
+  return `${event.kind}s` === page;
+}
+
+function feedPath() {
+  return isAdmin() ? "/v2/admin/events" : `/v2/${encodeURIComponent(who.project)}/events`;
+}
+
+// Poll the events feed (not every list): draw the page again when one of its objects
+// changed, or while a flow on it runs.
+async function watch(page, arg) {
+  let changed = flowLive;
+  try {
+    const since = cursor ? `?since=${encodeURIComponent(cursor)}` : "?limit=1";
+    const feed = await api(`${feedPath()}${since}`);
+    const first = cursor === null;
+    cursor = feed.cursor;
+    changed = changed || (!first && feed.events.some((e) => shows(page, arg, e)));
+  } catch (e) {
+    changed = true; // the feed is refused or away: fall back to drawing the page again
+  }
+  if (changed) route();
+  else timer = setTimeout(() => watch(page, arg), POLL_MS);
+}
+
 async function route() {
   clearTimeout(timer);
+  flowLive = false;
   if (!location.hash) location.hash = isAdmin() ? "#/fleet" : "#/reservations";
   nav();
   const [page, arg] = location.hash.slice(2).split("?")[0].split("/");
@@ -202,7 +241,7 @@ async function route() {
   } catch (e) {
     main.innerHTML = `<p class="error" id="refused">${esc(e.message)}</p>`;
   }
-  if (page !== "audit") timer = setTimeout(route, POLL_MS);
+  if (page !== "audit") timer = setTimeout(() => watch(page, arg && decodeURIComponent(arg)), POLL_MS);
 }
 
 main.addEventListener("click", (e) => {
