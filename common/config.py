@@ -306,7 +306,8 @@ METRICS_OPTS = [
     cfg.PortOpt("port", default=0,
                 help="Port where a standalone conductor or compute agent serves its "
                      "Prometheus metrics at /metrics (0: not served). fleetflow serve "
-                     "answers /metrics on its API port instead."),
+                     "answers /metrics on its API port instead; its agent processes "
+                     "serve theirs on the ports after this one (agent k: port + 1 + k)."),
     cfg.StrOpt("host", default="127.0.0.1",
                help="Address the metrics port listens on."),
 ]
