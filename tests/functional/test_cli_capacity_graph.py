@@ -23,12 +23,14 @@ def test_capacity_by_rack_of_one_zone(small_cloud, run):
     result = run("capacity", "--zone", "z1", "--by", "rack")
     assert result.exit_code == 0, result.output
     rows = [line for line in result.output.splitlines() if "│" in line]
-    fleet = next(r for r in rows if " fleet " in r)
-    assert "32" in fleet and "1/32" in fleet  # VCPU used/total of the four hosts
-    racks = [r for r in rows if " rack " in r]
+    fleet = next(r for r in rows if r.startswith("│ fleet "))
+    assert "1/32" in fleet  # VCPU used/total of the four hosts
+    racks = [r for r in rows if r.startswith("│ rack ")]
     assert len(racks) == 2 and any("/z1/r1" in r and "1/16" in r for r in racks)
-    assert not any(" host " in r for r in rows)
+    assert not any(r.startswith("│ host ") for r in rows)
+    # The storage backends, one per rack, in their own table.
     assert "storage backends" in result.output
+    assert sum(1 for r in rows if "-shared " in r and "/1000" in r) == 2
 
     by_host = json.loads(run("capacity", "--by", "host", "--json").output)
     hosts = [h for region in by_host["regions"] for zone in region["zones"]
@@ -59,7 +61,8 @@ def test_flow_graph_as_a_tree_and_as_dot(flow_engine, run):
     # The retry first under its chain, the chain's tasks one level deeper than it.
     chain = lines.index("    linear chain-0  [SUCCESS 3]")
     assert lines[chain + 1].startswith("      retry chain-0-retry SUCCESS")
-    assert lines[chain + 2].startswith("      task chain-0-a SUCCESS at ")
+    # (TaskFlow's in-memory logbook keeps no checkpoint times: no "at ...".)
+    assert lines[chain + 2] == "      task chain-0-a SUCCESS"
 
     dot = run("flows", "show", flow_id, "--graph", "--format", "dot").output
     assert dot.startswith('digraph "graph-nested" {') and dot.rstrip().endswith("}")
