@@ -35,7 +35,8 @@ import flask_smorest
 from oslo_middleware import cors
 from werkzeug import exceptions as wexc
 
-from fleetflow.api import auth, bodies, errors, openapi, policy
+from fleetflow.api import auth, bodies, errors, openapi, policy, request_metrics
+from fleetflow.api.console import blp as console_blp
 from fleetflow.api.state import EXTENSION_KEY, AppState
 from fleetflow.common.config import openstack_mode
 
@@ -58,10 +59,16 @@ BLUEPRINTS = [
     "fleetflow.api.quotas.routes",
     "fleetflow.api.placement.routes",
     "fleetflow.api.audit.routes",
+    "fleetflow.api.capacity.routes",
+    "fleetflow.api.events.routes",
     "fleetflow.api.flows.routes",
     "fleetflow.api.queue.routes",
     "fleetflow.api.permissions.routes",
 ]
+
+#: Endpoints that are not part of the API (no policy rule, not in the OpenAPI document):
+#: the console's page and assets, and Prometheus' metrics.
+NOT_API = ("console.", "metrics")
 
 #: Served only over fleetflow's simulated cloud.
 SIMULATED_ONLY = ("fleetflow.api.placement.routes",)
@@ -166,6 +173,8 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
 
     # Order matters: refuse oversized bodies before anything reads them, know
     # the caller before checking which tenant's path they may use.
+    request_metrics.install(app)
+    app.register_blueprint(console_blp)
     app.before_request(enforce_body_limit)
     app.before_request(auth.authenticate)
     app.before_request(policy.check_tenant_path)

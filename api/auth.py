@@ -113,9 +113,14 @@ def keystone_identity(headers) -> Identity | None:
                     _split_roles(headers.get("X-Roles")), system)
 
 
+def _public(endpoint: str | None) -> bool:
+    # The console's page and scripts hold no data; metrics are for the scraper.
+    return endpoint in PUBLIC_ENDPOINTS or (endpoint or "").startswith(("console.", "metrics"))
+
+
 def authenticate() -> None:
     """before_request hook: set ``g.context`` or answer 401."""
-    if flask.request.endpoint in PUBLIC_ENDPOINTS:
+    if _public(flask.request.endpoint):
         return
     state = current_state()
     if state.conf.api.auth_strategy == KEYSTONE:

@@ -432,3 +432,21 @@ class Client:
 
     def get_project_flow(self, flow_id: str, tenant_id: str | None = None) -> dict:
         return self.get(self._tenant_path(tenant_id, f"flows/{_segment(flow_id)}"))["flow"]
+
+    def get_flow_graph(self, flow_id: str) -> dict:
+        """Any flow as a graph: its summary and ``root``, the nested nodes (administrators)."""
+        return self.get(f"/v2/admin/flows/{_segment(flow_id)}/graph")["graph"]
+
+    def get_project_flow_graph(self, flow_id: str, tenant_id: str | None = None) -> dict:
+        return self.get(self._tenant_path(tenant_id,
+                                          f"flows/{_segment(flow_id)}/graph"))["graph"]
+
+    # -- capacity and events (admin) -------------------------------------------
+
+    def capacity(self, *, region=None, zone=None, by=None) -> dict:
+        """Total, used and free per resource class, per region › zone › rack › host."""
+        return self.get("/v2/admin/capacity", region=region, zone=zone, by=by)["capacity"]
+
+    def events(self, *, since: str | None = None, limit=None) -> dict:
+        """``{"events", "cursor"}``: operations and hosts changed after ``since``."""
+        return self.get("/v2/admin/events", since=since, limit=limit)

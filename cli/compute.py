@@ -8,7 +8,7 @@ import threading
 
 import click
 
-from fleetflow.cli.startup import check_config
+from fleetflow.cli.startup import check_config, start_metrics
 from fleetflow.common import gc_policy
 
 
@@ -67,6 +67,12 @@ def compute_agent(conf, host_list: str | None, all_hosts: bool, transport_url: s
                    "process; give --transport-url rabbit://... to be reachable", err=True)
     click.echo(f"compute agent {agent.agent_name}: serving {len(agent.driver.hosts)} hosts "
                f"on topic {conf.messaging.topic}", err=True)
+    try:
+        metrics_server = start_metrics(conf, database)
+    except click.ClickException:
+        agent.stop()
+        database.dispose()
+        raise
     gc_policy.for_service()
     if exit_with_parent:
         click.echo("serving")
@@ -77,6 +83,8 @@ def compute_agent(conf, host_list: str | None, all_hosts: bool, transport_url: s
         while not stop.wait(0.5):
             pass
     finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
         agent.stop()
         database.dispose()
         click.echo("compute agent stopped", err=True)

@@ -8,7 +8,7 @@ import threading
 
 import click
 
-from fleetflow.cli.startup import check_config
+from fleetflow.cli.startup import check_config, start_metrics
 from fleetflow.common import gc_policy
 from fleetflow.common.config import openstack_mode, simulates_hosts
 
@@ -115,6 +115,10 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
         from fleetflow.services.sync import PeriodicSync
 
         cloud_sync = PeriodicSync(conf, get_database(conf)).start()
+    from fleetflow.engine.jobboard.boards import make_jobboard
+
+    metrics_server = start_metrics(conf, get_database(conf), persistence,
+                                   make_jobboard(conf, persistence))
     gc_policy.for_service()
     click.echo(f"conductor {name or default_name(conf)}: {workers} worker(s) on the "
                f"{conf.jobboard.backend} jobboard '{conf.jobboard.board_name}'")
@@ -131,4 +135,6 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     pool.stop()
     if agent is not None:
         agent.stop()
+    if metrics_server is not None:
+        metrics_server.shutdown()
     click.echo("conductor stopped")

@@ -4,6 +4,7 @@
 
     fleetflow flows list --status paused
     fleetflow flows show 3f0c...          # every atom, and the failure
+    fleetflow flows show 3f0c... --graph  # how they nest (--format dot: Graphviz)
     fleetflow flows resume 3f0c...        # re-run from the checkpoint
     fleetflow flows revert 3f0c...        # undo what it did
 
@@ -68,11 +69,37 @@ def list_cmd(status, tenant, as_json) -> None:
     remote.listing(f"{len(found)} flows", views.FLOW, found)
 
 
+def _show_graph(flow_id: str, output: str, as_json: bool) -> None:
+    graph = (remote.client().get_project_flow_graph(flow_id) if _as_member()
+             else admin_client().get_flow_graph(flow_id))
+    if as_json:
+        remote.print_json(graph)
+    elif output == "dot":
+        click.echo(views.graph_dot(graph), nl=False)
+    else:
+        click.echo(f"flow {graph['id']} {graph['name']} {graph['state']}"
+                   + (f" (fence {graph['fence']}, {graph['owner']})"
+                      if graph.get("fence") is not None else ""))
+        click.echo("\n".join(views.graph_lines(graph["root"])))
+
+
 @flows.command("show")
 @click.argument("flow_id")
+@click.option("--graph", "as_graph", is_flag=True,
+              help="Show the flow's structure: nested flows, retries and atoms as a tree.")
+@click.option("--format", "output", type=click.Choice(("tree", "dot")), default="tree",
+              show_default=True, help="With --graph: an indented tree, or Graphviz' DOT "
+                                      "(fleetflow flows show ID --graph --format dot | "
+                                      "dot -Tsvg > flow.svg).")
 @remote.api_command
-def show_cmd(flow_id, as_json) -> None:
-    """Show a flow: every atom's state, intention, attempts and failure."""
+def show_cmd(flow_id, as_graph, output, as_json) -> None:
+    """Show a flow: every atom's state, intention, attempts and failure (--graph: how
+    they nest)."""
+    if output != "tree" and not as_graph:
+        raise click.UsageError("--format is for --graph")
+    if as_graph:
+        _show_graph(flow_id, output, as_json)
+        return
     flow = (remote.client().get_project_flow(flow_id) if _as_member()
             else admin_client().get_flow(flow_id))
     if as_json:

@@ -8,6 +8,7 @@ import click
 
 import fleetflow
 from fleetflow.cli import audit as audit_cmd
+from fleetflow.cli import capacity as capacity_cmd
 from fleetflow.cli import catalog as catalog_cmd
 from fleetflow.cli import compute as compute_cmd
 from fleetflow.cli import conductor as conductor_cmd
@@ -56,6 +57,7 @@ cli.add_command(groups_cmd.groups)
 cli.add_command(serve_cmd.serve)
 cli.add_command(recoveries_cmd.recoveries)
 cli.add_command(audit_cmd.audit_cmd)
+cli.add_command(capacity_cmd.capacity_cmd)
 cli.add_command(flows_cmd.flows)
 cli.add_command(queue_cmd.queue_cmd)
 cli.add_command(hosts_cmd.hosts)

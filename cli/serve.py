@@ -24,7 +24,7 @@ import threading
 
 import click
 
-from fleetflow.cli.startup import check_config
+from fleetflow.cli.startup import check_config, register_metrics
 from fleetflow.common import config, cpu_affinity, gc_policy
 from fleetflow.common.config import openstack_mode, simulates_hosts
 
@@ -170,6 +170,8 @@ class Cloud:
             # It runs in every conductor process; the lease makes one act.
             self.recovery = recovery_monitor(conf, self.database, rt, services)
         app = create_app(conf, self.database, services=services)
+        # /metrics is the API's; the gauges read what this process runs.
+        register_metrics(conf, self.database, persistence, board)
         if auth.noauth_exposed(conf):
             click.secho("WARNING: auth_strategy = noauth while listening beyond loopback: "
                         "anyone who reaches the port can act as admin", fg="red", err=True)

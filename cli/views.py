@@ -197,3 +197,139 @@ def dry_run_fields(verdict: dict) -> list[tuple[str, object]]:
     return [("fits", verdict["fits"]), ("placed", verdict.get("placed")),
             ("explanation", verdict.get("explanation")),
             ("hosts", len(verdict.get("hosts") or {}))]
+
+
+# -- capacity ------------------------------------------------------------------
+
+CAPACITY_COLUMNS = ("level", "name", "hosts", "instances", "states",
+                    *(rc.lower() for rc in CAPACITY_CLASSES))
+# The nesting of a capacity report: each level's list of the next.
+_CAPACITY_CHILDREN = (("region", "regions"), ("zone", "zones"), ("rack", "racks"),
+                      ("host", "hosts"))
+
+
+def amounts_text(resources: dict, resource_class: str) -> str:
+    """``used/total`` of one class of a capacity level (empty when it has none)."""
+    found = (resources or {}).get(resource_class)
+    return f"{found['used']}/{found['total']}" if found else ""
+
+
+def _capacity_row(level: str, name: str, item: dict) -> list:
+    hosts = item.get("host_count", 1 if level == "host" else None)
+    states = item.get("states") or ({item["state"]: 1} if "state" in item else {})
+    return [level, name, hosts, item.get("instances"), text(states),
+            *(amounts_text(item.get("resources"), rc) for rc in CAPACITY_CLASSES)]
+
+
+def capacity_rows(report: dict) -> list[list]:
+    """The fleet, then each region, zone, rack (and host) under it, one row each, as deep
+    as the report goes; a level's name is its path (``region/zone/rack``)."""
+    rows = [_capacity_row("fleet", "", report)]
+
+    def under(item: dict, depth: int, path: str) -> None:
+        if depth == len(_CAPACITY_CHILDREN):
+            return
+        level, key = _CAPACITY_CHILDREN[depth]
+        for child in item.get(key) or ():
+            name = f"{path}/{child['name']}" if path else child["name"]
+            rows.append(_capacity_row(level, name, child))
+            under(child, depth + 1, name)
+
+    under(report, 0, "")
+    return rows
+
+
+BACKEND_COLUMNS = ("name", "scope", "where", "disk_gb")
+
+
+def backend_row(backend: dict) -> list:
+    place = backend.get("host") or "/".join(
+        str(backend.get(k)) for k in ("region", "zone", "rack") if backend.get(k))
+    return [backend["name"], backend.get("scope"), place,
+            amounts_text(backend.get("resources"), "DISK_GB")]
+
+
+# -- a flow's graph ------------------------------------------------------------
+
+def _node_text(node: dict) -> str:
+    if node["kind"] in ("task", "retry"):
+        parts = [node["kind"], node["name"], node.get("state") or "PENDING"]
+        if node.get("updated_at"):
+            parts.append(f"at {node['updated_at']}")
+        failure = failure_text(node.get("failure") or node.get("revert_failure"))
+        return " ".join(parts) + (f"  ! {failure}" if failure else "")
+    counts = ", ".join(f"{state} {n}" for state, n in sorted((node.get("counts") or {})
+                                                              .items()))
+    return f"{node['kind']} {node['name']}" + (f"  [{counts}]" if counts else "")
+
+
+def graph_lines(root: dict, indent: str = "  ") -> list[str]:
+    """A flow's graph as an indented tree: a flow, its retry (``retry ...``) first, then its
+    children in order; atoms with state, last checkpoint and failure."""
+    lines = []
+
+    def walk(node: dict, depth: int) -> None:
+        lines.append(indent * depth + _node_text(node))
+        if node.get("retry") is not None:
+            lines.append(indent * (depth + 1) + _node_text(node["retry"]))
+        for child in node.get("children") or ():
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return lines
+
+
+#: Graphviz fill colours of atom states (the console's palette).
+DOT_COLOURS = {"SUCCESS": "palegreen", "RUNNING": "lightskyblue", "FAILURE": "salmon",
+               "REVERT_FAILURE": "red", "REVERTING": "orange", "REVERTED": "khaki",
+               "RETRYING": "plum", "PENDING": "white"}
+
+
+def _quoted(value: str) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def graph_dot(graph: dict) -> str:
+    """A flow's graph in Graphviz' DOT language: a flow (and its retry) is a cluster around
+    its children, an atom a box filled by its state, a flow's edges link its children
+    (a subflow by its first atom, with ``lhead``/``ltail`` so the arrow meets its box)."""
+    out = [f"digraph {_quoted(graph.get('name') or 'flow')} {{", "  compound=true;",
+           "  rankdir=LR;", "  node [shape=box, style=filled];"]
+    clusters = iter(range(1, 1 << 30))
+
+    def atom(node: dict, pad: str) -> str:
+        state = node.get("state") or "PENDING"
+        shape = ", shape=diamond" if node["kind"] == "retry" else ""
+        out.append(f"{pad}{_quoted(node['name'])} [label={_quoted(node['name'] + chr(10) + state)}"
+                   f", fillcolor={DOT_COLOURS.get(state, 'white')}{shape}];")
+        return node["name"]
+
+    def flow(node: dict, pad: str) -> tuple[str | None, str]:
+        """Draw ``node``; its first atom's name (None when empty) and its cluster's id."""
+        cluster = f"cluster_{next(clusters)}"
+        retry = node.get("retry")
+        label = f"{node['kind']} {node['name']}" + (f" (retry {retry['name']})" if retry else "")
+        out.append(f"{pad}subgraph {cluster} {{")
+        out.append(f"{pad}  label={_quoted(label)};")
+        first = atom(retry, pad + "  ") if retry else None
+        anchors = {}
+        for child in node.get("children") or ():
+            if child["kind"] in ("task", "retry"):
+                anchors[child["name"]] = (atom(child, pad + "  "), None)
+            else:
+                anchors[child["name"]] = flow(child, pad + "  ")
+            first = first or anchors[child["name"]][0]
+        for source, target in node.get("edges") or ():
+            (tail, tail_cluster), (head, head_cluster) = anchors[source], anchors[target]
+            if tail is None or head is None:
+                continue
+            attrs = [f"ltail={tail_cluster}"] if tail_cluster else []
+            attrs += [f"lhead={head_cluster}"] if head_cluster else []
+            extra = f" [{', '.join(attrs)}]" if attrs else ""
+            out.append(f"{pad}  {_quoted(tail)} -> {_quoted(head)}{extra};")
+        out.append(f"{pad}}}")
+        return first, cluster
+
+    flow(graph["root"], "  ")
+    out.append("}")
+    return "\n".join(out) + "\n"

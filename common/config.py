@@ -302,6 +302,16 @@ QUEUE_OPTS = [
                      "use before a project above it."),
 ]
 
+METRICS_OPTS = [
+    cfg.PortOpt("port", default=0,
+                help="Port where a standalone conductor or compute agent serves its "
+                     "Prometheus metrics at /metrics (0: not served). fleetflow serve "
+                     "answers /metrics on its API port instead; its agent processes "
+                     "serve theirs on the ports after this one (agent k: port + 1 + k)."),
+    cfg.StrOpt("host", default="127.0.0.1",
+               help="Address the metrics port listens on."),
+]
+
 OPTS: dict[str | None, list[cfg.Opt]] = {
     None: DEFAULT_OPTS,
     "database": DATABASE_OPTS,
@@ -316,6 +326,7 @@ OPTS: dict[str | None, list[cfg.Opt]] = {
     "quota": QUOTA_OPTS,
     "recovery": RECOVERY_OPTS,
     "queue": QUEUE_OPTS,
+    "metrics": METRICS_OPTS,
     "cloud": CLOUD_OPTS,
     "openstack": OPENSTACK_OPTS,
     # The libraries' own groups, so that FLEETFLOW_OSLO_POLICY_ENFORCE_NEW_DEFAULTS and

@@ -66,6 +66,12 @@ class AgentProcesses:
                 "--server-name", server_name(index, self.count),
                 "--transport-url", self.url, "--exit-with-parent"]
 
+    def _metrics_port(self, index: int) -> int:
+        """Agent ``index``'s metrics port: the ports after ``[metrics] port``, one each, so
+        they never take one another's (0, none, when unset)."""
+        port = self.conf.metrics.port
+        return port + 1 + index if port else 0
+
     def start(self, timeout: float = START_TIMEOUT_S) -> AgentProcesses:
         """Start every agent and wait until each serves its hosts."""
         env = dict(os.environ, **config.environment_of(self.conf))
@@ -74,7 +80,8 @@ class AgentProcesses:
             for index in range(self.count):
                 self.procs.append(subprocess.Popen(
                     self._command(index), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    env=env, text=True))
+                    env={**env, "FLEETFLOW_METRICS_PORT": str(self._metrics_port(index))},
+                    text=True))
             deadline = time.monotonic() + timeout
             for index, proc in enumerate(self.procs):
                 self._wait_ready(index, proc, deadline)

@@ -208,17 +208,22 @@ def _load(backend, flow_id: str):
             raise NotFound(f"flow {flow_id} not found", flow_id=flow_id) from exc
 
 
+def load_visible(backend, flow_id: str, tenant: str | None = None) -> tuple:
+    """``(flow detail, summary)`` of a flow; with ``tenant``, another tenant's is NotFound."""
+    flow_detail = _load(backend, flow_id)
+    view = _summary(flow_detail)
+    if tenant is not None and view["owner_tenant"] != tenant:
+        raise NotFound(f"flow {flow_id} not found", flow_id=flow_id)
+    return flow_detail, _with_progress(backend, [view])[0]
+
+
 def show_flow(backend, flow_id: str, tenant: str | None = None) -> dict:
     """The flow's summary and every atom (name, kind, state, intention, attempts, failure).
 
     ``failure`` of the flow is the first failed atom's (what an operator
     looks at first). With ``tenant``, another tenant's flow is NotFound.
     """
-    flow_detail = _load(backend, flow_id)
-    view = _summary(flow_detail)
-    if tenant is not None and view["owner_tenant"] != tenant:
-        raise NotFound(f"flow {flow_id} not found", flow_id=flow_id)
-    _with_progress(backend, [view])
+    flow_detail, view = load_visible(backend, flow_id, tenant)
     atoms = flow_views.atom_views(flow_detail)
     view["atoms"] = atoms
     failed = [a for a in atoms if a["state"] in (tf_states.FAILURE, tf_states.REVERT_FAILURE)]

@@ -39,6 +39,7 @@ from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
+from fleetflow.common import metrics
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor.worker import default_name
 from fleetflow.persistence import intents
@@ -235,6 +236,8 @@ def reconcile(board, backend, database, conf, memory: Memory | None = None,
                     time.monotonic(), counts)
     _consume_settled(board, backend, jobs, {f.uuid for f in flows}, owner, counts)
     counts.update(jobs=len(jobs), unfinished=len(flows))
+    metrics.RECONCILE_PASSES.inc()
+    metrics.REPOSTED_JOBS.inc(counts["materialized"] + counts["reposted"])
     return counts
 
 

@@ -64,3 +64,10 @@ def check(session: orm.Session, fence: dict | None) -> None:
     if current is not None and current > int(fence["token"]):
         raise StaleFence(f"job {fence['key']}: token {fence['token']} is stale "
                          f"(current {current})", key=fence["key"], current=current)
+
+
+def current(connection, key: str) -> tuple[int | None, str | None]:
+    """``(token, owner)`` of ``key`` as last advanced; ``(None, None)`` before any."""
+    row = connection.execute(sa.select(Fence.token, Fence.owner)
+                             .where(Fence.key == key)).first()
+    return (None, None) if row is None else (int(row[0]), row[1])

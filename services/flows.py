@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fleetflow.common import ids
 from fleetflow.common.exceptions import InvalidInput, NotFound
-from fleetflow.engine import actions
+from fleetflow.engine import actions, flow_graph
 
 #: The states a list may filter on: TaskFlow's flow states and PAUSED.
 FLOW_STATES = actions.FLOW_STATES
@@ -51,3 +51,9 @@ def resume(board, backend, flow_id: str) -> dict:
 def revert(board, backend, flow_id: str) -> dict:
     """Revert a paused, suspended or failed flow and post it again (Conflict otherwise)."""
     return actions.revert(board, backend, flow_id)
+
+
+def graph(backend, flow_id: str, tenant: str | None = None) -> dict:
+    """The flow's summary, fence and owner, and its graph: nested flows and atoms, each
+    atom with its state, last checkpoint and failure (engine/flow_graph.py)."""
+    return flow_graph.show_graph(backend, flow_id, tenant=tenant)

@@ -102,3 +102,26 @@ class TenantFlowItem(MethodView):
     def get(self, tenant_id, flow_id):
         """Show one of the project's flows (404 for any other)."""
         return {"flow": flows.show(_backend(), flow_id, tenant=tenant_id)}
+
+
+@blp.route("/admin/flows/<flow_id>/graph")
+class AdminFlowGraph(MethodView):
+    @policy.authorize("flows:admin_graph")
+    @blp.response(200, schemas.FlowGraphResponseSchema)
+    def get(self, flow_id):
+        """Show any flow as a graph: nested flows, retries, atoms with states and failures."""
+        return {"graph": flows.graph(_backend(), flow_id)}
+
+
+@blp.route("/<tenant_id>/flows/<flow_id>/graph")
+class TenantFlowGraph(MethodView):
+    @policy.authorize("flows:graph")
+    @blp.response(200, schemas.FlowGraphResponseSchema)
+    def get(self, tenant_id, flow_id):
+        """Show one of the project's flows as a graph (404 for any other).
+
+        Its structure comes from the flow's factory, rebuilt as a conductor
+        resuming it would; each atom carries its state, intention, last
+        checkpoint and failure, each flow its atoms counted by state.
+        """
+        return {"graph": flows.graph(_backend(), flow_id, tenant=tenant_id)}

@@ -76,3 +76,39 @@ class FlowQueryArgsSchema(PaginationArgsSchema):
 
 class AdminFlowQueryArgsSchema(FlowQueryArgsSchema):
     tenant = ma.fields.String(metadata={"description": "Only this owner tenant's flows."})
+
+
+class GraphNodeSchema(ma.Schema):
+    """A node of a flow's graph: an atom (task, retry) or a flow (linear, unordered,
+    graph) with its children."""
+
+    kind = ma.fields.String(required=True, metadata={
+        "description": "task | retry | linear | unordered | graph"})
+    name = ma.fields.String(required=True)
+    state = ma.fields.String(allow_none=True, metadata={"description": "Atoms: the state."})
+    intention = ma.fields.String(allow_none=True)
+    attempts = ma.fields.Integer()
+    updated_at = ma.fields.String(allow_none=True, metadata={
+        "description": "Atoms: the last checkpoint (ISO 8601 UTC): when it started if it "
+                       "runs, when it ended if it ended."})
+    failure = ma.fields.Nested(FailureSchema, allow_none=True)
+    revert_failure = ma.fields.Nested(FailureSchema, allow_none=True)
+    retry = ma.fields.Nested(lambda: GraphNodeSchema(), allow_none=True, metadata={
+        "description": "Flows: the retry controlling the flow's atoms."})
+    children = ma.fields.List(ma.fields.Nested(lambda: GraphNodeSchema()))
+    edges = ma.fields.List(ma.fields.List(ma.fields.String()), metadata={
+        "description": "Flows: [from, to] pairs of children's names (order, dependencies)."})
+    counts = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(), metadata={
+        "description": "Flows: their atoms by state (PENDING for none yet)."})
+
+
+class FlowGraphSchema(FlowSummarySchema):
+    fence = ma.fields.Integer(allow_none=True, metadata={
+        "description": "The fencing token the flow's current owner took."})
+    owner = ma.fields.String(allow_none=True, metadata={
+        "description": "The conductor that last took the flow."})
+    root = ma.fields.Nested(GraphNodeSchema, required=True)
+
+
+class FlowGraphResponseSchema(ma.Schema):
+    graph = ma.fields.Nested(FlowGraphSchema, required=True)

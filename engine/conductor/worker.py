@@ -29,7 +29,9 @@ process are started by engine/conductor/pool.py. On top of TaskFlow's
    than fencing the running owner out.
 8. **the flow's listeners**: the listeners the job's flow declared when it
    was registered (flows/registry.py ``listeners_of``), such as the status
-   listener that keeps a reservation's row in step with its flow.
+   listener that keeps a reservation's row in step with its flow;
+9. **metrics**: every job claimed and every atom ended is counted
+   (engine/conductor/metrics.py, docs/console.md).
 
 ``ENGINE_FACTORY`` is the one seam through which every engine is made.
 """
@@ -49,10 +51,12 @@ from taskflow import states as tf_states
 from taskflow.conductors.backends import impl_blocking, impl_executor
 from taskflow.types import timing
 
+from fleetflow.common import metrics
 from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine.backend import get_backend
 from fleetflow.engine.conductor.keepalive import ClaimKeepAlive
 from fleetflow.engine.conductor.log import ConductorLog
+from fleetflow.engine.conductor.metrics import AtomMetricsListener
 from fleetflow.engine.conductor.pause import PauseOnErrorListener
 from fleetflow.engine.fencing import FencedBackend
 from fleetflow.engine.jobboard.boards import make_jobboard
@@ -163,6 +167,8 @@ class FleetConductor(impl_blocking.BlockingConductor):
             self._keepalive.stop()
 
     def _dispatch_job(self, job):
+        # TaskFlow's loop dispatches each job it claimed, once: a claim won.
+        metrics.CLAIMS.labels(self._jobboard.name).inc()
         if self._already_settled(job):
             return True
         if self._runs_elsewhere(job):
@@ -312,6 +318,7 @@ class FleetConductor(impl_blocking.BlockingConductor):
 
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)
+        listeners.append(AtomMetricsListener(engine))
         options = self._job_options.get(job.uuid, {})
         # What the flow declared, e.g. its rows following it: PAUSED, BUILDING again.
         listeners.extend(

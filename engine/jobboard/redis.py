@@ -22,6 +22,7 @@ from taskflow import exceptions as tf_exc
 from taskflow.jobs.backends import impl_redis
 from taskflow.utils import redis_utils
 
+from fleetflow.common import metrics
 from fleetflow.common.log_throttle import ConditionLog
 
 LOG = logging.getLogger(__name__)
@@ -67,6 +68,13 @@ class ExpiringRedisJobBoard(impl_redis.RedisJobBoard):
         return self._claim_expiry
 
     def claim(self, job, who, expiry=None):
+        try:
+            return self._claim(job, who, expiry)
+        except tf_exc.UnclaimableJob:
+            metrics.CLAIM_CONFLICTS.labels(self.name).inc()
+            raise
+
+    def _claim(self, job, who, expiry=None):
         return super().claim(job, who, expiry=self._claim_expiry if expiry is None else expiry)
 
     def find_owner(self, job):
@@ -100,7 +108,8 @@ class ExpiringRedisJobBoard(impl_redis.RedisJobBoard):
         hiding from a stale owner that it lost the job.
         """
         try:
-            self.claim(job, who, expiry=expiry)
+            # Not claim(): an owner renewing is no conflict to count.
+            self._claim(job, who, expiry=expiry)
         except tf_exc.UnclaimableJob:
             return self.find_owner(job) == who
         except tf_exc.NotFound:

@@ -31,6 +31,7 @@ from taskflow import logging as tf_logging
 from taskflow import states as tf_states
 from taskflow.jobs import base
 
+from fleetflow.common import metrics
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.jobs import Job as JobRow
 
@@ -163,6 +164,21 @@ class SqlJobBoard(base.JobBoard):
         jobs.sort(key=lambda j: (order.index(j.priority.value), j.sequence))
         return jobs
 
+    def depth(self) -> dict:
+        """``{"claimed", "unclaimed", "oldest_unclaimed"}``: the jobs on the board and the
+        age in seconds of the one waiting longest for a conductor (0: none waits), in one
+        query (a metrics scrape reads it)."""
+        now = jobs_db.utcnow()
+        with self._database.session() as session:
+            rows = session.execute(
+                sa.select(JobRow.owner, JobRow.claim_expires_at, JobRow.created_at)
+                .where(JobRow.board == self.name, JobRow.state == jobs_db.JOB_POSTED)).all()
+        claimed = [row for row in rows if _claim_is_live(row, now)]
+        waiting = [row.created_at for row in rows if not _claim_is_live(row, now)]
+        oldest = (now - min(waiting)).total_seconds() if waiting else 0.0
+        return {"claimed": len(claimed), "unclaimed": len(waiting),
+                "oldest_unclaimed": max(oldest, 0.0)}
+
     def iterjobs(self, only_unclaimed: bool = False, ensure_fresh: bool = False):
         return base.JobBoardIterator(self, LOG, only_unclaimed=only_unclaimed,
                                      ensure_fresh=ensure_fresh,
@@ -245,6 +261,7 @@ class SqlJobBoard(base.JobBoard):
             row = session.get(JobRow, job.uuid)
         if row is None or row.state != jobs_db.JOB_POSTED:
             raise tf_exc.NotFound(f"job {job.uuid} not found to be claimed")
+        metrics.CLAIM_CONFLICTS.labels(self.name).inc()
         raise tf_exc.UnclaimableJob(f"job {job.uuid} already claimed by {row.owner}")
 
     def extend_claim(self, job, who: str, expiry: float | None = None) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from fleetflow.common import states
+from fleetflow.common import metrics, states
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as reservation_rows
@@ -91,4 +91,5 @@ def skip_if_gone(placement, database, evacuation_id: str, uuid: str, fence=None)
     with database.session() as session:
         evac_rows.update_move(session, evacuation_id, uuid, status=states.SKIPPED, step=None,
                               fault=fault)
+    metrics.move_ended(states.SKIPPED)
     return True

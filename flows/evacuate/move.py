@@ -20,7 +20,7 @@ import time
 
 import sqlalchemy as sa
 
-from fleetflow.common import config, states
+from fleetflow.common import config, metrics, states
 from fleetflow.common.exceptions import Conflict, FleetflowError
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound, OutcomeUnknown
 from fleetflow.flows import runtime
@@ -380,6 +380,7 @@ class ConfirmMove(FleetTask):
             {"status": states.DONE, "step": None, "fault": None, "destination": host,
              "volumes_lost": lost},
             {"host": host, "task_state": None})
+        metrics.move_ended(states.DONE)
         LOG.info("evacuation %s: %s moved %s -> %s", evacuation_id, uuid, server["source"],
                  host)
         return {"host": host, "volumes_lost": lost}

@@ -21,7 +21,7 @@ import logging
 import sqlalchemy as sa
 from taskflow import retry
 
-from fleetflow.common import states
+from fleetflow.common import metrics, states
 from fleetflow.flows import runtime
 from fleetflow.flows.evacuate import gone, rows
 from fleetflow.flows.evacuate.fastpath import CLAIMED
@@ -143,6 +143,7 @@ class MoveHostRetry(FleetRetry):
                 step="schedule")
             evac_rows.update_move(session, evacuation_id, uuid, status=states.FAILED,
                                   step=None, fault=fault)
+            metrics.move_ended(states.FAILED)
             evacuation = evac_rows.get(session, evacuation_id, lock=True)
             stopping = evacuation.stopping
             if stopping is None and evacuation.on_error != states.ON_ERROR_CONTINUE:

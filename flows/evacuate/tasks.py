@@ -6,7 +6,7 @@ import logging
 
 import sqlalchemy as sa
 
-from fleetflow.common import states
+from fleetflow.common import metrics, states
 from fleetflow.common.exceptions import Conflict
 from fleetflow.compute.exceptions import ComputeError, HostNotServed
 from fleetflow.flows import keys, runtime
@@ -63,9 +63,9 @@ class MarkEvacuationFailedOnRevert(FleetTask):
             written = evac_rows.get(session, evacuation_id).fault
             if written and written.get("code") != "EVACUATION_FAILED":
                 fault = written
-            session.execute(sa.update(Move).where(
+            reverted = session.execute(sa.update(Move).where(
                 Move.evacuation_id == evacuation_id, Move.status == states.MOVING)
-                .values(status=states.REVERTED, step=None))
+                .values(status=states.REVERTED, step=None)).rowcount
             # The fast path's claims were given back by its own revert.
             session.execute(sa.update(Move).where(
                 Move.evacuation_id == evacuation_id, Move.step == "claimed")
@@ -73,6 +73,7 @@ class MarkEvacuationFailedOnRevert(FleetTask):
             evac_rows.set_status(session, evacuation_id, states.FAILED, fault=fault,
                                  stopping=None)
             evac_rows.release_hosts(session, evacuation_id)
+        metrics.move_ended(states.REVERTED, reverted)
 
 
 class PrepareHosts(FleetTask):
@@ -139,10 +140,10 @@ def settle(session, evacuation: Evacuation) -> str:
     counts = evac_rows.progress(session, evacuation.id)
     unfinished = counts["pending"] + counts["failed"] + counts["moving"]
     if evacuation.stopping == states.ON_ERROR_REVERT:
-        session.execute(sa.update(Move).where(
+        metrics.move_ended(states.REVERTED, session.execute(sa.update(Move).where(
             Move.evacuation_id == evacuation.id,
             Move.status.in_((states.PENDING, states.MOVING))).values(
-                status=states.REVERTED, step=None))
+                status=states.REVERTED, step=None)).rowcount)
         status = states.REVERTED
     elif evacuation.stopping == states.ON_ERROR_PAUSE and unfinished:
         status = states.PAUSED

@@ -24,7 +24,7 @@ import logging
 
 from taskflow import retry
 
-from fleetflow.common import states
+from fleetflow.common import metrics, states
 from fleetflow.flows import runtime
 from fleetflow.flows.provision import schedule
 from fleetflow.flows.tasks.base import FleetRetry
@@ -78,6 +78,7 @@ class HostCandidatesRetry(FleetRetry):
                                         excluded_hosts=excluded, count=1)
                 host = result.instances[0].host
                 LOG.info("%s: candidates exhausted, rescheduled onto %s", self.name, host)
+                metrics.RESCHEDULES.inc()
                 return host
             except NoValidHost as exc:
                 LOG.info("%s: nothing left to reschedule onto: %s", self.name, exc)
