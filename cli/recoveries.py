@@ -15,25 +15,12 @@ import time
 
 import click
 
-from fleetflow.cli import remote
+from fleetflow.cli import remote, views
 
 # The API's words (the CLI does not import server code).
 STATUSES = ("SUSPECT", "DEAD", "HELD", "FENCED", "EVACUATING", "FLAPPED", "CLEARED",
             "ABORTED", "DONE", "PARTIAL", "FAILED", "REVERTED")
-COLUMNS = ["id", "host", "zone", "status", "evacuation_id", "suspect_at", "finished_at",
-           "detail"]
 BASE = "/v2/admin/recoveries"
-
-
-def _row(item: dict) -> list:
-    return [item.get(column) for column in COLUMNS]
-
-
-def _switch_line(switch: dict) -> str:
-    storm = switch.get("storm") or {}
-    held = ("fleet" if storm.get("fleet") else ", ".join(storm.get("zones") or [])) or "none"
-    return (f"recovery {'enabled' if switch.get('enabled') else 'disabled'}, "
-            f"{'PAUSED' if switch.get('paused') else 'acting'}; storm guard holds: {held}")
 
 
 @click.group("recoveries")
@@ -52,8 +39,9 @@ def list_(status, host, as_json):
     if as_json:
         remote.print_json(found)
         return
-    click.echo(_switch_line(client.get(BASE, limit=1)["recovery"]))
-    remote.table("recoveries", COLUMNS, [_row(item) for item in found])
+    click.echo(views.switch_text(client.get(BASE, limit=1)["recovery"]))
+    remote.table("recoveries", list(views.RECOVERY.columns),
+                 [views.RECOVERY.row(item) for item in found])
 
 
 @recoveries.command("show")
@@ -65,10 +53,9 @@ def show(recovery_id, as_json):
     if as_json:
         remote.print_json(recovery)
         return
-    remote.fields(f"recovery {recovery['id']}", [
-        (column, recovery.get(column)) for column in COLUMNS[1:]])
-    remote.table("timeline", ["at", "event", "detail"], [
-        [e.get("at"), e.get("event"), e.get("detail")] for e in recovery["timeline"]])
+    remote.fields(views.RECOVERY.title(recovery), views.RECOVERY.fields(recovery))
+    remote.table("timeline", list(views.TIMELINE_COLUMNS),
+                 [views.timeline_row(e) for e in recovery["timeline"]])
 
 
 @recoveries.command("watch")
@@ -105,7 +92,7 @@ def _set(action: str, reason: str | None, as_json: bool) -> None:
     if as_json:
         remote.print_json(switch)
     else:
-        click.echo(_switch_line(switch))
+        click.echo(views.switch_text(switch))
 
 
 @recoveries.command("pause")

@@ -158,6 +158,29 @@ QUEUE = View(
                    q.get("waiting_since"), q.get("bypassed"), q.get("why")])
 
 
+RECOVERY = View(
+    title=lambda r: f"recovery {r['id']}",
+    fields=_picked("host", "zone", "status", "evacuation_id", "suspect_at", "finished_at",
+                   "detail"),
+    columns=("id", "host", "zone", "status", "evacuation_id", "suspect_at", "finished_at",
+             "detail"),
+    row=lambda r: [r.get(c) for c in ("id", "host", "zone", "status", "evacuation_id",
+                                       "suspect_at", "finished_at", "detail")])
+TIMELINE_COLUMNS = ("at", "event", "detail")
+
+
+def timeline_row(event: dict) -> list:
+    return [event.get(column) for column in TIMELINE_COLUMNS]
+
+
+def switch_text(switch: dict) -> str:
+    """The recovery switch and the storm guard, in one line."""
+    storm = switch.get("storm") or {}
+    held = ("fleet" if storm.get("fleet") else ", ".join(storm.get("zones") or [])) or "none"
+    return (f"recovery {'enabled' if switch.get('enabled') else 'disabled'}, "
+            f"{'PAUSED' if switch.get('paused') else 'acting'}; storm guard holds: {held}")
+
+
 FLOW = View(
     title=lambda f: f"flow {f['id']}",
     fields=lambda f: [

@@ -29,7 +29,8 @@ OPENSTACK = BIN / "openstack"
 MEMBER = "demo:member"
 ADMIN = "admin:admin"
 ADMIN_COMMANDS = ("fleet host list", "fleet evacuation create", "fleet audit",
-                  "fleet flow resume", "fleet queue list")
+                  "fleet flow resume", "fleet queue list", "fleet recovery pause",
+                  "fleet capacity")
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +241,22 @@ def test_queued_requests_and_the_queue_list(osc, tmp_path):
     osc("fleet", "reservation", "delete", waiting["id"])
     osc("fleet", "vcluster", "delete", job["id"])
     assert osc("fleet", "queue", "list", "-f", "json", token=ADMIN) == []
+
+
+def test_recoveries_and_capacity_as_an_administrator(osc):
+    def admin(*args, expect=0):
+        return osc(*args, token=ADMIN, expect=expect)
+
+    paused = admin("fleet", "recovery", "pause", "--reason", "window", "-f", "json")
+    assert paused["paused"] is True and paused["reason"] == "window"
+    assert admin("fleet", "recovery", "resume", "-f", "json")["paused"] is False
+    assert admin("fleet", "recovery", "list", "-f", "json") == []  # no host has died
+    assert "rc-000000000000" in admin("fleet", "recovery", "show", "rc-000000000000",
+                                      expect=1)
+    osc("fleet", "recovery", "pause", expect=1)  # operators only
+
+    rows = admin("fleet", "capacity", "--by", "host", "-f", "json")
+    hosts = [row for row in rows if row["level"] == "host"]
+    assert len(hosts) == 4 and all(row["hosts"] == 1 for row in hosts)
+    assert "vcpu" in admin("fleet", "capacity")
+    osc("fleet", "capacity", expect=1)
