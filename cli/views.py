@@ -277,7 +277,11 @@ def backend_row(backend: dict) -> list:
 def _node_text(node: dict) -> str:
     if node["kind"] in ("task", "retry"):
         parts = [node["kind"], node["name"], node.get("state") or "PENDING"]
-        if node.get("updated_at"):
+        if node.get("started_at"):
+            parts.append(f"started {node['started_at']}")
+        if node.get("duration") is not None:
+            parts.append(f"({node['duration']:.3f} s)")
+        elif node.get("updated_at"):
             parts.append(f"at {node['updated_at']}")
         failure = failure_text(node.get("failure") or node.get("revert_failure"))
         return " ".join(parts) + (f"  ! {failure}" if failure else "")

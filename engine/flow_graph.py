@@ -8,7 +8,8 @@ walked, each atom given the state, failure and last checkpoint of its atom
 detail.
 
 A node is ``{"kind", "name", ...}``: ``kind`` is ``task`` or ``retry`` for an
-atom (with ``state``, ``intention``, ``updated_at``, ``failure``), or
+atom (with ``state``, ``intention``, ``updated_at``, ``failure``, and under the
+fleetflow engine ``started_at``, ``ended_at``, ``duration``, ``reverted_at``), or
 ``linear``, ``unordered`` or ``graph`` for a flow, with its ``children``, the
 ``retry`` that controls it (or None), ``edges`` between its children's names
 (a graph flow's dependencies; a linear flow's order) and ``counts`` of its
@@ -26,6 +27,7 @@ from taskflow.engines import helpers as tf_helpers
 from taskflow.patterns import graph_flow, linear_flow, unordered_flow
 
 from fleetflow.engine import flow_views
+from fleetflow.plugin.runtime import ENDED_AT, REVERTED_AT, STARTED_AT
 
 #: Flow pattern -> the kind a node says.
 _PATTERNS = ((graph_flow.Flow, "graph"), (linear_flow.Flow, "linear"),
@@ -52,9 +54,11 @@ def _child_name(item) -> str:
 
 
 class _Walker:
-    def __init__(self, details: dict[str, dict], stamps: dict[str, object]):
+    def __init__(self, details: dict[str, dict], stamps: dict[str, object],
+                 times: dict[str, dict] | None = None):
         self.details = details
         self.stamps = stamps
+        self.times = times or {}
 
     def atom(self, atom) -> dict:
         view = self.details.get(atom.name) or {
@@ -65,6 +69,7 @@ class _Walker:
         node["name"] = atom.name
         node["kind"] = "retry" if isinstance(atom, tf_retry.Retry) else "task"
         node["updated_at"] = _iso(self.stamps.get(atom.name))
+        node.update(self.times.get(atom.name) or _NO_TIMES)
         return node
 
     def flow(self, flow) -> dict:
@@ -102,11 +107,34 @@ def atom_stamps(backend, flow_id: str) -> dict[str, object]:
                                  .where(ad.parent_uuid == flow_id)).all())
 
 
+_NO_TIMES = {"started_at": None, "ended_at": None, "reverted_at": None, "duration": None}
+
+
+def _epoch(value) -> str | None:
+    if value is None:
+        return None
+    return dt.datetime.fromtimestamp(value, dt.UTC).isoformat()
+
+
+def atom_times(atom_detail) -> dict:
+    """When the task's last execute started and ended (and its duration, seconds), and
+    when it was reverted: stamped by the fleetflow engine with those states
+    (plugin/runtime.py); None under the stock engine, which keeps no times."""
+    meta = atom_detail.meta or {}
+    started, ended = meta.get(STARTED_AT), meta.get(ENDED_AT)
+    return {"started_at": _epoch(started), "ended_at": _epoch(ended),
+            "reverted_at": _epoch(meta.get(REVERTED_AT)),
+            "duration": (round(ended - started, 6)
+                         if started is not None and ended is not None else None)}
+
+
 def graph(flow_detail, stamps: dict[str, object] | None = None) -> dict:
     """The root node of ``flow_detail``'s flow (see the module's docstring)."""
-    details = {ad.name: flow_views.atom_view(ad) for ad in flow_views.atoms(flow_detail)}
+    atoms = flow_views.atoms(flow_detail)
+    details = {ad.name: flow_views.atom_view(ad) for ad in atoms}
+    times = {ad.name: atom_times(ad) for ad in atoms}
     flow = tf_helpers.flow_from_detail(flow_detail)
-    return _Walker(details, stamps or {}).flow(flow)
+    return _Walker(details, stamps or {}, times).flow(flow)
 
 
 def walk(node: dict, depth: int = 0):

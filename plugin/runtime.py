@@ -20,6 +20,11 @@ it goes with: four checkpoints per task where two carry the same information.
 :meth:`TaskAction.change_state` puts the progress into the atom detail before
 the state is saved, so one write stores both.
 
+**Times with the states.** The same staging stamps a task's meta with when its
+execute started and ended and when it was reverted (``STARTED_AT`` ...), stored
+with those states (no write of their own): the flow graph shows each atom's
+start and duration from them.
+
 **A new try starts clean.** Stock keeps a task's result of the try before
 when a retry runs it again; a revert after a crash mid-try is then handed
 the earlier try's result (TaskFlow's ``Storage.get`` allows it while
@@ -31,6 +36,7 @@ tasks themselves must not trust such a result (docs/engine.md).
 from __future__ import annotations
 
 import functools
+import time
 
 from taskflow import exceptions as tf_exc
 from taskflow import states as st
@@ -65,6 +71,8 @@ class TaskAction(tf_task_action.TaskAction):
             _stage_progress(self._storage, task.name, progress)
         if state == st.RUNNING:
             _forget_earlier_try(self._storage, task.name)
+        if state in TIMED_STATES:
+            _stage_time(self._storage, task.name, state)
         if state in self.SAVE_RESULT_STATES:
             self._storage.save(task.name, None if result is self.NO_RESULT else result, state)
         else:
@@ -85,6 +93,23 @@ def _stage_progress(storage, task_name: str, progress: float) -> None:
     with storage._lock.write_lock():
         source, _ = storage._atomdetail_by_name(task_name, expected_type=tf_models.TaskDetail)
         source.meta[tf_storage.META_PROGRESS] = progress
+
+
+#: Keys of a task detail's ``meta``: when its last execute started and ended, and when
+#: it was reverted (epoch seconds), stored by the fleetflow engine with those states.
+STARTED_AT, ENDED_AT, REVERTED_AT = "started_at", "ended_at", "reverted_at"
+TIMED_STATES = {st.RUNNING: STARTED_AT, st.SUCCESS: ENDED_AT, st.FAILURE: ENDED_AT,
+                st.REVERTED: REVERTED_AT, st.REVERT_FAILURE: REVERTED_AT}
+
+
+def _stage_time(storage, task_name: str, state: str) -> None:
+    """Stamp the state's time in the task's meta, in memory; the state's save stores it."""
+    with storage._lock.write_lock():
+        source, _ = storage._atomdetail_by_name(task_name, expected_type=tf_models.TaskDetail)
+        if state == st.RUNNING:
+            source.meta.pop(ENDED_AT, None)
+            source.meta.pop(REVERTED_AT, None)
+        source.meta[TIMED_STATES[state]] = time.time()
 
 
 def _forget_earlier_try(storage, task_name: str) -> None:

@@ -91,6 +91,15 @@ class GraphNodeSchema(ma.Schema):
     updated_at = ma.fields.String(allow_none=True, metadata={
         "description": "Atoms: the last checkpoint (ISO 8601 UTC): when it started if it "
                        "runs, when it ended if it ended."})
+    started_at = ma.fields.String(allow_none=True, metadata={
+        "description": "Tasks: when the last execute started (ISO 8601 UTC; kept by the "
+                       "fleetflow engine, null under the stock engine)."})
+    ended_at = ma.fields.String(allow_none=True, metadata={
+        "description": "Tasks: when the last execute ended (succeeded or failed)."})
+    duration = ma.fields.Float(allow_none=True, metadata={
+        "description": "Tasks: seconds from started_at to ended_at."})
+    reverted_at = ma.fields.String(allow_none=True, metadata={
+        "description": "Tasks: when the task was reverted."})
     failure = ma.fields.Nested(FailureSchema, allow_none=True)
     revert_failure = ma.fields.Nested(FailureSchema, allow_none=True)
     retry = ma.fields.Nested(lambda: GraphNodeSchema(), allow_none=True, metadata={

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from fleetflow.engine import flow_graph
@@ -76,6 +78,14 @@ def test_a_finished_flow_is_all_success(nested, flow_engine, client, admin_heade
     assert len(states) == 1 + 3 * 3 + 2
     assert set(states.values()) == {"SUCCESS"}
     assert graph["root"]["counts"] == {"SUCCESS": 12}
+    # The fleetflow engine (the default) keeps each task's times with its states.
+    tasks = [node for _depth, node in flow_graph.walk(graph["root"]) if node["kind"] == "task"]
+    for task in tasks:
+        started = dt.datetime.fromisoformat(task["started_at"])
+        ended = dt.datetime.fromisoformat(task["ended_at"])
+        assert started <= ended and task["duration"] == pytest.approx(
+            (ended - started).total_seconds(), abs=1e-3)
+        assert task["reverted_at"] is None
 
 
 def test_another_tenant_cannot_see_the_graph(nested, client, make_headers):

@@ -16,6 +16,9 @@ const colour = (state) => COLOURS[state || "PENDING"] || "#ddd";
 
 function atomTitle(node) {
   const lines = [`${node.kind} ${node.name}`, `state: ${node.state || "PENDING"}`];
+  if (node.started_at) lines.push(`started: ${node.started_at}`);
+  if (node.duration != null) lines.push(`duration: ${node.duration.toFixed(3)} s`);
+  if (node.reverted_at) lines.push(`reverted: ${node.reverted_at}`);
   if (node.updated_at) lines.push(`last checkpoint: ${node.updated_at}`);
   if (node.failure) lines.push(`failure: ${node.failure.type}: ${node.failure.message}`);
   return lines.join("\n");
