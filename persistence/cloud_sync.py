@@ -14,12 +14,21 @@ owns; what fleetflow owns is left alone:
   ``fleetflow_rack`` metadata of its aggregates, else ``default``);
   capabilities are those three plus every aggregate metadata key but
   ``availability_zone``; traits and inventory are its provider's.
-- State is the service's: ``up`` (up, enabled, not forced down), ``disabled``,
-  ``down`` (down or forced down). It is written on every sync, because
-  ``fleet.load`` keeps a known host's state, with two exceptions: a host held
-  by an evacuation keeps the state the evacuation set (it fences its hosts and
-  ends by releasing them), and a host an operator put in ``maintenance`` stays
-  so while Nova reports its service disabled (maintenance is a kind of disabled).
+- State is what was decided about the service: ``down`` (forced down),
+  ``disabled``, else ``up``. Whether it is alive is not a state but its
+  heartbeat, as for a simulated host: Nova's servicegroup reads a silent
+  service ``down`` once its last beat (``updated_at``) is older than Nova's
+  ``service_down_time``; :func:`write_heartbeats` then sets the host's
+  ``heartbeat_at`` to that beat (NULL while Nova reads it up), so it reads
+  ``down`` through ``[compute] service_down_time`` and the recovery monitor
+  can suspect it (docs/recovery.md). The state is written on every sync,
+  because ``fleet.load`` keeps a known host's state, with four exceptions: a
+  host held by an evacuation keeps the state the evacuation set (it fences its
+  hosts and ends by releasing them); a host an operator put in ``maintenance``
+  stays so while Nova reports its service disabled (maintenance is a kind of
+  disabled); a ``down`` host stays ``down`` while its service is silent (only
+  a living service lifts a fence); and a ``down`` host keeps its reason (who
+  fenced it: an operator, or the recovery's ``automatic``).
   A host's provider carries ``COMPUTE_STATUS_DISABLED`` exactly when its state
   is not ``up``, as ``services.hosts`` keeps it.
 - A host the cloud no longer reports goes ``down``; its row is never deleted. A
@@ -72,8 +81,6 @@ def service_state(service: dict) -> tuple[str, str | None]:
     """(fleetflow host state, reason) of a nova-compute service."""
     if service["forced_down"]:
         return states.HOST_DOWN, "nova-compute is forced down"
-    if service["state"] != "up":
-        return states.HOST_DOWN, "nova-compute is down"
     if service["status"] != "enabled":
         return states.HOST_DISABLED, service.get("disabled_reason") or "nova-compute is disabled"
     return states.HOST_UP, None
@@ -164,7 +171,8 @@ def _free_names(session: orm.Session, model, records: list[dict]) -> None:
                             .values(name=f"{name}~{row_id}"[:255]))
 
 
-def _write_states(session: orm.Session, wanted: dict[str, tuple[str, str | None]]) -> None:
+def _write_states(session: orm.Session, wanted: dict[str, tuple[str, str | None]],
+                  silent: set[str]) -> None:
     rows = session.execute(sa.select(models.Host.name, models.Host.state,
                                      models.Host.state_reason, models.Host.evacuation_id)
                            .where(models.Host.name.in_(wanted))).all()
@@ -174,8 +182,35 @@ def _write_states(session: orm.Session, wanted: dict[str, tuple[str, str | None]
             continue
         if state == states.HOST_MAINTENANCE and new_state == states.HOST_DISABLED:
             continue
+        # A fence (the recovery's, before Nova is told, or an operator's) is lifted
+        # by a service that beats again, not by one that is merely not forced down.
+        if state == states.HOST_DOWN and (new_state == states.HOST_DOWN or name in silent):
+            continue
         session.execute(sa.update(models.Host).where(models.Host.name == name).values(
             state=new_state, state_reason=new_reason, updated_at=models.utcnow()))
+
+
+def write_heartbeats(session: orm.Session, services: list[dict]) -> int:
+    """Each service's host's ``heartbeat_at``: its last beat while Nova reads it down,
+    NULL while Nova reads it up; returns the hosts changed.
+
+    Only a silent service's beat is kept: a live host's copied beat would go stale
+    whenever fleetflow stops reading the cloud (a sync interval longer than
+    ``service_down_time``, a conductor stopped), and the whole fleet would read down.
+    Nova's verdict comes first, so no host is suspect before Nova agrees it is down
+    (Nova refuses to evacuate a host whose service it still reads up).
+    """
+    beats = {s["host"]: (s["updated_at"] if s["state"] != "up" else None)
+             for s in services}
+    changed = 0
+    for name, beat in session.execute(sa.select(models.Host.name, models.Host.heartbeat_at)
+                                      .where(models.Host.name.in_(beats))).all():
+        if beat == beats[name]:
+            continue
+        session.execute(sa.update(models.Host).where(models.Host.name == name)
+                        .values(heartbeat_at=beats[name]))
+        changed += 1
+    return changed
 
 
 def _converge_traits(session: orm.Session, hosts: list[models.Host]) -> None:
@@ -275,7 +310,8 @@ def apply(session: orm.Session, view, region: str) -> dict[str, int]:
         wanted.setdefault(service["host"], service_state(service))
     vanished = sorted(set(known) - wanted.keys())
     wanted.update({name: (states.HOST_DOWN, VANISHED_REASON) for name in vanished})
-    _write_states(session, wanted)
+    _write_states(session, wanted, {s["host"] for s in view.services if s["state"] != "up"})
+    write_heartbeats(session, view.services)
     session.flush()
     rows = list(session.scalars(sa.select(models.Host).where(models.Host.name.in_(wanted))
                                 .execution_options(populate_existing=True)))

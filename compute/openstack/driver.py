@@ -209,6 +209,13 @@ class OpenStackCompute:
             raise HostNotServed(f"Nova has no compute service on {host}", host=host)
         return services[0]
 
+    def compute_services(self) -> list[dict]:
+        """Every nova-compute service in one listing, normalized as the sync reads them
+        (``inventory.services_from_nova``): the recovery monitor's heartbeats."""
+        from fleetflow.compute.openstack import inventory
+
+        return inventory.services_from_nova({"services": self.nova.compute_services()})
+
     def ping(self, host: str, timeout: float | None = None) -> dict:
         """The host's compute service is up and not forced down; HostDead otherwise."""
         service = self._service(host)

@@ -13,6 +13,7 @@ then the documented ones, whatever openstacksdk's resource classes rename.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +44,9 @@ GROUPS_PAGE = 1000
 class CloudView:
     """The cloud at one moment, as plain data.
 
-    ``services``: one ``{host, state, status, forced_down, zone, disabled_reason}``
-    per nova-compute service. ``providers``: service host -> resource provider
+    ``services``: one ``{host, state, status, forced_down, zone, disabled_reason,
+    updated_at}`` per nova-compute service (``updated_at``: its last heartbeat, a
+    naive UTC datetime, or None). ``providers``: service host -> resource provider
     uuid. ``inventories`` / ``traits`` / ``usages`` are keyed by provider uuid:
     ``{rc: {total, reserved, allocation_ratio, ...}}``, ``[trait]``, ``{rc: used}``.
     ``aggregates``: ``{name, hosts, metadata, availability_zone}``. ``flavors``:
@@ -67,13 +69,29 @@ class CloudView:
 
 # -- normalizers: documented JSON in, CloudView entries out ------------------------------
 
+def beat_time(value: str | None) -> dt.datetime | None:
+    """A service's ``updated_at`` (ISO 8601, UTC, with or without an offset) as a naive
+    UTC datetime, fleetflow's own; None when it never reported or cannot be read."""
+    if not value:
+        return None
+    try:
+        stamp = dt.datetime.fromisoformat(value)
+    except ValueError:
+        LOG.warning("unreadable service updated_at %r: no heartbeat taken from it", value)
+        return None
+    if stamp.tzinfo is not None:
+        stamp = stamp.astimezone(dt.UTC).replace(tzinfo=None)
+    return stamp
+
+
 def services_from_nova(body: dict) -> list[dict]:
     """``GET /os-services`` (2.11+) -> the nova-compute services."""
     return [{"host": s["host"], "state": s.get("state", "down"),
              "status": s.get("status", "disabled"),
              "forced_down": bool(s.get("forced_down", False)),
              "zone": s.get("zone") or "nova",
-             "disabled_reason": s.get("disabled_reason")}
+             "disabled_reason": s.get("disabled_reason"),
+             "updated_at": beat_time(s.get("updated_at"))}
             for s in body.get("services", []) if s.get("binary") == "nova-compute"]
 
 

@@ -1,7 +1,8 @@
 """Which hosts are dead: suspect by heartbeat, confirmed by ping, held by the storm guard.
 
 A host is *suspect* once its heartbeat is older than ``[compute]
-service_down_time``, and *dead* once it has also failed every ping for
+service_down_time`` (on OpenStack the heartbeat is Nova's, read each pass by
+:func:`cloud_heartbeats`), and *dead* once it has also failed every ping for
 ``[recovery] confirm_seconds``. One that answers again (or heartbeats again)
 before it is fenced is closed as a flap. The storm guard holds every dead
 host of a zone (or of the fleet) where more than ``[recovery]
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.persistence import fences
+from fleetflow.persistence import cloud_sync, fences
 from fleetflow.persistence import recoveries as rows
 from fleetflow.persistence.models import Host
 
@@ -28,6 +29,20 @@ LOG = logging.getLogger(__name__)
 # A dead host must not hold a pass for a full RPC timeout.
 PING_TIMEOUT = 5.0
 PING_WORKERS = 16
+
+
+def cloud_heartbeats(database, compute, fence: dict | None) -> None:
+    """``[cloud] driver = openstack``: the hosts' heartbeats from one ``os-services``
+    listing, the beats Nova's servicegroup judges by (``cloud_sync.write_heartbeats``).
+
+    Read every pass, not left to the periodic sync: detection must not wait for a
+    sync interval. A listing that fails fails the pass: nothing is decided on a
+    view of the cloud that could not be read.
+    """
+    services = compute.compute_services()
+    with database.session() as session:
+        fences.check(session, fence)
+        cloud_sync.write_heartbeats(session, services)
 
 
 def open_suspects(database, conf, fence: dict | None, now: dt.datetime) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from fleetflow.common.config import openstack_mode
 from fleetflow.common.exceptions import StaleFence
 from fleetflow.persistence import fences, intents
 from fleetflow.persistence import recoveries as rows
@@ -36,7 +37,8 @@ class RecoveryMonitor:
 
     ``evacuations``: services.evacuations.EvacuationOps (the operators'
     path); ``hosts``: services.hosts.HostOps (placement's disabled trait, the
-    reserve pool); ``compute``: the hosts' RPC client (the ping).
+    reserve pool); ``compute``: the hosts' RPC client, or the OpenStack driver
+    (the ping, and there Nova's heartbeats).
     """
 
     def __init__(self, conf, database, evacuations, hosts, compute, name: str):
@@ -91,6 +93,8 @@ class RecoveryMonitor:
         """One pass if this process holds the lease; False when another does."""
         if not self.take_lease():
             return False
+        if openstack_mode(self.conf):
+            detect.cloud_heartbeats(self.database, self.compute, self.fence)
         now = utcnow()
         detect.open_suspects(self.database, self.conf, self.fence, now)
         detect.confirm(self.database, self.conf, self.compute, self.fence, now)

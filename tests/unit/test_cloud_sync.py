@@ -1,6 +1,7 @@
 """The cloud's view into fleetflow's rows: Nova- and Placement-shaped data in, rows out."""
 
 import copy
+import datetime as dt
 
 import pytest
 import sqlalchemy as sa
@@ -10,6 +11,7 @@ from fleetflow.cli.main import cli
 from fleetflow.common import states
 from fleetflow.compute.openstack import inventory
 from fleetflow.persistence import cloud_sync, fleet, models
+from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence.placement import allocations as allocs
 from fleetflow.persistence.placement.models import Allocation, ProviderTrait, ResourceProvider
 
@@ -217,6 +219,45 @@ def test_an_evacuations_state_and_an_operators_maintenance_are_kept(db):
     assert _hosts(db)["host002"].state == "up"
 
 
+def test_a_silent_service_reads_down_by_its_last_beat_and_never_lifts_a_fence(db):
+    _apply(db, nova_view())
+    assert _hosts(db)["host001"].heartbeat_at is None  # Nova reads it up
+    silent = [_service("host001", state="down"), _service("host002"), _service("host003")]
+    _apply(db, nova_view(services=silent))
+    host = _hosts(db)["host001"]
+    last_beat = dt.datetime(2026, 11, 28, 20, 0, 0)
+    assert (host.state, host.heartbeat_at) == ("up", last_beat)
+    assert evac_rows.effective_host_state(host, 60, last_beat + dt.timedelta(seconds=61)) \
+        == "down"
+    assert evac_rows.effective_host_state(host, 60, last_beat + dt.timedelta(seconds=30)) \
+        == "up"
+    # Fenced by the recovery before Nova hears of it: the silent service keeps it
+    # fenced, and Nova's forced down afterwards keeps who fenced it.
+    with db.session() as session:
+        session.execute(sa.update(models.Host).where(models.Host.name == "host001")
+                        .values(state=states.HOST_DOWN, state_reason="automatic"))
+    _apply(db, nova_view(services=silent))
+    assert (_hosts(db)["host001"].state, _hosts(db)["host001"].state_reason) == (
+        "down", "automatic")
+    forced = [_service("host001", state="down", forced_down=True, status="disabled"),
+              *silent[1:]]
+    _apply(db, nova_view(services=forced))
+    assert (_hosts(db)["host001"].state, _hosts(db)["host001"].state_reason) == (
+        "down", "automatic")
+    # A service that beats again and is enabled lifts it; its beat is Nova's again.
+    _apply(db, nova_view(services=[_service("host001"), *silent[1:]]))
+    host = _hosts(db)["host001"]
+    assert (host.state, host.heartbeat_at) == ("up", None)
+
+
+def test_a_services_beat_is_read_in_utc():
+    services = inventory.services_from_nova({"services": [
+        {**_service("a"), "updated_at": "2026-11-28T21:00:00+01:00"},
+        {**_service("b"), "updated_at": None},
+        {**_service("c"), "updated_at": "yesterday"}]})
+    assert [s["updated_at"] for s in services] == [dt.datetime(2026, 11, 28, 20), None, None]
+
+
 def _own_instance(db, host: str, status=states.ACTIVE, flavor_id="2", index=0) -> str:
     """A fleetflow instance on ``host`` holding its m1.small claim in the ledger."""
     instance_id = fleet.stable_uuid(f"instance-{host}-{index}")
@@ -287,9 +328,10 @@ def test_cli_refuses_to_sync_a_simulated_cloud(conf, monkeypatch):
 
 @pytest.mark.parametrize("service, expected", [
     (_service("h"), ("up", None)),
-    (_service("h", state="down"), ("down", "nova-compute is down")),
+    # Silent is not a state: the heartbeat says it (test_a_silent_service_...).
+    (_service("h", state="down"), ("up", None)),
     (_service("h", status="disabled"), ("disabled", "nova-compute is disabled")),
-    (_service("h", state="down", status="disabled"), ("down", "nova-compute is down")),
+    (_service("h", state="down", status="disabled"), ("disabled", "nova-compute is disabled")),
     (_service("h", forced_down=True), ("down", "nova-compute is forced down")),
 ])
 def test_service_states_map_to_host_states(service, expected):
