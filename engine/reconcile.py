@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import threading
 import time
 
 import sqlalchemy as sa
@@ -40,6 +39,7 @@ from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
 from fleetflow.common import metrics
+from fleetflow.common.periodic import Periodic
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor.worker import default_name
 from fleetflow.persistence import intents
@@ -241,7 +241,7 @@ def reconcile(board, backend, database, conf, memory: Memory | None = None,
     return counts
 
 
-class Reconciler:
+class Reconciler(Periodic):
     """The thread that runs :func:`reconcile` every ``[conductor] reconcile_interval``.
 
     One per process (``fleetflow serve``, ``fleetflow conductor``); of all
@@ -255,25 +255,13 @@ class Reconciler:
         self._conf = conf
         self._persistence = persistence or get_backend(conf)
         self._database = database or get_database(conf)
-        self.name = f"{name or default_name(conf)}-reconciler"
-        self.interval = float(conf.conductor.reconcile_interval)
+        super().__init__(f"{name or default_name(conf)}-reconciler",
+                         conf.conductor.reconcile_interval)
         self._memory = Memory()
         self._board = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> Reconciler:
-        if self.interval > 0 and self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, daemon=True, name=self.name)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+    def stop(self, timeout: float | None = 30.0) -> None:
+        super().stop(timeout)
         if self._board is not None:
             with contextlib.suppress(Exception):
                 self._board.close()
@@ -294,13 +282,7 @@ class Reconciler:
         return reconcile(self._board, self._persistence, self._database, self._conf,
                          self._memory, owner=self.name)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                counts = self.run_once()
-            except Exception:
-                # The board or the database is away: the next pass tries again.
-                LOG.warning("reconcile pass failed", exc_info=True)
-                continue
-            if counts and (counts["materialized"] or counts["reposted"] or counts["consumed"]):
-                LOG.warning("reconcile: %s", counts)
+    def tick(self, woken: bool) -> None:
+        counts = self.run_once()
+        if counts and (counts["materialized"] or counts["reposted"] or counts["consumed"]):
+            LOG.warning("reconcile: %s", counts)

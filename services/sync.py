@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from fleetflow.common.exceptions import InvalidInput
+from fleetflow.common.periodic import Periodic
 
 LOG = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def sync(conf, database) -> dict:
     return counts
 
 
-class PeriodicSync:
+class PeriodicSync(Periodic):
     """:func:`sync` every ``[openstack] sync_interval`` seconds on a daemon thread.
 
     Every serve and conductor process runs one, so hosts that go down, flavors
@@ -62,25 +63,8 @@ class PeriodicSync:
     """
 
     def __init__(self, conf, database):
-        import threading
-
+        super().__init__("cloud-sync", conf.openstack.sync_interval)
         self.conf, self.database = conf, database
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cloud-sync", daemon=True)
 
-    def start(self) -> PeriodicSync:
-        if self.conf.openstack.sync_interval > 0:
-            self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.conf.openstack.sync_interval):
-            try:
-                sync(self.conf, self.database)
-            except Exception:  # the next interval tries again
-                LOG.warning("periodic cloud sync failed", exc_info=True)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
+    def tick(self, woken: bool) -> None:
+        sync(self.conf, self.database)

@@ -16,9 +16,9 @@ lease when it lapses.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
+from fleetflow.common.periodic import Periodic
 from fleetflow.persistence import intents
 from fleetflow.persistence import queue as queue_rows
 from fleetflow.services.queue import admission
@@ -30,19 +30,17 @@ def lease_key(conf) -> str:
     return f"queue:{conf.jobboard.board_name}"[:64]
 
 
-class Admitter:
+class Admitter(Periodic):
     """One process's admission thread (see the module's docstring)."""
 
     def __init__(self, conf, database, ops, name: str):
+        # The thread looks at the stamp every poll_interval; a pass is due at most
+        # every [queue] interval without a trigger.
+        super().__init__(f"{name}-admitter", conf.queue.poll_interval)
         self.conf = conf
         self.database = database
         self.ops = ops
-        self.name = f"{name}-admitter"
-        self.interval = float(conf.queue.interval)
-        self.poll = float(conf.queue.poll_interval)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.pass_interval = float(conf.queue.interval)
         self._last: queue_rows.Stamp | None = None
         self._last_pass = 0.0
         self.memo = admission.Memo()
@@ -60,28 +58,15 @@ class Admitter:
             queue_rows.KIND_VCLUSTER: VClusterOps(conf, database, submit)}, name)
 
     def start(self) -> Admitter:
-        if self.interval > 0 and self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, daemon=True, name=self.name)
-            self._thread.start()
+        if self.pass_interval > 0:  # [queue] interval 0: no admitter in this process
+            super().start()
         return self
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def wake(self) -> None:
-        """Run a pass now (a caller in this process knows capacity was freed)."""
-        self._wake.set()
 
     def run_once(self) -> admission.PassResult | None:
         """One pass if this process holds the admission lease; None when another does."""
         with self.database.session() as session:
             held = queue_rows.waiting_count(session) and intents.take_lease(
-                session, lease_key(self.conf), self.name, 3 * max(self.interval, 1.0))
+                session, lease_key(self.conf), self.name, 3 * max(self.pass_interval, 1.0))
         if not held:
             return None
         result = admission.run_pass(self.conf, self.database, self.ops, memo=self.memo)
@@ -98,20 +83,11 @@ class Admitter:
             self._last = now_stamp
             return False
         due = (now_stamp.frees_capacity_since(self._last)
-               or time.monotonic() - self._last_pass >= self.interval)
+               or time.monotonic() - self._last_pass >= self.pass_interval)
         self._last = now_stamp
         return due
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            woken = self._wake.wait(self.poll)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                if self.due() or woken:
-                    self._last_pass = time.monotonic()
-                    self.run_once()
-            except Exception:
-                # The database is away: the next look tries again.
-                LOG.warning("queue admission pass failed", exc_info=True)
+    def tick(self, woken: bool) -> None:
+        if self.due() or woken:
+            self._last_pass = time.monotonic()
+            self.run_once()

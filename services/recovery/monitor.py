@@ -13,10 +13,10 @@ monitors creating it create one.
 from __future__ import annotations
 
 import logging
-import threading
 
 from fleetflow.common.config import openstack_mode
 from fleetflow.common.exceptions import StaleFence
+from fleetflow.common.periodic import Periodic
 from fleetflow.persistence import fences, intents
 from fleetflow.persistence import recoveries as rows
 from fleetflow.persistence.models import utcnow
@@ -32,7 +32,7 @@ def lease_seconds(conf) -> float:
     return max(3.0 * conf.recovery.interval, MIN_LEASE_SECONDS)
 
 
-class RecoveryMonitor:
+class RecoveryMonitor(Periodic):
     """Watches the hosts' heartbeats and recovers dead hosts (docs/recovery.md).
 
     ``evacuations``: services.evacuations.EvacuationOps (the operators'
@@ -42,39 +42,20 @@ class RecoveryMonitor:
     """
 
     def __init__(self, conf, database, evacuations, hosts, compute, name: str):
+        super().__init__(f"{name}-recovery", conf.recovery.interval)
         self.conf = conf
         self.database = database
         self.evacuations = evacuations
         self.hosts = hosts
         self.compute = compute
-        self.name = f"{name}-recovery"
         self.fence: dict | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> RecoveryMonitor:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, daemon=True, name=self.name)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.conf.recovery.interval):
-            try:
-                self.run_once()
-            except StaleFence:
-                LOG.warning("%s: another monitor took over; this one stands by", self.name)
-                self.fence = None
-            except Exception:
-                # The database or the hosts are away: the next pass tries again.
-                LOG.warning("recovery pass failed", exc_info=True)
+    def tick(self, woken: bool) -> None:
+        try:
+            self.run_once()
+        except StaleFence:
+            LOG.warning("%s: another monitor took over; this one stands by", self.name)
+            self.fence = None
 
     def take_lease(self) -> bool:
         """Whether this monitor acts now; a new fencing token when it just took over."""
