@@ -100,12 +100,19 @@ class Remote:
     url: str | None = None
     project: str | None = None
     user: str | None = None
-    roles: str = DEFAULT_ROLES
+    # None: not given (DEFAULT_ROLES for a tenant's command, admin for an operator's).
+    given_roles: str | None = None
     token: str | None = None
 
     @property
     def roles_given(self) -> bool:
-        return self.roles != DEFAULT_ROLES
+        # NOTE: given, even if equal to the default: --roles member,reader on an
+        # operator's command must act as a member, not fall back to admin.
+        return self.given_roles is not None
+
+    @property
+    def roles(self) -> str:
+        return DEFAULT_ROLES if self.given_roles is None else self.given_roles
 
     def client(self) -> Client:
         if not self.project and not self.token:
@@ -128,7 +135,7 @@ def _store(name: str):
 IDENTITY_OPTIONS = (
     ("--project", "project", "FLEETFLOW_PROJECT", "Project to act in (noauth X-Project-Id)."),
     ("--user", "user", "FLEETFLOW_USER", "User id (noauth X-User-Id)."),
-    ("--roles", "roles", "FLEETFLOW_ROLES",
+    ("--roles", "given_roles", "FLEETFLOW_ROLES",
      f"Comma separated roles (noauth X-Roles; default {DEFAULT_ROLES})."),
     ("--token", "token", "FLEETFLOW_TOKEN", "Keystone token (X-Auth-Token)."),
 )

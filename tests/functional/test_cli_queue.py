@@ -58,6 +58,9 @@ def test_queue_lists_waiting_reservations_and_clusters_in_order(run, tmp_path, c
         ("reservation", urgent["id"], 1), ("vcluster", cluster["id"], 2),
         ("reservation", first["id"], 3)]
     assert all(w["why"] for w in waiting)
+    # --roles given, even as the default value, is who acts: a member is refused.
+    refused = run("queue", project="admin", roles="member,reader")
+    assert refused.exit_code != 0 and "403" in refused.output, refused.output
     assert waiting[2]["deadline"] is not None
 
     table = run("queue", project="admin", roles="admin")
