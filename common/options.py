@@ -278,7 +278,8 @@ QUEUE_OPTS = [
                       "capacity: the safety net (0: no admitter in this process)."),
     cfg.FloatOpt("poll_interval", default=0.05, min=0.01,
                  help="Seconds between two looks at the capacity stamp (one indexed "
-                      "aggregate query): a change starts an admission pass."),
+                      "aggregate query) while requests wait: a change starts an "
+                      "admission pass. While none waits, it is looked at every second."),
     cfg.IntOpt("scan_depth", default=64, min=1,
                help="Queued requests one admission pass examines, from the head: a "
                     "pass costs this many scheduling attempts at most."),

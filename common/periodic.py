@@ -25,6 +25,10 @@ class Periodic:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def wait_seconds(self) -> float:
+        """How long to wait before the next pass (``interval`` unless a subclass knows better)."""
+        return self.interval
+
     def tick(self, woken: bool) -> None:
         """One pass; ``woken``: :meth:`wake` asked for it before the interval ran out."""
         raise NotImplementedError
@@ -50,7 +54,7 @@ class Periodic:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            woken = self._wake.wait(self.interval)
+            woken = self._wake.wait(self.wait_seconds())
             self._wake.clear()
             if self._stop.is_set():
                 return

@@ -26,6 +26,13 @@ from fleetflow.services.queue import admission
 LOG = logging.getLogger(__name__)
 
 
+# While nothing waits, the stamp is looked at this often (seconds) rather than every
+# [queue] poll_interval: an idle process then costs a query a second, not twenty. A
+# request queued meanwhile waits at most this long for the first look (it was queued
+# because it did not fit, so nothing it needs is free yet anyway).
+IDLE_POLL = 1.0
+
+
 def lease_key(conf) -> str:
     return f"queue:{conf.jobboard.board_name}"[:64]
 
@@ -86,6 +93,11 @@ class Admitter(Periodic):
                or time.monotonic() - self._last_pass >= self.pass_interval)
         self._last = now_stamp
         return due
+
+    def wait_seconds(self) -> float:
+        if self._last is not None and self._last.waiting:
+            return self.interval
+        return max(self.interval, IDLE_POLL)
 
     def tick(self, woken: bool) -> None:
         if self.due() or woken:
