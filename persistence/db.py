@@ -113,8 +113,16 @@ class Database:
         self.retry_policy = db_retry.RetryPolicy(max_retry_seconds, retry_interval)
         db_retry.register(self.engine, self.retry_policy)
         self.sessionmaker = orm.sessionmaker(self.engine, expire_on_commit=False)
+        reads = {READ_ONLY: True}
+        if self.engine.dialect.name == "postgresql":
+            # One snapshot for the whole read session, as SQLite's deferred transaction
+            # gives: under READ COMMITTED each statement would see later commits (the
+            # queue's admission pass read the fleet, then which admitted requests had
+            # claimed, and missed a claim committed in between). A read-only
+            # transaction under REPEATABLE READ never fails to serialize.
+            reads["isolation_level"] = "REPEATABLE READ"
         self.read_sessionmaker = orm.sessionmaker(
-            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+            self.engine.execution_options(**reads), expire_on_commit=False)
 
     @classmethod
     def from_conf(cls, conf) -> Database:
