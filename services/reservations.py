@@ -212,6 +212,11 @@ class ReservationOps:
     def _start(self, session, reservation: Reservation) -> None:
         """Post the provision flow of ``reservation``, whose instance rows exist."""
         req = reservation.request
+        spec = req["spec"]
+        if req.get("admitted_hosts"):
+            # Where the admission pass placed it: its flow claims exactly there
+            # rather than scheduling afresh (docs/queue.md, "Admission").
+            spec = {**spec, "admitted_hosts": req["admitted_hosts"]}
         # NOTE: the flow's intent commits with the rows (the outbox): a
         # crash after the commit leaves a flow the reconciler posts, never
         # a PENDING reservation without one, nor a job without its rows.
@@ -222,16 +227,20 @@ class ReservationOps:
                                 "with_volumes": bool(req.get("volume_gb")),
                                 "max_reschedules": self.conf.scheduler.max_reschedules},
                     store={keys.RESERVATION_ID: reservation.id,
-                           keys.REQUEST_SPEC: req["spec"],
+                           keys.REQUEST_SPEC: spec,
                            keys.TENANT_ID: reservation.tenant_id,
                            keys.INSTANCE_UUIDS: instance_uuids},
                     tenant_id=reservation.tenant_id,
                     on_error=req.get("on_error", ON_ERROR_REVERT),
                     flow_id=reservation.flow_id, session=session)
 
-    def admit(self, session, reservation_id: str) -> bool:
+    def admit(self, session, reservation_id: str, placed: list[str] | None = None) -> bool:
         """Start a queued reservation as a fitting one starts: False if it is no longer
         QUEUED (admitted by another, cancelled, expired).
+
+        ``placed``: the host of each instance the admission pass placed; the flow
+        claims there (another admitted request's flow, scheduling afresh, could
+        otherwise pack differently and leave this one's hosts fragmented).
 
         The project's quota is checked now, against what it uses now
         (QuotaExceeded: it stays queued). Rows, status and intent commit
@@ -250,6 +259,8 @@ class ReservationOps:
         rows.create_instances(session, reservation, req["max_count"], flavor.id,
                               req["spec"]["image_id"], req.get("group_id"),
                               req.get("metadata") or None)
+        if placed:
+            reservation.request = {**req, "admitted_hosts": list(placed)}
         self._start(session, reservation)
         return True
 

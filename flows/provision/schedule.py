@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
+
 from fleetflow.common import states
 from fleetflow.flows import keys, runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.models import Host
 from fleetflow.scheduler import scheduler
 from fleetflow.scheduler.plan import recent_failures, request_spec
 from fleetflow.scheduler.result import NoValidHost
@@ -54,6 +57,9 @@ class ScheduleInstances(FleetTask):
         with rt.database.session() as session:
             rows.set_status(session, reservation_id, states.SCHEDULING)
             uuids = rows.instance_ids(session, reservation_id)
+        admitted = request_spec.get("admitted_hosts")
+        if admitted:
+            return _admitted(reservation_id, uuids, admitted)
         try:
             result = place(request_spec, uuids)
         except NoValidHost as exc:
@@ -77,3 +83,29 @@ class ScheduleInstances(FleetTask):
         LOG.info("reservation %s: placed %d of %d (%s)", reservation_id,
                  len(result.instances), len(uuids), result.explanation)
         return {"hosts": hosts, "host_uuids": result.host_uuids}
+
+
+def _admitted(reservation_id: str, uuids: list[str], admitted: list[str]) -> dict:
+    """The placements of a reservation the queue admitted: where the admission pass put it.
+
+    Each instance's one candidate is its admitted host: the claims check it still
+    fits (a host lost meanwhile is a lost claim, and the retry reschedules as for
+    any reservation). Instances beyond those placed (best-effort) end ERROR.
+    """
+    rt = runtime.get()
+    placed = uuids[:len(admitted)]
+    with rt.database.session() as session:
+        host_uuids = dict(session.execute(sa.select(Host.name, Host.uuid).where(
+            Host.name.in_(set(admitted)))).all())
+        rows.update_instances(session, placed, status=states.BUILDING,
+                              task_state=states.TASK_CLAIMING)
+        if len(uuids) > len(placed):
+            rows.update_instances(session, uuids[len(placed):], status=states.ERROR,
+                                  task_state=None, fault=rows.fault(
+                                      NoValidHost.code, "did not fit when admitted",
+                                      step="schedule"))
+        rows.set_status(session, reservation_id, states.BUILDING)
+    LOG.info("reservation %s: %d of %d on the hosts its admission chose", reservation_id,
+             len(placed), len(uuids))
+    return {"hosts": {str(i): [host] for i, host in enumerate(admitted[:len(uuids)])},
+            "host_uuids": host_uuids}

@@ -244,7 +244,8 @@ def _admit_in_order(session, database, conf, ops, candidates, snapshot, now, res
         try:
             # Its own transaction: its flow is posted as soon as it commits.
             with database.session() as write:
-                admitted = ops[candidate.kind].admit(write, candidate.ref_id)
+                admitted = ops[candidate.kind].admit(write, candidate.ref_id,
+                                                     **kind.admit_args(taken))
                 if admitted:
                     queue_rows.mark_admitted(write, candidate.seq)
                     queue_rows.note_bypassed(write, blocked)

@@ -9,6 +9,7 @@ resources it would take, or None and the explanation a dry run would give.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 
@@ -17,7 +18,7 @@ import sqlalchemy as sa
 from fleetflow.common import states
 from fleetflow.persistence import queue as queue_rows
 from fleetflow.persistence import reservations as res_rows
-from fleetflow.persistence.models import Flavor, Reservation, VCluster
+from fleetflow.persistence.models import Flavor, Instance, Reservation, VCluster
 from fleetflow.persistence.placement.models import Allocation
 from fleetflow.scheduler import plan, scheduler
 from fleetflow.scheduler.filters import run_filters
@@ -62,6 +63,11 @@ class ReservationKind:
         return [(p.host, req.resources) for p in placement.instances], ""
 
     @staticmethod
+    def admit_args(taken: Taken) -> dict:
+        """What ``ReservationOps.admit`` takes of the pass's placement: each instance's host."""
+        return {"placed": [host for host, _resources in taken]}
+
+    @staticmethod
     def usable_hosts(session, spec: dict, snapshot) -> set[str]:
         """Hosts the request could ever use: its filters, whatever their usage."""
         return _uses_hosts(session, spec, snapshot)
@@ -81,6 +87,16 @@ class ReservationKind:
         left = [u for u in uuids if u not in claimed]
         if not left:
             return None if row.status != states.PENDING else []
+        placed = row.request.get("admitted_hosts")
+        if placed:
+            # Its flow claims where the pass placed it: what is left is those hosts
+            # but the ones its claimed instances hold already.
+            resources = plan.request_spec(session, row.request["spec"], left,
+                                          count=len(left)).resources
+            hosts = collections.Counter(placed)
+            hosts.subtract(session.scalars(sa.select(Instance.host).where(
+                Instance.id.in_(claimed))))
+            return [(host, resources) for host in hosts.elements()]
         key = (queue_rows.KIND_RESERVATION, row.id, len(left))
         if key not in memo:
             req = plan.request_spec(session, row.request["spec"], left, count=len(left))
@@ -97,6 +113,11 @@ class ReservationKind:
 class VClusterKind:
     name = queue_rows.KIND_VCLUSTER
     model = VCluster
+
+    @staticmethod
+    def admit_args(taken: Taken) -> dict:
+        # NOTE: a cluster's build places its members again (docs/queue.md, "Limits").
+        return {}
 
     @staticmethod
     def spec(row) -> dict:

@@ -141,7 +141,7 @@ def test_three_conductors_admit_every_request_once_in_order(cloud, pg_url):
             ended["cancelled"] += 1
         else:
             # Admitted once: its instance rows made once, all of them, and it ran.
-            assert rid in seen_active, row
+            assert rid in seen_active, (row, row.fault)
             assert row.made == want["count"], row
             assert row.status == ("DELETED" if rid in deleted else "ACTIVE"), row
             ended["ACTIVE"] += 1
