@@ -95,7 +95,7 @@ class Admitter(Periodic):
         return due
 
     def wait_seconds(self) -> float:
-        if self._last is not None and self._last.waiting:
+        if self._last is None or self._last.waiting:  # not looked yet, or requests wait
             return self.interval
         return max(self.interval, IDLE_POLL)
 

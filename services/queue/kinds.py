@@ -91,11 +91,15 @@ class ReservationKind:
         if placed:
             # Its flow claims where the pass placed it: what is left is those hosts
             # but the ones its claimed instances hold already.
-            resources = plan.request_spec(session, row.request["spec"], left,
-                                          count=len(left)).resources
+            key = (queue_rows.KIND_RESERVATION, row.id, "resources")
+            if key not in memo:
+                memo[key] = plan.request_spec(session, row.request["spec"], left,
+                                              count=len(left)).resources
+            resources = memo[key]
             hosts = collections.Counter(placed)
-            hosts.subtract(session.scalars(sa.select(Instance.host).where(
-                Instance.id.in_(claimed))))
+            if claimed:
+                hosts.subtract(session.scalars(sa.select(Instance.host).where(
+                    Instance.id.in_(claimed))))
             return [(host, resources) for host in hosts.elements()]
         key = (queue_rows.KIND_RESERVATION, row.id, len(left))
         if key not in memo:
