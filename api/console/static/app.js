@@ -230,6 +230,15 @@ async function route() {
   if (!location.hash) location.hash = isAdmin() ? "#/fleet" : "#/reservations";
   nav();
   const [page, arg] = location.hash.slice(2).split("?")[0].split("/");
+  if (cursor === null && page !== "audit") {
+    // The feed's cursor before the page is read: a change made while it is drawn is
+    // then after the cursor, seen at the next poll (taken after, it would be lost).
+    try {
+      cursor = (await api(`${feedPath()}?limit=1`)).cursor;
+    } catch (e) {
+      // the feed is refused or away: watch() draws the page again at each poll
+    }
+  }
   try {
     let html;
     if (page === "fleet") html = await fleetPage();
