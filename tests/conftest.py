@@ -234,6 +234,21 @@ def stop_server(server) -> None:
         server.wait()
 
 
+@pytest.fixture(scope="session")
+def openstack_command():
+    """An :class:`tests.openstack_command.OpenstackCommand`: ``.run(args, env=...)`` runs
+    ``openstack ARGS`` in a process of its own, forked from one that imported the client.
+    Skips when python-openstackclient is not installed."""
+    from tests.openstack_command import OpenstackCommand, installed_script
+
+    if installed_script() is None:
+        pytest.skip("the openstack client is not installed "
+                    "(pip install python-openstackclient osc-placement)")
+    command = OpenstackCommand()
+    yield command
+    command.close()
+
+
 @pytest.fixture
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now."""

@@ -21,7 +21,7 @@ import requests
 
 from tests.conftest import pick_free_port, stop_server
 
-# One server for the module, and about fifty openstack runs of a second each.
+# One server for the module, and about fifty openstack commands.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("osc")]
 
 BIN = pathlib.Path(sys.executable).parent
@@ -67,13 +67,17 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def osc(server):
-    """``osc(*args, token=MEMBER, expect=0)``: run ``openstack ARGS``; ``-f json`` parsed."""
+def osc(server, openstack_command):
+    """``osc(*args, token=MEMBER, expect=0)``: run ``openstack ARGS``; ``-f json`` parsed.
+
+    Each command is a process of its own, forked from one that imported the client
+    (tests/openstack_command.py); the installed script itself runs in the help test.
+    """
     def run(*args, token=MEMBER, expect=0):
         env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-        command = [str(OPENSTACK), "--os-auth-type", "admin_token", "--os-token", token,
+        command = ["--os-auth-type", "admin_token", "--os-token", token,
                    "--os-endpoint", server, *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        done = openstack_command.run(command, env=env)
         assert done.returncode == expect, f"{' '.join(args)}: {done.stdout}{done.stderr}"
         return json.loads(done.stdout) if "json" in args else done.stdout + done.stderr
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import shutil
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -227,26 +224,16 @@ def test_candidates(placement, hosts):
                                                                    "used": 0}
 
 
-def _openstack_binary() -> str | None:
-    beside = os.path.join(os.path.dirname(sys.executable), "openstack")
-    return beside if os.path.exists(beside) else shutil.which("openstack")
-
-
 @pytest.mark.slow
-def test_openstack_client_talks_to_our_placement(live_server, hosts):
+def test_openstack_client_talks_to_our_placement(live_server, hosts, openstack_command):
     """python-openstackclient + osc-placement, unchanged, against /placement."""
-    binary = _openstack_binary()
-    if binary is None:
-        pytest.skip("the openstack client is not installed "
-                    "(pip install python-openstackclient osc-placement)")
     a, _, _ = hosts
-    base = [binary, "--os-auth-type", "admin_token", "--os-token", "admin",
+    base = ["--os-auth-type", "admin_token", "--os-token", "admin",
             "--os-endpoint", f"{live_server}/placement", "--os-placement-api-version", "1.28"]
 
     def osc(*args, parse=True):
-        done = subprocess.run(base + list(args) + (["-f", "json"] if parse else []),
-                              capture_output=True, text=True, timeout=120,
-                              env=dict(os.environ, OS_CLOUD=""))
+        done = openstack_command.run(base + list(args) + (["-f", "json"] if parse else []),
+                                     env=dict(os.environ, OS_CLOUD=""))
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout) if parse else done.stdout
 

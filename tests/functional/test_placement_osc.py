@@ -8,37 +8,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import uuid
 
 import pytest
 
-# Each command starts the openstack client afresh (about two seconds).
 pytestmark = pytest.mark.slow
 
 
-def _openstack_binary() -> str | None:
-    beside = os.path.join(os.path.dirname(sys.executable), "openstack")
-    return beside if os.path.exists(beside) else shutil.which("openstack")
-
-
 @pytest.fixture
-def osc(live_server):
+def osc(live_server, openstack_command):
     """``osc(*args, version="1.39", parse=True)``: run ``openstack``, the JSON it printed."""
-    binary = _openstack_binary()
-    if binary is None:
-        pytest.skip("the openstack client is not installed "
-                    "(pip install python-openstackclient osc-placement)")
-
     def run(*args, version="1.39", parse=True):
-        command = [binary, "--os-auth-type", "admin_token", "--os-token", "admin",
+        command = ["--os-auth-type", "admin_token", "--os-token", "admin",
                    "--os-endpoint", f"{live_server}/placement",
                    "--os-placement-api-version", version, *args]
-        done = subprocess.run(command + (["-f", "json"] if parse else []),
-                              capture_output=True, text=True, timeout=120,
-                              env=dict(os.environ, OS_CLOUD=""))
+        done = openstack_command.run(command + (["-f", "json"] if parse else []),
+                                     env=dict(os.environ, OS_CLOUD=""))
         assert done.returncode == 0, f"{' '.join(args)}: {done.stderr}"
         return json.loads(done.stdout) if parse else done.stdout
 
