@@ -242,11 +242,10 @@ def fake_cloud(conf, fleet_doc=None):
     from fleetflow.compute.rpcapi import ComputeAPI
     from fleetflow.flows import runtime
     from fleetflow.persistence import fleet
-    from fleetflow.persistence.db import Database
     from fleetflow.persistence.placement.client import from_conf as placement_from_conf
+    from fleetflow.testing.schema import upgraded_database
 
-    database = Database.from_conf(conf)
-    database.upgrade()
+    database = upgraded_database(conf)
     try:
         with database.session() as session:
             fleet.load(session, fleet.expand(fleet_doc or SMALL_FLEET))

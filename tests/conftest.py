@@ -149,11 +149,10 @@ def conf(make_conf):
 
 @pytest.fixture
 def db(conf):
-    """An upgraded SQLite database in the test's directory."""
-    from fleetflow.persistence.db import Database
+    """An upgraded SQLite database in the test's directory (a copy of one migrated once)."""
+    from fleetflow.testing.schema import upgraded_database
 
-    database = Database.from_conf(conf)
-    database.upgrade()
+    database = upgraded_database(conf)
     yield database
     database.dispose()
 
