@@ -7,9 +7,8 @@ FLEETFLOW_REQUIRE_SERVICES=1 (what .ci/run sets) a missing server fails them.
 Every test is marked with its layer, the directory it is in (``unit``,
 ``functional``, ...); the layers whose every test starts servers, conductors or
 a whole external suite are ``slow`` too, and so are the flow tests' runs under
-TaskFlow's stock engine. The integration and the reliability tests each carry an
-``xdist_group`` for ``--dist loadgroup`` (pytest-xdist 3.8 under pytest 9.2 does not keep
-it: no test relies on it).
+TaskFlow's stock engine. The openstack tests carry one ``xdist_group``, so that
+``--dist loadgroup`` runs them all on one worker, beside one Nova harness.
 ``network`` tests are skipped unless FLEETFLOW_NETWORK_TESTS=1 or ``-m`` names them;
 ``exclusive`` tests (they restart a shared server) are skipped in a parallel run,
 which runs them after it with ``pytest -m exclusive`` (README, "Development loop").
@@ -39,13 +38,13 @@ TESTS = pathlib.Path(__file__).resolve().parent
 #: The layers: each is a directory of tests/ and the mark its tests get.
 LAYERS = ("unit", "functional", "integration", "reliability", "conformance", "openstack",
           "console")
-#: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite, a real Nova.
-SLOW_LAYERS = {"integration", "reliability", "conformance", "openstack"}
-#: Layers whose tests are meant to run one after the other on one xdist worker
-#: (``--dist loadgroup``): each starts a cloud of server or conductor processes and waits
-#: on claims that expire in seconds. pytest-xdist 3.8 under pytest 9.2 does not keep the
-#: groups, and these tests have passed side by side too; the mark stays for when it does.
-GROUPED_LAYERS = {"integration", "reliability"}
+#: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite, a real
+#: Nova, a browser.
+SLOW_LAYERS = {"integration", "reliability", "conformance", "openstack", "console"}
+#: Layers whose tests run one after the other on one xdist worker (``--dist loadgroup``):
+#: each xdist worker that runs an openstack test starts a Nova harness of its own, which
+#: uses most of a core while Nova works; one is enough for the layer.
+GROUPED_LAYERS = {"openstack"}
 #: The engine parameter of the flow tests (tests/unit/flows/conftest.py): their runs
 #: under TaskFlow's stock engine are slow; fleetflow's engine covers them in the fast loop.
 STOCK_ENGINE_RUN = ("fleetflow_engine", "parallel")

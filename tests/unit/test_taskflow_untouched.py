@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _PROBE = textwrap.dedent('''
@@ -88,6 +90,7 @@ def _probe(mode: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_every_fleetflow_module_changes_nothing_in_taskflow():
     result = _probe("import")
     assert result["failed"] == []
@@ -95,6 +98,7 @@ def test_importing_every_fleetflow_module_changes_nothing_in_taskflow():
     assert result["changed"] == []
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_running_both_engines_changes_only_what_the_retry_fix_changes():
     result = _probe("run")
     assert result["changed"] == ["taskflow.persistence.models.RetryDetail.from_dict"]

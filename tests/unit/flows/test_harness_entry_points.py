@@ -68,6 +68,7 @@ def install(site, distribution: str, modules: dict[str, str], entry_points: dict
         + "".join(f"{name} = {value}\n" for name, value in entry_points.items()))
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_packages_flow_runs_on_the_harness_by_name(tmp_path):
     site = tmp_path / "site"
     install(site, "canaryflows", {"canaryflows/__init__.py": "", "canaryflows/canary.py": CANARY},
