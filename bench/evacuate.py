@@ -30,7 +30,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reservation import start_server  # noqa: E402  (the same start-up)
+from reservation import cpu_seconds, start_server  # noqa: E402  (the same start-up)
 
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 TENANT = {"X-Project-Id": "bench", "X-Roles": "member"}
@@ -102,6 +102,7 @@ def run_case(mode, servers, hosts, sources, per_rack, env, max_parallel, poll) -
             fill(url, chosen, names[sources:], servers)
             if mode == "rebuild":
                 kill(url, chosen)
+            cpu0 = cpu_seconds(proc.pid)
             t0, wall0 = time.monotonic(), time.time()
             answer = requests.post(f"{url}/v2/admin/evacuations", headers=ADMIN, timeout=300,
                                    json={"evacuation": {"hosts": chosen, "mode": mode,
@@ -116,10 +117,12 @@ def run_case(mode, servers, hosts, sources, per_rack, env, max_parallel, poll) -
                     break
                 time.sleep(poll)
             total = time.monotonic() - t0
+            cpu = cpu_seconds(proc.pid)
             updated = datetime.datetime.fromisoformat(entry["updated_at"]).replace(
                 tzinfo=datetime.UTC).timestamp()
             return {"status": entry["status"], "progress": entry["progress"],
-                    "accepted_s": accepted, "total_s": total, "recorded_s": updated - wall0}
+                    "accepted_s": accepted, "total_s": total, "recorded_s": updated - wall0,
+                    "cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0}
         finally:
             proc.terminate()
             try:

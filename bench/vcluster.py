@@ -32,7 +32,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reservation import start_server  # noqa: E402  (the same start-up)
+from reservation import cpu_seconds, start_server  # noqa: E402  (the same start-up)
 
 from scheduler import make_fleet  # noqa: E402  (the same generated fleet)
 
@@ -86,6 +86,7 @@ def run_api(n: int, hosts: int, poll: float) -> dict:
         proc, url = start_server(workdir, hosts, {"FLEETFLOW_COMPUTE_BOOT_SECONDS": "0"})
         try:
             body = cluster_body(n)
+            cpu0 = cpu_seconds(proc.pid)
             t0, wall0 = time.monotonic(), time.time()
             answer = requests.post(f"{url}/v2/bench/vclusters", headers=TENANT, json=body,
                                    timeout=300)
@@ -93,7 +94,9 @@ def run_api(n: int, hosts: int, poll: float) -> dict:
             accepted = time.monotonic() - t0
             vcluster_id = answer.json()["vcluster"]["id"]
             entry = _wait(url, vcluster_id, poll, SETTLED)
+            cpu = cpu_seconds(proc.pid)
             built = {"status": entry["status"], "accepted_s": accepted,
+                     "cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0,
                      "total_s": time.monotonic() - t0, "recorded_s": _recorded(entry, wall0)}
             t0, wall0 = time.monotonic(), time.time()
             requests.delete(f"{url}/v2/bench/vclusters/{vcluster_id}", headers=TENANT,
