@@ -11,7 +11,8 @@ temporary directory, and drives only its REST API:
 3. the evacuation is posted and its list entry polled until it settles.
 
 It prints the time from the POST to the poll that saw it settled, the time the
-server recorded the end (the evacuation's ``updated_at``), and the progress.
+server recorded the end (the evacuation's ``updated_at``), the CPU seconds the
+server and its agent processes used meanwhile, and the progress.
 
     python bench/evacuate.py                      # the recorded cases (see RESULTS.md)
     python bench/evacuate.py --case live-2s
@@ -151,13 +152,14 @@ def main() -> None:
     else:
         cases = {name: CASES[name] for name in (args.case or CASES)}
     print(f"{'case':>18} {'mode':>8} {'servers':>8} {'hosts':>6} {'status':>8} "
-          f"{'202 in s':>9} {'DONE in s':>10} {'recorded s':>11}")
+          f"{'202 in s':>9} {'DONE in s':>10} {'recorded s':>11} {'server CPU s':>13}")
     for name, case in cases.items():
         for _ in range(args.repeat):
             r = run_case(*case, poll=args.poll)
+            cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"
             print(f"{name:>18} {case[0]:>8} {case[1]:>8} {case[2]:>6} {r['status']:>8} "
-                  f"{r['accepted_s']:>9.2f} {r['total_s']:>10.2f} {r['recorded_s']:>11.2f}",
-                  flush=True)
+                  f"{r['accepted_s']:>9.2f} {r['total_s']:>10.2f} {r['recorded_s']:>11.2f} "
+                  f"{cpu:>13}", flush=True)
             if r["status"] != "DONE":
                 print(f"       progress: {r['progress']}")
 

@@ -7,8 +7,9 @@ has a shared storage backend) and drive only its REST API: one vcluster of N
 servers and N volumes, each server affine with its own volume (which attaches
 it), servers anti-affine in groups of 10, the volumes of a group anti-affine
 (default scope: different racks). It prints the time from the POST to the
-poll that saw ACTIVE, the time the server recorded it (``updated_at``), and
-the same for its DELETE.
+poll that saw ACTIVE, the time the server recorded it (``updated_at``), the CPU
+seconds the server and its agent processes used meanwhile, and the same times
+for its DELETE.
 
 ``placement`` cases time ``place_vcluster`` alone (no database): 1,000 servers
 and 1,000 volumes shaped the same way on 10,000 hosts with a shared backend
@@ -154,7 +155,8 @@ def main() -> None:
             runs.append(r)
             if kind == "api":
                 print(f"{name}: {n}+{n} on {hosts} hosts: {r['status']} in {r['total_s']:.2f} s "
-                      f"(202 in {r['accepted_s']:.2f} s, recorded {r['recorded_s']:.2f} s); "
+                      f"(202 in {r['accepted_s']:.2f} s, recorded {r['recorded_s']:.2f} s, "
+                      f"server CPU {r['cpu_s'] or 0:.2f} s); "
                       f"{r['deleted']} in {r['delete_s']:.2f} s "
                       f"(recorded {r['delete_recorded_s']:.2f} s)", flush=True)
             else:
