@@ -154,9 +154,10 @@ class Storage(tf_storage.Storage):
         fields = getattr(conn, "update_flow_fields", None)
         if fields is None:
             return self._save_flow_detail(conn, original_flow_detail, flow_detail)
-        retry_storage_failures(fields, flow_detail)
-        original_flow_detail.state = flow_detail.state
-        original_flow_detail.meta = flow_detail.meta
+        # As stock's save: what the backend says it stored becomes the flow's own fields.
+        saved = retry_storage_failures(fields, flow_detail)
+        original_flow_detail.state = saved.state
+        original_flow_detail.meta = saved.meta
         return original_flow_detail
 
     def _save_atom_detail(self, conn, original_atom_detail, atom_detail):
