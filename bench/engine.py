@@ -81,6 +81,7 @@ class CountingConnection:
 
     # update_atom_details_many: one batch of checkpoints, one transaction (fleetflow engine).
     WRITES = ("update_atom_details", "update_atom_details_many", "update_flow_details",
+              "update_flow_fields",
               "save_logbook")
 
     def __init__(self, conn, counter):

@@ -11,7 +11,8 @@ temporary directory, and drives only its REST API:
 3. the evacuation is posted and its list entry polled until it settles.
 
 It prints the time from the POST to the poll that saw it settled, the time the
-server recorded the end (the evacuation's ``updated_at``), and the progress.
+server recorded the end (the evacuation's ``updated_at``), the CPU seconds the
+server and its agent processes used meanwhile, and the progress.
 
     python bench/evacuate.py                      # the recorded cases (see RESULTS.md)
     python bench/evacuate.py --case live-2s
@@ -30,7 +31,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reservation import start_server  # noqa: E402  (the same start-up)
+from reservation import cpu_seconds, start_server  # noqa: E402  (the same start-up)
 
 ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 TENANT = {"X-Project-Id": "bench", "X-Roles": "member"}
@@ -102,6 +103,7 @@ def run_case(mode, servers, hosts, sources, per_rack, env, max_parallel, poll) -
             fill(url, chosen, names[sources:], servers)
             if mode == "rebuild":
                 kill(url, chosen)
+            cpu0 = cpu_seconds(proc.pid)
             t0, wall0 = time.monotonic(), time.time()
             answer = requests.post(f"{url}/v2/admin/evacuations", headers=ADMIN, timeout=300,
                                    json={"evacuation": {"hosts": chosen, "mode": mode,
@@ -116,10 +118,12 @@ def run_case(mode, servers, hosts, sources, per_rack, env, max_parallel, poll) -
                     break
                 time.sleep(poll)
             total = time.monotonic() - t0
+            cpu = cpu_seconds(proc.pid)
             updated = datetime.datetime.fromisoformat(entry["updated_at"]).replace(
                 tzinfo=datetime.UTC).timestamp()
             return {"status": entry["status"], "progress": entry["progress"],
-                    "accepted_s": accepted, "total_s": total, "recorded_s": updated - wall0}
+                    "accepted_s": accepted, "total_s": total, "recorded_s": updated - wall0,
+                    "cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0}
         finally:
             proc.terminate()
             try:
@@ -148,13 +152,14 @@ def main() -> None:
     else:
         cases = {name: CASES[name] for name in (args.case or CASES)}
     print(f"{'case':>18} {'mode':>8} {'servers':>8} {'hosts':>6} {'status':>8} "
-          f"{'202 in s':>9} {'DONE in s':>10} {'recorded s':>11}")
+          f"{'202 in s':>9} {'DONE in s':>10} {'recorded s':>11} {'server CPU s':>13}")
     for name, case in cases.items():
         for _ in range(args.repeat):
             r = run_case(*case, poll=args.poll)
+            cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"
             print(f"{name:>18} {case[0]:>8} {case[1]:>8} {case[2]:>6} {r['status']:>8} "
-                  f"{r['accepted_s']:>9.2f} {r['total_s']:>10.2f} {r['recorded_s']:>11.2f}",
-                  flush=True)
+                  f"{r['accepted_s']:>9.2f} {r['total_s']:>10.2f} {r['recorded_s']:>11.2f} "
+                  f"{cpu:>13}", flush=True)
             if r["status"] != "DONE":
                 print(f"       progress: {r['progress']}")
 

@@ -7,8 +7,9 @@ has a shared storage backend) and drive only its REST API: one vcluster of N
 servers and N volumes, each server affine with its own volume (which attaches
 it), servers anti-affine in groups of 10, the volumes of a group anti-affine
 (default scope: different racks). It prints the time from the POST to the
-poll that saw ACTIVE, the time the server recorded it (``updated_at``), and
-the same for its DELETE.
+poll that saw ACTIVE, the time the server recorded it (``updated_at``), the CPU
+seconds the server and its agent processes used meanwhile, and the same times
+for its DELETE.
 
 ``placement`` cases time ``place_vcluster`` alone (no database): 1,000 servers
 and 1,000 volumes shaped the same way on 10,000 hosts with a shared backend
@@ -32,7 +33,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reservation import start_server  # noqa: E402  (the same start-up)
+from reservation import cpu_seconds, start_server  # noqa: E402  (the same start-up)
 
 from scheduler import make_fleet  # noqa: E402  (the same generated fleet)
 
@@ -86,6 +87,7 @@ def run_api(n: int, hosts: int, poll: float) -> dict:
         proc, url = start_server(workdir, hosts, {"FLEETFLOW_COMPUTE_BOOT_SECONDS": "0"})
         try:
             body = cluster_body(n)
+            cpu0 = cpu_seconds(proc.pid)
             t0, wall0 = time.monotonic(), time.time()
             answer = requests.post(f"{url}/v2/bench/vclusters", headers=TENANT, json=body,
                                    timeout=300)
@@ -93,7 +95,9 @@ def run_api(n: int, hosts: int, poll: float) -> dict:
             accepted = time.monotonic() - t0
             vcluster_id = answer.json()["vcluster"]["id"]
             entry = _wait(url, vcluster_id, poll, SETTLED)
+            cpu = cpu_seconds(proc.pid)
             built = {"status": entry["status"], "accepted_s": accepted,
+                     "cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0,
                      "total_s": time.monotonic() - t0, "recorded_s": _recorded(entry, wall0)}
             t0, wall0 = time.monotonic(), time.time()
             requests.delete(f"{url}/v2/bench/vclusters/{vcluster_id}", headers=TENANT,
@@ -151,7 +155,8 @@ def main() -> None:
             runs.append(r)
             if kind == "api":
                 print(f"{name}: {n}+{n} on {hosts} hosts: {r['status']} in {r['total_s']:.2f} s "
-                      f"(202 in {r['accepted_s']:.2f} s, recorded {r['recorded_s']:.2f} s); "
+                      f"(202 in {r['accepted_s']:.2f} s, recorded {r['recorded_s']:.2f} s, "
+                      f"server CPU {r['cpu_s'] or 0:.2f} s); "
                       f"{r['deleted']} in {r['delete_s']:.2f} s "
                       f"(recorded {r['delete_recorded_s']:.2f} s)", flush=True)
             else:

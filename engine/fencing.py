@@ -154,6 +154,14 @@ class FencedConnection(tf_persistence.Connection):
         self._fenced_backend.check()
         return self._conn.update_flow_details(flow_detail)
 
+    def update_flow_fields(self, flow_detail):
+        """The flow's own fields alone (the fleetflow engine's storage), fenced as every write."""
+        self._fenced_backend.check()
+        fields = getattr(self._conn, "update_flow_fields", None)
+        if fields is None:
+            return self._conn.update_flow_details(flow_detail)
+        return fields(flow_detail)
+
     def save_logbook(self, book):
         self._fenced_backend.check()
         return self._conn.save_logbook(book)

@@ -71,8 +71,9 @@ class CheckpointBuffer:
 
     Stands in for a backend connection inside ``Storage._with_connection``,
     through which TaskFlow's storage only ever saves an atom detail or a flow
-    detail: ``update_atom_details`` is held; ``update_flow_details`` stores
-    what is held first, then runs on a real connection. Outcomes caused by an
+    detail: ``update_atom_details`` is held; ``update_flow_details`` (and
+    ``update_flow_fields``, the flow's own fields alone: ``plugin.storage``)
+    stores what is held first, then runs on a real connection. Outcomes caused by an
     unreachable database are refused (see "Withheld outcomes" above).
     """
 
@@ -99,9 +100,20 @@ class CheckpointBuffer:
         return atom_detail
 
     def update_flow_details(self, flow_detail):
+        self._refuse_failure(flow_detail)
+        return self._call("update_flow_details", flow_detail)
+
+    def update_flow_fields(self, flow_detail):
+        """The flow's own fields alone (``Storage.set_flow_state``), once every held
+        atom detail is stored; the whole flow detail where the backend cannot."""
+        self._refuse_failure(flow_detail)
+        with contextlib.closing(self._backend.get_connection()) as conn:
+            alone = hasattr(conn, "update_flow_fields")
+        return self._call("update_flow_fields" if alone else "update_flow_details", flow_detail)
+
+    def _refuse_failure(self, flow_detail) -> None:
         if self.withheld and flow_detail.state == tf_states.FAILURE:
             raise db_retry.DatabaseUnavailable(f"flow stopped: {self.withheld} was withheld")
-        return self._call("update_flow_details", flow_detail)
 
     def _call(self, name, *args, **kwargs):
         """Store what is held, then call connection method ``name``."""

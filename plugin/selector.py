@@ -30,9 +30,18 @@ graph; :func:`_atoms_past_done` finds the few nothing unfinished stands
 before. A flow whose links carry deciders keeps stock's walks: a decider may
 mark atoms IGNORE while the walk goes on.
 
+Whether X may execute asks about every atom before X, transitively: in a
+linear flow of K chains (an evacuation's lanes), the atoms of the last chain
+each walk back through all K-1 chains before them, O(K^2) checks per lane
+(about 200,000 for 1,000 moves in 64 lanes). Once a walk from X found every
+atom before X finished, X is *closed*: until the next setback, nothing
+before X can fall back, so a later walk that reaches X (and finds X itself
+finished) need not go past it (:func:`_walk_unless_closed`). A setback
+throws the closed atoms away, as it throws the cursors away.
+
 The graph walked and the per-atom checks are stock TaskFlow's own
-(``traversal.depth_first_iterate``, ``Storage.get_atoms_states``); only the
-bookkeeping between two questions is new. ``tests/unit/test_taskflow_selector.py``
+(``traversal.depth_first_iterate``'s walk, ``Storage.get_atoms_states``); only
+the bookkeeping between two questions is new. ``tests/unit/test_taskflow_selector.py``
 checks the answers equal stock's after every step of random state changes.
 """
 
@@ -96,6 +105,26 @@ def _walk_past_done(graph, starts, atom_done):
             queue.extend(graph.successors(node))
 
 
+def _walk_unless_closed(graph, start, neighbours, closed):
+    """``traversal.depth_first_iterate``'s walk from ``start`` along ``neighbours`` (through
+    flows, retries and tasks, yielding atoms only, in the same order), not going past an
+    atom in ``closed`` (every atom beyond it is known finished). Whether it is closed is
+    asked when the walk is about to go past it, once the caller has handled it."""
+    nodes = graph.nodes
+    stack = list(neighbours(start))
+    visited = set()
+    while stack:
+        node = stack.pop()
+        if node in visited:
+            continue
+        visited.add(node)
+        if not nodes[node].get("noop"):
+            yield node
+            if node in closed:
+                continue
+        stack.extend(neighbours(node))
+
+
 def _successors_past_done(graph, atom, atom_done):
     """The atoms after ``atom`` that may have become ready, in stock's order."""
     return _walk_past_done(graph, graph.successors(atom), atom_done)
@@ -115,6 +144,8 @@ class CursorSelector(tf_selector.Selector):
     def __init__(self, runtime):
         super().__init__(runtime)
         self._cursors: dict = {}
+        # Per direction: (setbacks when they were found, the closed atoms).
+        self._closed: dict = {}
         self._has_edge_deciders: bool | None = None
 
     def _atom_done(self, atom) -> bool:
@@ -149,10 +180,16 @@ class CursorSelector(tf_selector.Selector):
         satisfied = SATISFIES[direction]
         setbacks = self._storage.setbacks[direction]
         key = (direction, atom.name)
+        found_at, closed = self._closed.get(direction, (None, None))
+        if found_at != setbacks:
+            closed = set()
+            self._closed[direction] = (setbacks, closed)
         cursor = self._cursors.get(key)
         if cursor is None or cursor.setbacks != setbacks:
-            cursor = _Cursor(setbacks, traversal.depth_first_iterate(
-                self._execution_graph, atom, walk_direction))
+            graph = self._execution_graph
+            neighbours = (graph.predecessors if walk_direction is traversal.Direction.BACKWARD
+                          else graph.successors)
+            cursor = _Cursor(setbacks, _walk_unless_closed(graph, atom, neighbours, closed))
         get_states = self._storage.get_atoms_states
         if cursor.blocker is not None:
             if not satisfied(*get_states([cursor.blocker])[cursor.blocker]):
@@ -165,6 +202,7 @@ class CursorSelector(tf_selector.Selector):
                 self._cursors[key] = cursor
                 return False
         self._cursors.pop(key, None)
+        closed.add(atom)
         return True
 
     def _get_maybe_ready_for_execute(self, atom):

@@ -23,6 +23,14 @@
 - **Injected values remembered** (:mod:`.fetch`) and **checkpoints batched**
   (:mod:`.checkpoints`): the engine thread's saves go to a buffer while the
   engine runs.
+- **The flow's own fields saved alone.** A change of the flow's state or meta
+  (``set_flow_state``, ``update_flow_metadata``) hands stock's backend the
+  whole flow detail, and a backend merges every atom detail of it again: on a
+  flow of thousands of atoms, every atom row read back and compared, to find
+  that none changed. None can have: an atom detail here changes only through
+  its own save, stored at once or held by the buffer, which stores what it
+  holds before any flow save. So where the connection can
+  (``update_flow_fields``), only the flow's row is written.
 """
 
 from __future__ import annotations
@@ -127,6 +135,30 @@ class Storage(tf_storage.Storage):
     def _save_flow_detail(self, conn, original_flow_detail, flow_detail):
         return retry_storage_failures(_SAVE_FLOW_DETAIL, self, conn, original_flow_detail,
                                       flow_detail)
+
+    @fasteners.write_locked
+    def set_flow_state(self, state):
+        source, clone = self._fetch_flowdetail(clone=True)
+        clone.state = state
+        self._with_connection(self._save_flow_fields, source, clone)
+
+    @fasteners.write_locked
+    def update_flow_metadata(self, update_with):
+        if update_with:
+            source, clone = self._fetch_flowdetail(clone=True)
+            clone.meta.update(update_with)
+            self._with_connection(self._save_flow_fields, source, clone)
+
+    def _save_flow_fields(self, conn, original_flow_detail, flow_detail):
+        """Store ``flow_detail``'s own fields, its atoms being stored already (module doc)."""
+        fields = getattr(conn, "update_flow_fields", None)
+        if fields is None:
+            return self._save_flow_detail(conn, original_flow_detail, flow_detail)
+        # As stock's save: what the backend says it stored becomes the flow's own fields.
+        saved = retry_storage_failures(fields, flow_detail)
+        original_flow_detail.state = saved.state
+        original_flow_detail.meta = saved.meta
+        return original_flow_detail
 
     def _save_atom_detail(self, conn, original_atom_detail, atom_detail):
         before = (original_atom_detail.state, original_atom_detail.intention)

@@ -328,6 +328,20 @@ class LogbookConnection(base.Connection):
             result.add(ad)
         return result
 
+    def update_flow_fields(self, flow_detail):
+        """Store only the flow's own fields (name, state, meta), none of its atoms.
+
+        For a caller whose atom details are stored already (the fleetflow engine's
+        storage): ``update_flow_details`` would read every atom row back and compare.
+        """
+        def write():
+            with self._transaction(f"updating flow '{flow_detail.uuid}'") as conn:
+                values = {"b_uuid": flow_detail.uuid, **_flow_values(flow_detail)}
+                if conn.execute(UPDATE_FLOW, values).rowcount == 0:
+                    raise exc.NotFound(f"No flow details found with uuid '{flow_detail.uuid}'")
+            return flow_detail
+        return self._retrying(write, f"saving flow details '{flow_detail.uuid}'")
+
     def save_logbook(self, book):
         """Insert or update a logbook with all its flow and atom details."""
         return self._retrying(lambda: self._save_book(book), f"saving logbook '{book.uuid}'")

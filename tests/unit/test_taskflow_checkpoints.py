@@ -220,3 +220,40 @@ def test_the_stock_engine_stores_each_checkpoint_at_once(backend):
     engine.run()
     assert seen == [st.SUCCESS, st.SUCCESS]
     assert not hasattr(engine.storage, "flush_checkpoints")
+
+
+def stored_flow(backend, flow_detail) -> tuple:
+    """(state, meta minus the engine's record) of the flow as the database holds it."""
+    with contextlib.closing(backend.get_connection()) as conn:
+        fd = conn.get_flow_details(flow_detail.uuid)
+    meta = {k: v for k, v in (fd.meta or {}).items() if k not in ("engine", "checkpoints")}
+    return fd.state, meta
+
+
+def test_the_flows_own_saves_write_its_row_alone_and_store_what_stock_stores(
+        backend, monkeypatch):
+    whole = count_calls(monkeypatch, LogbookConnection, "update_flow_details")
+    alone = count_calls(monkeypatch, LogbookConnection, "update_flow_fields")
+    fast_states, fast_results = run_wide_flow(backend, 20, FAST)
+    fast_engine_whole = len(whole)
+    assert alone  # RUNNING, SUCCESS, the engine's record: the flow's row only
+    assert fast_engine_whole <= 1  # atoms added when the engine first prepares the flow
+
+    alone.clear()
+    stock_states, stock_results = run_wide_flow(backend, 20, "parallel")
+    assert not alone
+    assert fast_states == stock_states
+    assert fast_results == stock_results
+
+
+def test_a_flow_state_saved_alone_reaches_the_database(backend):
+    flow = linear_flow.Flow("one").add(Quick("t0", provides="r0"))
+    engine = load(flow, backend, engine=FAST)
+    engine.run()
+    fd = engine.storage._flowdetail
+    assert stored_flow(backend, fd)[0] == st.SUCCESS
+    engine.storage.set_flow_state(st.SUSPENDED)
+    engine.storage.update_flow_metadata({"marked": True})
+    state, meta = stored_flow(backend, fd)
+    assert (state, meta.get("marked")) == (st.SUSPENDED, True)
+    assert stored(backend, fd) == {"t0": st.SUCCESS}

@@ -144,6 +144,44 @@ def test_forward_progress_checks_are_linear():
     assert calls["Selector"] > 50 * atoms
 
 
+def test_a_lane_of_chains_is_checked_in_linear_time():
+    """Chains one after another (an evacuation's lane): running them in order asks
+    storage O(N) times, not O(N^2): a walk stops at the chain before, whose atoms
+    were all found finished behind it."""
+    chains = 200
+    lane = linear_flow.Flow("lane")
+    for i in range(chains):
+        chain = linear_flow.Flow(f"srv-{i}", retry=retry.Times(2, name=f"srv-{i}-retry"))
+        chain.add(Noop(f"srv-{i}-claim"), Noop(f"srv-{i}-move"))
+        lane.add(chain)
+    engine = prepared(linear_flow.Flow("evacuate").add(Noop("schedule"), lane))
+    runtime, storage = engine._runtime, engine.storage
+    by_name = {a.name: a for a in runtime.iterate_nodes(("task", "retry"))}
+    counted = {"calls": 0}
+    real_get = storage.get_atoms_states
+
+    def counting(names):
+        counted["calls"] += 1
+        return real_get(names)
+
+    storage.get_atoms_states = counting
+    calls = {}
+    for selector_class in (STOCK_SELECTOR, CursorSelector):
+        for name in by_name:
+            storage.set_atom_intention(name, st.EXECUTE)
+            storage.set_atom_state(name, st.PENDING)
+        selector = selector_class(runtime)
+        counted["calls"] = 0
+        for name in ["schedule"] + [f"srv-{i}-{step}" for i in range(chains)
+                                    for step in ("retry", "claim", "move")]:
+            assert selector._get_maybe_ready_for_execute(by_name[name])[0]
+            storage.set_atom_state(name, st.SUCCESS)
+        calls[selector_class.__name__] = counted["calls"]
+    atoms = 1 + 3 * chains
+    assert calls["CursorSelector"] <= 4 * atoms
+    assert calls["Selector"] > 50 * atoms
+
+
 def test_failed_chain_retries_and_flow_finishes():
     """A whole run on the patched selector: a failing chain reverts, retries, then succeeds."""
     attempts = {"n": 0}
