@@ -38,7 +38,7 @@ EXCLUDED = {
     # Installs the test extras and runs the whole test suite, this test included.
     "pip install -e '.[test]' && pytest": "installs the package and runs every test",
     # Runs the test suite's fast loop.
-    'pytest -n 2 -m "not slow"': "runs the tests",
+    'pytest -n 3 -m "not slow"': "runs the tests",
     # Needs PostgreSQL, Redis and RabbitMQ and starts conductors, agents and a server.
     "fleetflow --config-file dist.conf db upgrade": "distributed mode: external services "
                                                     "and long-running servers",
