@@ -107,6 +107,19 @@ def test_same_answers_as_stock_on_random_flows(seed):
     assert len(walk_states(prepared(random_flow(rng)), rng, 400)) == 400
 
 
+def count_state_reads(storage) -> dict:
+    """``{"calls": n}``, n counting the calls of ``storage.get_atoms_states`` from now on."""
+    counted = {"calls": 0}
+    real_get = storage.get_atoms_states
+
+    def counting(names):
+        counted["calls"] += 1
+        return real_get(names)
+
+    storage.get_atoms_states = counting
+    return counted
+
+
 def test_forward_progress_checks_are_linear():
     """Completing N chains asks storage O(N) times, not O(N^2) as stock does.
 
@@ -117,14 +130,7 @@ def test_forward_progress_checks_are_linear():
     engine = prepared(reservation_shaped(300))
     runtime, storage = engine._runtime, engine.storage
     finish = next(a for a in runtime.iterate_nodes(("task",)) if a.name == "finish")
-    counted = {"calls": 0}
-    real_get = storage.get_atoms_states
-
-    def counting(names):
-        counted["calls"] += 1
-        return real_get(names)
-
-    storage.get_atoms_states = counting
+    counted = count_state_reads(storage)
     calls = {}
     for selector_class in (STOCK_SELECTOR, CursorSelector):
         for atom in runtime.iterate_nodes(("task", "retry")):
@@ -157,14 +163,7 @@ def test_a_lane_of_chains_is_checked_in_linear_time():
     engine = prepared(linear_flow.Flow("evacuate").add(Noop("schedule"), lane))
     runtime, storage = engine._runtime, engine.storage
     by_name = {a.name: a for a in runtime.iterate_nodes(("task", "retry"))}
-    counted = {"calls": 0}
-    real_get = storage.get_atoms_states
-
-    def counting(names):
-        counted["calls"] += 1
-        return real_get(names)
-
-    storage.get_atoms_states = counting
+    counted = count_state_reads(storage)
     calls = {}
     for selector_class in (STOCK_SELECTOR, CursorSelector):
         for name in by_name:
