@@ -82,6 +82,8 @@ class CheckpointBuffer:
         self._held: dict = {}
         self.owner = _get_ident()
         self._policy = getattr(backend, "retry_policy", None)
+        # Whether the backend's connections write a flow's own fields alone (asked once).
+        self._fields_alone: bool | None = None
         # Why the engine stops for an outage, once it does (see the module doc).
         self.withheld: str | None = None
 
@@ -107,9 +109,11 @@ class CheckpointBuffer:
         """The flow's own fields alone (``Storage.set_flow_state``), once every held
         atom detail is stored; the whole flow detail where the backend cannot."""
         self._refuse_failure(flow_detail)
-        with contextlib.closing(self._backend.get_connection()) as conn:
-            alone = hasattr(conn, "update_flow_fields")
-        return self._call("update_flow_fields" if alone else "update_flow_details", flow_detail)
+        if self._fields_alone is None:
+            with contextlib.closing(self._backend.get_connection()) as conn:
+                self._fields_alone = hasattr(conn, "update_flow_fields")
+        return self._call("update_flow_fields" if self._fields_alone else "update_flow_details",
+                          flow_detail)
 
     def _refuse_failure(self, flow_detail) -> None:
         if self.withheld and flow_detail.state == tf_states.FAILURE:
