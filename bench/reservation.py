@@ -22,11 +22,16 @@ times the resolution of ``fleetflow reserve --watch``'s 1 s).
 
     python bench/reservation.py --n 100 1000 5000 --hosts 200
     python bench/reservation.py --n 1000 --hosts 100 --boot-seconds 2 --builds-per-host 10
+
+``--distributed 3`` runs the same request on PostgreSQL, Redis's board and RabbitMQ's RPC
+with three ``fleetflow conductor`` processes, the hosts simulated by ``compute-agent``
+processes (``cluster.py``); the CPU is then that of every process of the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import socket
@@ -36,6 +41,7 @@ import sys
 import tempfile
 import time
 
+import cluster
 import requests
 
 HEADERS = {"X-Project-Id": "bench", "X-Roles": "member"}
@@ -47,12 +53,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(workdir: str, hosts: int, env_extra: dict,
-                 hosts_per_rack: int = 16) -> tuple[subprocess.Popen, str]:
+def generate_fleet(workdir: str, hosts: int, hosts_per_rack: int = 16) -> str:
     fleet = os.path.join(workdir, "fleet.yaml")
     subprocess.run(["fleetflow", "fleet", "generate", "--hosts", str(hosts),
                     "--hosts-per-rack", str(hosts_per_rack), "-o", fleet],
                    check=True, capture_output=True)
+    return fleet
+
+
+def start_server(workdir: str, hosts: int, env_extra: dict,
+                 hosts_per_rack: int = 16) -> tuple[subprocess.Popen, str]:
+    fleet = generate_fleet(workdir, hosts, hosts_per_rack)
     port = free_port()
     env = dict(os.environ, FLEETFLOW_API_PORT=str(port), FLEETFLOW_FLEET_FILE=fleet,
                FLEETFLOW_API_MAX_RESERVATION_COUNT="100000", FLEETFLOW_STATE_DIR=workdir,
@@ -113,39 +124,59 @@ def settled_at(reservation: dict) -> float:
     return when.replace(tzinfo=datetime.UTC).timestamp()
 
 
-def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir:
+@contextlib.contextmanager
+def running(workdir: str, hosts: int, env_extra: dict, conductors: int):
+    """Yield ``(url, pids)``: a fresh embedded serve, or a distributed run of ``conductors``."""
+    if not conductors:
         proc, url = start_server(workdir, hosts, env_extra)
         try:
-            cpu0 = cpu_seconds(proc.pid)
-            t0 = time.monotonic()
-            wall0 = time.time()
-            answer = requests.post(f"{url}/v2/bench/reservations", headers=HEADERS, json={
-                "reservation": {"name": f"bench-{n}", "count": n, "flavor_ref": flavor,
-                                "image_ref": "cirros"}}, timeout=120)
-            answer.raise_for_status()
-            accepted = time.monotonic() - t0
-            location = answer.headers["Location"]
-            reservation_id = answer.json()["reservation"]["id"]
-            while True:
-                status = listed_status(url, reservation_id)
-                if status not in ("PENDING", "SCHEDULING", "BUILDING", "REVERTING"):
-                    break
-                time.sleep(poll)
-            total = time.monotonic() - t0
-            cpu1 = cpu_seconds(proc.pid)
-            body = requests.get(location, headers=HEADERS, timeout=120).json()["reservation"]
-            return {"n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
-                    "total_s": total, "progress": body["progress"],
-                    "settled_s": settled_at(body) - wall0,
-                    "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                    "arrivals": build_arrivals(workdir, wall0)}
+            yield url, [proc.pid]
         finally:
             proc.terminate()
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        return
+    fleet = generate_fleet(workdir, hosts)
+    with cluster.distributed(workdir, fleet, free_port(), conductors,
+                             dict(env_extra, FLEETFLOW_API_MAX_RESERVATION_COUNT="100000")
+                             ) as (_serve, url, procs):
+        yield url, [proc.pid for proc in procs]
+
+
+def total_cpu(pids: list[int]) -> float | None:
+    seconds = [cpu_seconds(pid) for pid in pids]
+    return None if None in seconds else sum(seconds)
+
+
+def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
+            conductors: int = 0) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
+            running(workdir, hosts, env_extra, conductors) as (url, pids):
+        cpu0 = total_cpu(pids)
+        t0 = time.monotonic()
+        wall0 = time.time()
+        answer = requests.post(f"{url}/v2/bench/reservations", headers=HEADERS, json={
+            "reservation": {"name": f"bench-{n}", "count": n, "flavor_ref": flavor,
+                            "image_ref": "cirros"}}, timeout=120)
+        answer.raise_for_status()
+        accepted = time.monotonic() - t0
+        location = answer.headers["Location"]
+        reservation_id = answer.json()["reservation"]["id"]
+        while True:
+            status = listed_status(url, reservation_id)
+            if status not in ("PENDING", "SCHEDULING", "BUILDING", "REVERTING"):
+                break
+            time.sleep(poll)
+        total = time.monotonic() - t0
+        cpu1 = total_cpu(pids)
+        body = requests.get(location, headers=HEADERS, timeout=120).json()["reservation"]
+        return {"n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
+                "total_s": total, "progress": body["progress"],
+                "settled_s": settled_at(body) - wall0,
+                "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+                "arrivals": build_arrivals(workdir, wall0)}
 
 
 def main() -> None:
@@ -161,6 +192,9 @@ def main() -> None:
     parser.add_argument("--engine-workers", type=int, default=None,
                         help="[conductor] engine_workers (threads per flow)")
     parser.add_argument("--flavor", default="m1.tiny")
+    parser.add_argument("--distributed", type=int, default=0, metavar="CONDUCTORS",
+                        help="run on PostgreSQL, Redis and RabbitMQ with this many "
+                             "conductor processes (default 0: embedded)")
     parser.add_argument("--poll", type=float, default=0.1,
                         help="seconds between GETs of the reservation list")
     args = parser.parse_args()
@@ -174,7 +208,7 @@ def main() -> None:
           f"{'ACTIVE in s':>12} {'recorded s':>11} {'server CPU s':>13} "
           f"{'builds reach hosts s':>21}")
     for n in args.n:
-        r = run_one(n, args.hosts, env, args.flavor, args.poll)
+        r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed)
         cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"
         arrivals = "-" if r["arrivals"] is None else "{:.2f}-{:.2f}".format(*r["arrivals"])
         print(f"{r['n']:>6} {r['hosts']:>6} {args.boot_seconds:>6} {r['status']:>8} "
