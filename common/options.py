@@ -53,8 +53,9 @@ API_OPTS = [
                     "(development and tests only); keystone: keystonemiddleware tokens."),
     cfg.IntOpt("max_body_bytes", default=112 * 1024, min=1024,
                help="Largest request body accepted; larger ones answer 413."),
-    cfg.IntOpt("max_reservation_count", default=1000, min=1,
-               help="Largest count one reservation may ask for."),
+    cfg.IntOpt("max_reservation_count", default=10000, min=1,
+               help="Largest count one reservation may ask for (and most members of "
+                    "one virtual cluster, whose request must also fit max_body_bytes)."),
     cfg.IntOpt("page_size", default=1000, min=1,
                help="Default page size of list routes (the default fleet's 128 hosts "
                     "fit on one page)."),
@@ -105,8 +106,8 @@ CONDUCTOR_OPTS = [
     cfg.IntOpt("engine_workers", default=1024, min=1,
                help="Most threads of one flow's parallel engine. A boot holds its "
                     "thread until the host answers, so with fewer threads than "
-                    "instances a reservation boots in waves; 1024 covers the largest "
-                    "reservation the API accepts by default. A bound, not a count: "
+                    "instances a reservation boots in waves of this many. A bound, "
+                    "not a count: "
                     "the fleetflow-parallel engine starts a thread only when no worker "
                     "is idle; the stock engine starts one per task until the bound."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
