@@ -94,19 +94,26 @@ class Api(flask_smorest.Api):
 
     def __init__(self, app=None, **kwargs):
         self._spec = None
-        # What is left to write in the document, in order; run once, under the lock.
+        # What is left to write in the document, in order; each step is dropped once
+        # done, so another thread reading the document waits for the last one.
         self._undocumented = []
         self._documenting = threading.RLock()
+        self._writing = False
         super().__init__(app, **kwargs)
 
     @property
     def spec(self):
         if self._undocumented:
             with self._documenting:
-                # Taken first: the steps read api.spec themselves.
-                steps, self._undocumented = self._undocumented, []
-                for step in steps:
-                    step()
+                # The steps read api.spec themselves: on this thread, as it is so far.
+                if not self._writing:
+                    self._writing = True
+                    try:
+                        while self._undocumented:
+                            self._undocumented[0]()
+                            self._undocumented.pop(0)
+                    finally:
+                        self._writing = False
         return self._spec
 
     @spec.setter
