@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 
 import flask
 import flask_smorest
 from oslo_middleware import cors
 from werkzeug import exceptions as wexc
+from werkzeug import routing
 
 from fleetflow.api import auth, bodies, errors, openapi, policy, request_metrics
 from fleetflow.api.console import blp as console_blp
@@ -75,15 +77,88 @@ SIMULATED_ONLY = ("fleetflow.api.placement.routes",)
 
 
 class Api(flask_smorest.Api):
-    """flask-smorest Api answering errors in fleetflow's single format."""
+    """flask-smorest Api answering errors in fleetflow's single format.
+
+    Its OpenAPI document is written when it is first read (``api.spec``: the
+    ``/openapi.json`` route, ``flask openapi print``), not when the app is built:
+    the blueprints' operations are put in it then, in the order they were
+    registered, followed by what :meth:`defer_document` was given. Writing it
+    was most of the time an app took to build, and most apps (every test builds
+    one) never serve it. The document is the same either way.
+    """
 
     ERROR_SCHEMA = errors.ErrorsSchema
     # Each operation lists its errors by status (api/openapi.py); a "default"
     # answer would also stand for successes an operation does not document.
     DEFAULT_ERROR_RESPONSE_NAME = None
 
+    def __init__(self, app=None, **kwargs):
+        self._spec = None
+        # What is left to write in the document, in order; each step is dropped once
+        # done, so another thread reading the document waits for the last one.
+        self._undocumented = []
+        self._documenting = threading.RLock()
+        self._writing = False
+        super().__init__(app, **kwargs)
+
+    @property
+    def spec(self):
+        if self._undocumented:
+            with self._documenting:
+                # The steps read api.spec themselves: on this thread, as it is so far.
+                if not self._writing:
+                    self._writing = True
+                    try:
+                        while self._undocumented:
+                            self._undocumented[0]()
+                            self._undocumented.pop(0)
+                    finally:
+                        self._writing = False
+        return self._spec
+
+    @spec.setter
+    def spec(self, value):
+        self._spec = value
+
+    def register_blueprint(self, blp, *, parameters=None, **options):
+        """Register ``blp`` in the app now, its operations in the document when read."""
+        name = options.get("name", blp.name)
+        self._app.extensions["flask-smorest"]["blp_name_to_api"][name] = self
+        self._app.register_blueprint(blp, **options)
+
+        def document():
+            # flask-smorest's register_blueprint, the documentation half.
+            blp.register_views_in_doc(self, self._app, self._spec, name=name,
+                                      parameters=parameters)
+            self._spec.tag({"name": name, "description": blp.description})
+
+        self._undocumented.append(document)
+
+    def defer_document(self, step) -> None:
+        """Run ``step()`` on the document when it is read, after the blueprints."""
+        self._undocumented.append(step)
+
     def _register_error_handlers(self):
         errors.register(self._app)
+
+
+class Rule(routing.Rule):
+    """werkzeug's URL rule, its URL builders compiled when a URL is first built.
+
+    werkzeug compiles two Python functions for each rule as it is added (to build
+    its URL with and without extra query arguments), some 180 functions for the
+    API's routes, the most costly part of an app once its OpenAPI document is
+    written lazily; an app builds few URLs, for a few routes. The functions
+    compiled later are the same.
+    """
+
+    def _compile_builder(self, append_unknown: bool = True):
+        def build(rule, **values):
+            compiled = routing.Rule._compile_builder(rule, append_unknown).__get__(rule, None)
+            setattr(rule, "_build_unknown" if append_unknown else "_build", compiled)
+            return compiled(**values)
+
+        return build
 
 
 def enforce_body_limit() -> None:
@@ -166,6 +241,7 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
 
         database = wiring.database(conf)
     app = flask.Flask("fleetflow.api", static_folder=None)
+    app.url_rule_class = Rule
     _configure(app, conf)
     state = AppState(conf=conf, database=database, enforcer=policy.make_enforcer(conf),
                      services=dict(services or {}))
@@ -187,7 +263,10 @@ def create_app(conf, database=None, services=None) -> flask.Flask:
         # Clients use the cloud's own Placement: fleetflow's ledger is its own.
         modules = [m for m in BLUEPRINTS if m not in SIMULATED_ONLY]
     blueprints = register_blueprints(api, modules)
-    openapi.document(api, conf, xml_prefixes=openapi.xml_prefixes(blueprints))
+    # Read now: the document is written later, from what the configuration is now.
+    noauth = conf.api.auth_strategy != auth.KEYSTONE
+    xml_prefixes = openapi.xml_prefixes(blueprints)
+    api.defer_document(lambda: openapi.document(api, noauth=noauth, xml_prefixes=xml_prefixes))
 
     if conf.api.auth_strategy == auth.KEYSTONE:
         app.wsgi_app = auth.keystone_middleware(app.wsgi_app, conf)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from fleetflow.api import auth, errors, xml
+from fleetflow.api import errors, xml
 from fleetflow.api.placement import openapi as placement_openapi
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -155,11 +155,12 @@ def _describe_schemas(api) -> None:
         schemas[name].update(schema_class.__dict__.get("JSON_SCHEMA", {}))
 
 
-def document(api, conf, xml_prefixes=()) -> None:
+def document(api, noauth: bool, xml_prefixes=()) -> None:
     """Complete ``api.spec`` (flask-smorest's) once every blueprint is registered.
 
-    ``xml_prefixes``: URL prefixes (with ``{tenant_id}``) of the blueprints
-    that read and answer XML.
+    ``noauth``: whether callers identify themselves with noauth's headers
+    (``[api] auth_strategy``); ``xml_prefixes``: URL prefixes (with
+    ``{tenant_id}``) of the blueprints that read and answer XML.
     """
     spec = api.spec
     _describe_schemas(api)
@@ -167,7 +168,6 @@ def document(api, conf, xml_prefixes=()) -> None:
     for name, scheme in spec.components.security_schemes.items():
         if name in SECURITY_DESCRIPTIONS:
             scheme.setdefault("description", SECURITY_DESCRIPTIONS[name])
-    noauth = conf.api.auth_strategy != auth.KEYSTONE
     # NOTE: apispec keeps the paths in ``_paths`` and has no public way to
     # amend an operation once registered.
     for path, item in spec._paths.items():

@@ -15,11 +15,13 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 import requests
 
 from tests.conftest import skip_or_fail, stop_server
+from tests.openstack import checks
 
 HOSTS = 10
 CLOUD_NAME = "harness"
@@ -28,6 +30,11 @@ CLOUD_NAME = "harness"
 READY_SECONDS = 240
 #: The harness's exit status when Nova's harness cannot be imported.
 EXIT_NO_NOVA = 3
+#: Seconds a test's clean-up waits for Nova to delete its servers. A delete takes a
+#: moment on an idle machine; a loaded one (the harness beside the rest of the suite)
+#: once took over a minute. A server still being deleted after that is left out of
+#: what the next tests count (``checks.fleetflow_servers``).
+DELETE_SECONDS = 300
 
 
 class OpenStackCloud:
@@ -153,20 +160,28 @@ def _clean_openstack_cloud(request):
     The harness is shared by the whole session (each start builds Nova's databases and
     services anew), so a test that failed half way must not hand the next one a stopped
     host or servers that fill a host; each test starts from an empty cloud, all hosts up.
+    A server a previous test left that Nova is still deleting when a test starts is not
+    that test's: ``checks.fleetflow_servers`` leaves it out.
     """
+    uses_cloud = "openstack_cloud" in request.fixturenames
+    if uses_cloud:
+        conn = request.getfixturevalue("openstack_cloud").connection()
+        checks.ignore_servers(server.id for server in conn.compute.servers(all_projects=True))
     yield
-    if "openstack_cloud" not in request.fixturenames:
+    if not uses_cloud:
         return
+    checks.ignore_servers(())
     cloud = request.getfixturevalue("openstack_cloud")
     for host, state in cloud.hosts().items():
         if state == "stopped":
             cloud.start_host(host)
     conn = cloud.connection()
-    leftovers = list(conn.compute.servers(all_projects=True))
-    for server in leftovers:
+    for server in conn.compute.servers(all_projects=True):
         conn.compute.delete_server(server, ignore_missing=True)
-    for server in leftovers:
-        conn.compute.wait_for_delete(server, wait=60)
+    left = _wait_for_no_servers(conn, DELETE_SECONDS)
+    if left:
+        warnings.warn(f"Nova has not deleted {len(left)} servers after {DELETE_SECONDS} s: "
+                      f"{left}", stacklevel=1)
     # What fleetflow's evacuations and the tests change in Nova: services disabled or
     # forced down, server groups, aggregates.
     for service in conn.compute.services(binary="nova-compute"):
@@ -180,6 +195,17 @@ def _clean_openstack_cloud(request):
         for host in aggregate.hosts or ():
             conn.compute.remove_host_from_aggregate(aggregate, host)
         conn.compute.delete_aggregate(aggregate, ignore_missing=True)
+
+
+def _wait_for_no_servers(conn, timeout: float) -> dict:
+    """Wait until Nova lists no server; returns ``{id: (status, task_state)}`` of those left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {server.id: (server.status, server.task_state)
+                for server in conn.compute.servers(all_projects=True)}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 @pytest.fixture
