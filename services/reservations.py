@@ -99,9 +99,10 @@ def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None
 
 
 def show(database, tenant_id: str, reservation_id: str, *, instance_limit: int | None = None,
-         instance_marker: str | None = None) -> tuple[Reservation, dict, list[dict], bool]:
+         instance_marker: str | None = None) -> tuple[sa.Row, dict, list[dict], bool]:
     """``(reservation, progress, instances, more)`` of the project's reservation (NotFound
-    otherwise); ``instances`` as :func:`persistence.reservations.instance_views` reads them.
+    otherwise): its shown columns (:func:`persistence.reservations.shown`), and
+    ``instances`` as :func:`persistence.reservations.instance_views` reads them.
 
     ``instance_limit``: at most that many instances, after the instance
     ``instance_marker`` (InvalidInput naming it when the reservation has no such
@@ -109,7 +110,7 @@ def show(database, tenant_id: str, reservation_id: str, *, instance_limit: int |
     summary that clients poll while a reservation builds. None: every instance.
     """
     with database.read_session() as session:
-        reservation = rows.get(session, reservation_id, tenant_id)
+        reservation = rows.shown(session, reservation_id, tenant_id)
         progress = rows.progress(session, reservation_id)
         if instance_limit is None:
             return reservation, progress, rows.instance_views(session, reservation_id), False

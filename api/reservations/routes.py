@@ -97,7 +97,9 @@ def _show_body(view: dict, instances: list[dict] | None) -> dict:
     body = dict(view)
     for key in ("created_at", "updated_at"):
         body[key] = fields.utc_isoformat(body[key])  # as schemas' UtcDateTime
-    view = hosts_view.current()
+    # The caller's view of hosts costs a policy check: asked only when something
+    # may name a host (not in a polled summary without a fault).
+    view = hosts_view.current() if body["fault"] is not None or instances else None
     body["fault"] = _fault_body(body["fault"], view)
     if body["queue"] is not None:
         body["queue"] = {key: fields.utc_isoformat(value) if key in _QUEUE_TIMES else value
