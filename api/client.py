@@ -21,6 +21,8 @@ from collections.abc import Iterator, Sequence
 
 import requests
 
+from fleetflow.api.client_reservations import ReservationCalls
+
 REQUEST_ID_HEADER = "X-OpenStack-Request-Id"
 XML_MIMETYPE = "application/xml"
 
@@ -68,7 +70,7 @@ class FleetflowApiError(Exception):
                          f"(request {request_id})".replace("  ", " "))
 
 
-class Client:
+class Client(ReservationCalls):
     """Talks to one fleetflow API endpoint with one identity."""
 
     def __init__(self, base_url: str, *, project_id: str | None = None,
@@ -227,35 +229,6 @@ class Client:
 
     def get_image(self, ref: str, tenant_id: str | None = None) -> dict:
         return self.get(self._tenant_path(tenant_id, f"images/{_segment(ref)}"))["image"]
-
-    # -- reservations ------------------------------------------------------
-
-    def reserve(self, reservation: dict, *, dry_run: bool = False,
-                idempotency_key: str | None = None, tenant_id: str | None = None) -> dict:
-        """POST a reservation body (``{"count": 3, "flavor_ref": ...}``).
-
-        Returns the accepted ``reservation`` (id, status, links), or with
-        ``dry_run`` the scheduler's verdict (fits, explanation, ...).
-        """
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        body = self.request("POST", self._tenant_path(tenant_id, "reservations"),
-                            json={"reservation": reservation},
-                            params={"dry_run": "true"} if dry_run else None,
-                            headers=headers)
-        return body["dry_run"] if dry_run else body["reservation"]
-
-    def list_reservations(self, *, status=None, limit=None,
-                          tenant_id: str | None = None) -> list[dict]:
-        return list(self.iterate(self._tenant_path(tenant_id, "reservations"), "reservations",
-                                 status=status, limit=limit))
-
-    def get_reservation(self, reservation_id: str, tenant_id: str | None = None) -> dict:
-        path = self._tenant_path(tenant_id, f"reservations/{_segment(reservation_id)}")
-        return self.get(path)["reservation"]
-
-    def delete_reservation(self, reservation_id: str, tenant_id: str | None = None) -> dict:
-        path = self._tenant_path(tenant_id, f"reservations/{_segment(reservation_id)}")
-        return self.delete(path)["reservation"]
 
     # -- virtual clusters ----------------------------------------------------
 

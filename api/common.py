@@ -62,8 +62,10 @@ def page_limit(args: dict) -> int:
     return args.get("limit") or current_state().conf.api.page_size
 
 
-def next_links(limit: int, marker: str) -> list[dict]:
-    """The ``links`` of a page after which more items remain."""
+def next_links(limit: int, marker: str, limit_arg: str = "limit",
+               marker_arg: str = "marker") -> list[dict]:
+    """The ``links`` of a page after which more items remain (``limit_arg`` and
+    ``marker_arg``: the names the route's query gives them)."""
     query = flask.request.args.to_dict()
-    query.update(limit=str(limit), marker=marker)
+    query.update({limit_arg: str(limit), marker_arg: marker})
     return [{"rel": "next", "href": flask.request.base_url + "?" + urllib.parse.urlencode(query)}]

@@ -22,22 +22,29 @@ from fleetflow.cli.queue import queue_options
 SETTLED = ("ACTIVE", "PARTIAL", "ERROR", "REVERTED", "DELETED", "PAUSED", "EXPIRED")
 
 
-def watch(client, reservation_id: str, interval: float, show_bar: bool = True) -> dict:
+def watch(client, reservation_id: str, interval: float, show_bar: bool = True,
+          instances: bool = False) -> dict:
     """Poll until the reservation settles; a rich progress bar meanwhile.
+
+    Polls its status and progress alone, without its instances: a page of a
+    thousand of them costs the server several times more, polled by every
+    watcher while it builds. Returns the reservation as it settled; with
+    ``instances``, read once more with every instance.
 
     Ctrl-C stops the watching only: the reservation goes on, and the command to
     watch it again is printed.
     """
     with remote.interruptible("reservation", reservation_id, "reservations watch"):
-        return _watch(client, reservation_id, interval, show_bar)
+        settled = _watch(client, reservation_id, interval, show_bar)
+        return client.get_reservation(reservation_id) if instances else settled
 
 
 def _watch(client, reservation_id: str, interval: float, show_bar: bool) -> dict:
-    reservation = client.get_reservation(reservation_id)
+    reservation = client.get_reservation(reservation_id, instances=False)
     if not show_bar:
         while reservation["status"] not in SETTLED:
             time.sleep(interval)
-            reservation = client.get_reservation(reservation_id)
+            reservation = client.get_reservation(reservation_id, instances=False)
         return reservation
     columns = [TextColumn("[bold]{task.fields[status]:<10}"), BarColumn(),
                MofNCompleteColumn(), TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]
@@ -55,7 +62,7 @@ def _watch(client, reservation_id: str, interval: float, show_bar: bool) -> dict
             if reservation["status"] in SETTLED:
                 return reservation
             time.sleep(interval)
-            reservation = client.get_reservation(reservation_id)
+            reservation = client.get_reservation(reservation_id, instances=False)
 
 
 def _print_reservation(reservation: dict) -> None:
@@ -143,7 +150,8 @@ def reserve(count, min_count, max_count, flavor, image, capabilities, group, pro
     reservation = client.reserve(body, idempotency_key=idempotency_key)
     remote.accepted("reservation", reservation, as_json, watch_)
     if watch_:
-        final = watch(client, reservation["id"], interval, show_bar=not as_json)
+        final = watch(client, reservation["id"], interval, show_bar=not as_json,
+                      instances=as_json)
         if as_json:
             remote.print_json(final)
         else:
@@ -190,7 +198,8 @@ def watch_command(reservation_id, interval, as_json):
     Exit status 0 when it ends ACTIVE or DELETED, 4 when it ends otherwise, 5
     when it stops PAUSED.
     """
-    final = watch(remote.client(), reservation_id, interval, show_bar=not as_json)
+    final = watch(remote.client(), reservation_id, interval, show_bar=not as_json,
+                  instances=as_json)
     if as_json:
         remote.print_json(final)
     _settled_exit(final)

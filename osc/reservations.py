@@ -77,7 +77,7 @@ class CreateReservation(base.ShowCommand):
         if not parsed_args.wait:
             return self.shown(parsed_args, client.get_reservation(accepted["id"]))
         final = cli_reservations.watch(client, accepted["id"], base.POLL_SECONDS,
-                                       show_bar=False)
+                                       show_bar=False, instances=True)
         if final["status"] not in WANTED:
             self.exit_status = remote.FAILED_EXIT
             self.log.error("reservation %s ended %s", final["id"], final["status"])

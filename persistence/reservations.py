@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.common import ids, states
-from fleetflow.common.exceptions import Conflict, NotFound
+from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
 from fleetflow.persistence.group_commit import GroupCommit
 from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, Volume, utcnow
 
@@ -196,6 +196,22 @@ def get(session: orm.Session, reservation_id: str,
     return reservation
 
 
+# What the API shows of the reservation itself: its row without the request.
+_SHOWN_COLUMNS = tuple(Reservation.__table__.c[name] for name in (
+    "id", "tenant_id", "name", "status", "policy", "flow_id", "fault", "created_at",
+    "updated_at"))
+
+
+def shown(session: orm.Session, reservation_id: str, tenant_id: str | None = None) -> sa.Row:
+    """:func:`get` for a view: a Core row of the shown columns (attributes as the
+    ORM object's), which costs a poll of the reservation less than loading the object."""
+    table = Reservation.__table__
+    row = session.execute(sa.select(*_SHOWN_COLUMNS).where(table.c.id == reservation_id)).first()
+    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+        raise NotFound(f"reservation {reservation_id} not found")
+    return row
+
+
 def instances(session: orm.Session, reservation_id: str) -> list[Instance]:
     return list(session.scalars(sa.select(Instance).where(
         Instance.reservation_id == reservation_id).order_by(Instance.index)))
@@ -206,6 +222,9 @@ INSTANCE_VIEW_COLUMNS = ("id", "name", "host", "status", "task_state", "attempts
                          "hosts_tried", "fault")
 _INSTANCES_TABLE = Instance.__table__
 _JSON_VIEW_COLUMNS = ("hosts_tried", "fault")
+# The stable order of a reservation's instances (its pages): by index, the id
+# breaking ties (create_instances gives distinct indexes; nothing enforces it).
+_INSTANCE_ORDER = (_INSTANCES_TABLE.c.index, _INSTANCES_TABLE.c.id)
 # The JSON columns come as stored (text on SQLite) and are decoded below:
 # SQLAlchemy's JSON result processing cost half of a large reservation's GET.
 _INSTANCE_VIEWS = (
@@ -213,7 +232,12 @@ _INSTANCE_VIEWS = (
                 if name in _JSON_VIEW_COLUMNS else _INSTANCES_TABLE.c[name]
                 for name in INSTANCE_VIEW_COLUMNS))
     .where(_INSTANCES_TABLE.c.reservation_id == sa.bindparam("reservation_id"))
-    .order_by(_INSTANCES_TABLE.c.index))
+    .order_by(*_INSTANCE_ORDER))
+# A page: the instances after the marker's (index, id), one more than asked.
+_INSTANCE_PAGE = (
+    _INSTANCE_VIEWS.where(sa.tuple_(*_INSTANCE_ORDER) > sa.tuple_(
+        sa.bindparam("after_index", type_=sa.Integer), sa.bindparam("after_id", type_=sa.String)))
+    .limit(sa.bindparam("page_rows", type_=sa.Integer)))
 _NO_FAULT = ("null", None)
 
 
@@ -233,18 +257,43 @@ def _fault(stored) -> dict | None:
     return json.loads(stored) if isinstance(stored, str) else stored
 
 
+def _views(result) -> list[dict]:
+    decoded: dict = {}  # equal lists are shared: callers only read them
+    return [{"id": row[0], "name": row[1], "host": row[2], "status": row[3],
+             "task_state": row[4], "attempts": row[5],
+             "hosts_tried": _hosts_tried(row[6], decoded), "fault": _fault(row[7])}
+            for row in result.all()]
+
+
 def instance_views(session: orm.Session, reservation_id: str) -> list[dict]:
     """The reservation's instances as plain dicts of INSTANCE_VIEW_COLUMNS, by index.
 
     One Core select of those columns only: no ORM objects, which cost most of
     a GET of a large reservation (polled while it builds).
     """
-    result = session.execute(_INSTANCE_VIEWS, {"reservation_id": reservation_id})
-    decoded: dict = {}  # equal lists are shared: callers only read them
-    return [{"id": row[0], "name": row[1], "host": row[2], "status": row[3],
-             "task_state": row[4], "attempts": row[5],
-             "hosts_tried": _hosts_tried(row[6], decoded), "fault": _fault(row[7])}
-            for row in result.all()]
+    return _views(session.execute(_INSTANCE_VIEWS, {"reservation_id": reservation_id}))
+
+
+def instance_view_page(session: orm.Session, reservation_id: str, limit: int,
+                       marker: str | None = None) -> tuple[list[dict], bool]:
+    """``(views, more)``: up to ``limit`` of :func:`instance_views` after the instance
+    ``marker`` (an instance id of the reservation), and whether more follow.
+
+    InvalidInput naming ``instance_marker`` when the reservation has no such instance.
+    """
+    after = (-1, "")  # before every instance: indexes start at 0
+    if marker is not None:
+        table = _INSTANCES_TABLE
+        after = session.execute(sa.select(table.c.index, table.c.id).where(
+            table.c.id == marker, table.c.reservation_id == reservation_id)).first()
+        if after is None:
+            raise InvalidInput(f"Invalid query parameter field 'instance_marker': no "
+                               f"instance {marker} of this reservation to list after.",
+                               field="instance_marker")
+    views = _views(session.execute(_INSTANCE_PAGE, {
+        "reservation_id": reservation_id, "after_index": after[0], "after_id": after[1],
+        "page_rows": limit + 1}))
+    return views[:limit], len(views) > limit
 
 
 def instance_ids(session: orm.Session, reservation_id: str) -> list[str]:

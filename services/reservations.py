@@ -98,15 +98,27 @@ def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None
         return [(r, progress[r.id]) for r in page], more
 
 
-def show(database, tenant_id: str,
-         reservation_id: str) -> tuple[Reservation, dict, list[dict]]:
-    """``(reservation, progress, instances)`` of the project's reservation (NotFound
-    otherwise); ``instances`` as :func:`persistence.reservations.instance_views` reads them.
+def show(database, tenant_id: str, reservation_id: str, *, instance_limit: int | None = None,
+         instance_marker: str | None = None) -> tuple[sa.Row, dict, list[dict], bool]:
+    """``(reservation, progress, instances, more)`` of the project's reservation (NotFound
+    otherwise): its shown columns (:func:`persistence.reservations.shown`), and
+    ``instances`` as :func:`persistence.reservations.instance_views` reads them.
+
+    ``instance_limit``: at most that many instances, after the instance
+    ``instance_marker`` (InvalidInput naming it when the reservation has no such
+    instance); ``more`` says whether instances follow. 0 reads no instance: the
+    summary that clients poll while a reservation builds. None: every instance.
     """
     with database.read_session() as session:
-        reservation = rows.get(session, reservation_id, tenant_id)
-        return (reservation, rows.progress(session, reservation_id),
-                rows.instance_views(session, reservation_id))
+        reservation = rows.shown(session, reservation_id, tenant_id)
+        progress = rows.progress(session, reservation_id)
+        if instance_limit is None:
+            return reservation, progress, rows.instance_views(session, reservation_id), False
+        if instance_limit == 0:
+            return reservation, progress, [], False
+        page, more = rows.instance_view_page(session, reservation_id, instance_limit,
+                                             instance_marker)
+        return reservation, progress, page, more
 
 
 def queue_position(database, reservation) -> dict | None:

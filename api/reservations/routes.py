@@ -91,17 +91,21 @@ def _instance_body(instance: dict, view: hosts_view.HostView) -> dict:
     return instance
 
 
-def _show_body(view: dict, instances: list[dict]) -> dict:
-    """``{"reservation": ...}`` as ReservationResponseSchema dumps it."""
+def _show_body(view: dict, instances: list[dict] | None) -> dict:
+    """``{"reservation": ...}`` as ReservationResponseSchema dumps it (``instances``
+    None: without them, the summary of ``instance_limit=0``)."""
     body = dict(view)
     for key in ("created_at", "updated_at"):
         body[key] = fields.utc_isoformat(body[key])  # as schemas' UtcDateTime
-    view = hosts_view.current()
+    # The caller's view of hosts costs a policy check: asked only when something
+    # may name a host (not in a polled summary without a fault).
+    view = hosts_view.current() if body["fault"] is not None or instances else None
     body["fault"] = _fault_body(body["fault"], view)
     if body["queue"] is not None:
         body["queue"] = {key: fields.utc_isoformat(value) if key in _QUEUE_TIMES else value
                          for key, value in body["queue"].items()}
-    body["instances"] = [_instance_body(i, view) for i in instances]
+    if instances is not None:
+        body["instances"] = [_instance_body(i, view) for i in instances]
     return {"reservation": body}
 
 
@@ -172,12 +176,26 @@ class Reservations(MethodView):
 @blp.route("/<reservation_id>")
 class ReservationItem(MethodView):
     @policy.authorize("reservations:show")
+    @blp.arguments(schemas.ReservationShowArgsSchema, location="query")
     @blp.response(200, schemas.ReservationResponseSchema)
-    def get(self, tenant_id, reservation_id):
-        """Show a reservation: status, progress, and every instance with its fault."""
-        reservation, progress, instances = reservation_ops.show(
-            current_state().database, tenant_id, reservation_id)
-        body = _show_body(_view(reservation, progress), instances)
+    def get(self, args, tenant_id, reservation_id):
+        """Show a reservation: status, progress, and its instances with their faults.
+
+        Instances come a page at a time, by index: ``instance_limit`` of them
+        (``[api] page_size`` by default) after ``instance_marker``, with an
+        ``instance_links`` next link while more remain. ``instance_limit=0``
+        shows no instance: the form to poll while a large reservation builds.
+        """
+        limit = args.get("instance_limit")
+        if limit is None:
+            limit = current_state().conf.api.page_size
+        reservation, progress, instances, more = reservation_ops.show(
+            current_state().database, tenant_id, reservation_id, instance_limit=limit,
+            instance_marker=args.get("instance_marker"))
+        body = _show_body(_view(reservation, progress), instances if limit else None)
+        if more:
+            body["reservation"]["instance_links"] = common.next_links(
+                limit, instances[-1]["id"], "instance_limit", "instance_marker")
         # A Response passes flask-smorest's response decorator unchanged.
         return flask.jsonify(body)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import marshmallow as ma
 
 from fleetflow.api import fields, hosts_view
-from fleetflow.api.common import LinkSchema, PaginationArgsSchema
+from fleetflow.api.common import MAX_LIMIT, LinkSchema, PaginationArgsSchema
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.scheduler import capabilities as caps
@@ -244,9 +244,14 @@ class ReservationListItemSchema(ma.Schema):
 
 
 class ReservationSchema(ReservationListItemSchema):
-    """A reservation with the state of each of its instances."""
+    """A reservation with the state of each of its instances, a page of them at a time."""
 
-    instances = ma.fields.List(ma.fields.Nested(ReservationInstanceSchema), required=True)
+    instances = ma.fields.List(ma.fields.Nested(ReservationInstanceSchema), metadata={
+        "description": "A page of its instances, by index (instance_limit, instance_marker); "
+                       "absent with instance_limit=0."})
+    instance_links = ma.fields.List(ma.fields.Nested(LinkSchema), metadata={
+        "description": "Only while more instances follow this page: the 'next' page's URL "
+                       "(as 'links' of the list routes)."})
 
 
 class ReservationResponseSchema(ma.Schema):
@@ -256,6 +261,25 @@ class ReservationResponseSchema(ma.Schema):
 class ReservationListSchema(ma.Schema):
     reservations = ma.fields.List(ma.fields.Nested(ReservationListItemSchema), required=True)
     links = ma.fields.List(ma.fields.Nested(LinkSchema), required=True)
+
+
+class ReservationShowArgsSchema(ma.Schema):
+    """Query arguments of GET .../reservations/{id}: which of its instances to show.
+
+    By default the first ``[api] page_size`` (1000), so a reservation of that many
+    or fewer shows them all, as before pagination; ``instance_links`` names the
+    next page of a larger one.
+    """
+
+    instance_limit = ma.fields.Integer(
+        validate=ma.validate.Range(min=0, max=MAX_LIMIT),
+        metadata={"description": f"Instances per page (at most {MAX_LIMIT}; default "
+                                 "[api] page_size). 0: none, only the reservation with "
+                                 "its progress: the cheap form to poll while it builds."})
+    instance_marker = ma.fields.String(
+        validate=ma.validate.Length(min=1, max=36),
+        metadata={"description": "Id of the last instance of the previous page (ignored "
+                                 "with instance_limit=0)."})
 
 
 class ReservationQueryArgsSchema(PaginationArgsSchema):

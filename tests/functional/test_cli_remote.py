@@ -139,7 +139,7 @@ class ScriptedReservations:
     def __init__(self, *answers):
         self.answers = list(answers)
 
-    def get_reservation(self, reservation_id):
+    def get_reservation(self, reservation_id, instances=True):
         if not self.answers:
             raise KeyboardInterrupt
         return self.answers.pop(0)

@@ -152,7 +152,7 @@ def test_watch_polls_until_the_reservation_settles():
                             answer("ACTIVE", 2, 0), answer("DELETING", 0, 0)]
             self.calls = 0
 
-        def get_reservation(self, reservation_id):
+        def get_reservation(self, reservation_id, instances=True):
             self.calls += 1
             return self.answers.pop(0)
 
