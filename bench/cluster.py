@@ -27,7 +27,8 @@ RABBIT_URL = os.environ.get("FLEETFLOW_TEST_RABBIT_URL", "rabbit://guest:guest@1
 
 
 @contextlib.contextmanager
-def _database():
+def database():
+    """Yield the URL of a fresh PostgreSQL database, dropped afterwards."""
     name = "fleetflow_bench_" + uuid.uuid4().hex[:8]
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -40,7 +41,8 @@ def _database():
         admin.dispose()
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate ``procs``; kill any still running 30 s later."""
     for proc in procs:
         proc.terminate()
     for proc in procs:
@@ -55,7 +57,7 @@ def distributed(workdir: str, fleet: str, port: int, conductors: int, env_extra:
                 agents: int = 2):
     """Yield ``(serve, url, processes)`` of a distributed fleetflow on ``fleet``."""
     run = uuid.uuid4().hex[:8]
-    with _database() as connection:
+    with database() as connection:
         env = dict(os.environ, FLEETFLOW_DATABASE_CONNECTION=connection,
                    FLEETFLOW_JOBBOARD_BACKEND="redis", FLEETFLOW_JOBBOARD_REDIS_URL=REDIS_URL,
                    FLEETFLOW_JOBBOARD_BOARD_NAME=f"bench-{run}",
@@ -86,7 +88,7 @@ def distributed(workdir: str, fleet: str, port: int, conductors: int, env_extra:
             _wait_answering(url, serve, workdir)
             yield serve, url, procs
         finally:
-            _stop(procs)
+            stop(procs)
 
 
 def _wait_answering(url: str, serve: subprocess.Popen, workdir: str) -> None:

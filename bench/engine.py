@@ -34,9 +34,6 @@ import time
 import uuid
 import warnings
 
-PG_ADMIN_URL = os.environ.get("FLEETFLOW_TEST_PG_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
 
 def build_flow(n: int, stock_atoms: bool = False):
     """The reservation-shaped flow of ``n`` instances (4n+1 atoms)."""
@@ -117,18 +114,10 @@ def _database_url(db: str, workdir: str):
     if db == "sqlite":
         yield f"sqlite:///{workdir}/bench.db"
         return
-    import sqlalchemy as sa
+    import cluster
 
-    name = "fleetflow_bench_" + uuid.uuid4().hex[:8]
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with admin.connect() as c:
-            c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with cluster.database() as url:
+        yield url
 
 
 def _make_backend(kind: str, url: str):

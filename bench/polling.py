@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +41,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster  # noqa: E402
 from reservation import HEADERS, cpu_seconds, settled_at, start_server  # noqa: E402
 
 UNSETTLED = ("PENDING", "SCHEDULING", "BUILDING", "REVERTING")
@@ -140,11 +140,7 @@ def run(n: int, hosts: int, env: dict, flavor: str, pollers: int, interval: floa
                         proc.pid, location, {"instance_limit": "100"}, measure_gets)}
             return result
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            cluster.stop([proc])
 
 
 def line(label: str, r: dict) -> str:

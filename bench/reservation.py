@@ -132,11 +132,7 @@ def running(workdir: str, hosts: int, env_extra: dict, conductors: int):
         try:
             yield url, [proc.pid]
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            cluster.stop([proc])
         return
     fleet = generate_fleet(workdir, hosts)
     with cluster.distributed(workdir, fleet, free_port(), conductors,
