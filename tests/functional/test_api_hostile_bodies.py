@@ -54,6 +54,10 @@ def services(small_cloud, flow_engine, api_services, conf, db):
     def submit(flow_name, flow_kwargs, **options):
         return options.get("flow_id") or "flow"
 
+    # Hostile bodies, not scale: a count drawn up to the default limit (10,000) would
+    # write that many instance rows for each accepted request.
+    conf.set_override("max_reservation_count", 1000, group="api")
+
     hosts = HostOps(conf, db, small_cloud.placement.store, small_cloud.compute)
     api_services.update(
         reservations=ReservationOps(conf, db, submit=submit), hosts=hosts,

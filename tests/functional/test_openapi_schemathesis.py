@@ -69,6 +69,9 @@ def fuzz_app(tmp_path_factory):
     conf.set_override("policy_file", str(root / "policy.yaml"), group="api")
     # A host that does not answer costs the audit one timeout; keep it short.
     conf.set_override("rpc_timeout", 2, group="messaging")
+    # The fuzzer checks the answers' shapes, not scale: a count it draws up to the
+    # default limit (10,000) would write that many instance rows for each request.
+    conf.set_override("max_reservation_count", 1000, group="api")
     database = Database.from_conf(conf)
     database.upgrade()
     with database.session() as session:
