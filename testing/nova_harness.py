@@ -51,29 +51,102 @@ REPORT_INTERVAL = 2
 SERVICE_DOWN_TIME = 20
 #: Where the control requests are answered, under the compute API's root.
 CONTROL_PREFIX = "/_harness/"
-#: Least pause of an idle RPC listener. oslo.messaging's fake driver, which Nova's
-#: services talk over in one process, wakes each listener every 50 ms to look for a
-#: message: with 10 computes that is over 400 wake-ups a second, most of a core on a
-#: loaded machine, for as long as the harness runs. At 0.2 s a call waits at most that
-#: much longer to be picked up.
-RPC_POLL_PAUSE = 0.2
+#: Longest sleep of an idle RPC listener or pool thread. oslo.messaging's fake driver,
+#: which Nova's services talk over in one process, wakes each listener every 50 ms to look
+#: for a message, and futurist wakes each idle pool thread every second to see whether it
+#: should stop: with 10 computes, some 20 listeners and 130 pool threads took 40% of a
+#: core while the harness had nothing to do, time taken from the tests beside it. Here a
+#: listener sleeps until a message is delivered (:class:`_Doorbell`) and a pool thread
+#: until work or its stop arrives (:func:`_wait_for_work`); this is only how long either
+#: sleeps when nothing comes.
+IDLE_WAKE = 5.0
 #: Threads of each RPC server's pool. oslo.messaging's default is 64, and futurist's
-#: pool starts a new thread for every message until it has them all, each waking every
-#: second: after a few dozen servers had come and gone, a harness of 10 hosts held
-#: some 500 idle threads and spent more than a core waking them. Nova's handlers that
-#: wait on another service (a live migration's checks call the other host) need a few;
-#: 8 keeps a pool from waiting on itself with the moves the tests and bench run at once.
+#: pool starts a new thread for every message until it has them all: after a few dozen
+#: servers had come and gone, a harness of 10 hosts held some 500 threads. Nova's
+#: handlers that wait on another service (a live migration's checks call the other
+#: host) need a few; 8 keeps a pool from waiting on itself with the moves the tests and
+#: bench run at once.
 RPC_POOL_SIZE = 8
 
 
-class _PollClock:
-    """``time`` as the fake driver's listeners see it: their idle pauses lengthened."""
+class _Doorbell:
+    """Rung by every delivery of oslo.messaging's fake driver; its listeners sleep on it.
+
+    A listener's poll loop checks its queues, then sleeps: it sleeps only if nothing was
+    delivered since its previous sleep ended (before that check), so a message delivered
+    between its check and its sleep wakes it at once.
+    """
+
+    def __init__(self) -> None:
+        self._rung = threading.Condition()
+        self._rings = 0
+        self._seen = threading.local()
+
+    def ring(self) -> None:
+        with self._rung:
+            self._rings += 1
+            self._rung.notify_all()
+
+    def sleep(self, _seconds: float) -> None:
+        with self._rung:
+            if getattr(self._seen, "rings", None) == self._rings:
+                self._rung.wait(IDLE_WAKE)
+            self._seen.rings = self._rings
+
+
+_DOORBELL = _Doorbell()
+
+
+class _ListenerClock:
+    """``time`` as the fake driver sees it: a listener's idle pause is a doorbell wait."""
 
     time = staticmethod(time.time)
+    sleep = staticmethod(_DOORBELL.sleep)
 
-    @staticmethod
-    def sleep(seconds: float) -> None:
-        time.sleep(max(seconds, RPC_POLL_PAUSE))
+
+def _delivered(deliver):
+    def deliver_and_ring(self, *args, **kwargs):
+        try:
+            return deliver(self, *args, **kwargs)
+        finally:
+            _DOORBELL.ring()
+    return deliver_and_ring
+
+
+def _stopped(stop):
+    def stop_and_ring(self):
+        stop(self)
+        _DOORBELL.ring()  # its poll loop sees the stop now, not after IDLE_WAKE
+    return stop_and_ring
+
+
+#: Put in a pool's queue by each stopping worker, so that one waiting wakes at once.
+_WAKE = object()
+
+
+def _wait_for_work(self):
+    """futurist's ThreadWorker._wait_for_work, sleeping until work, a stop or IDLE_WAKE."""
+    from futurist import _thread
+
+    self.idle = True
+    while True:
+        try:
+            work = self.work_queue.get(True, IDLE_WAKE)
+        except queue.Empty:
+            work = None
+        if work is _WAKE:
+            self.work_queue.task_done()
+            work = None
+        if work is not None:
+            self.idle = False
+            return work
+        if self._is_dying():
+            raise _thread._Stopping()
+
+
+def _stop_worker(self):
+    self.should_stop = True
+    self.work_queue.put(_WAKE)
 
 
 class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
@@ -87,8 +160,7 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
     stop_requested: threading.Event | None = None
 
     def setUp(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            "oslo_messaging._drivers.impl_fake.time", _PollClock))
+        self._sleep_until_woken()
         # NOTE: Nova's ServiceFixture leaves heartbeats as they are: every service beats
         # each report_interval (10 s) and reads down service_down_time (60 s) after its
         # last beat, so a stopped compute would read up for a minute. Set before the
@@ -103,6 +175,19 @@ class ServedCloud(integrated_helpers.ProviderUsageBaseTestCase):
         self.flags(instances=-1, cores=-1, ram=-1, server_groups=-1,
                    server_group_members=-1, group="quota")
         super().setUp()
+
+    def _sleep_until_woken(self):
+        from oslo_messaging._drivers import impl_fake
+
+        for target, value in (
+                ("oslo_messaging._drivers.impl_fake.time", _ListenerClock),
+                ("oslo_messaging._drivers.impl_fake.FakeExchange.deliver_message",
+                 _delivered(impl_fake.FakeExchange.deliver_message)),
+                ("oslo_messaging._drivers.impl_fake.FakeListener.stop",
+                 _stopped(impl_fake.FakeListener.stop)),
+                ("futurist._thread.ThreadWorker._wait_for_work", _wait_for_work),
+                ("futurist._thread.ThreadWorker.stop", _stop_worker)):
+            self.useFixture(fixtures.MonkeyPatch(target, value))
 
     def test_serve(self):
         self._quiet_logs()
