@@ -10,8 +10,9 @@ a whole external suite are ``slow`` too, and so are the flow tests' runs under
 TaskFlow's stock engine. The openstack tests carry one ``xdist_group``, so that
 ``--dist loadgroup`` runs them all on one worker, beside one Nova harness.
 ``network`` tests are skipped unless FLEETFLOW_NETWORK_TESTS=1 or ``-m`` names them;
-``exclusive`` tests (they restart a shared server) are skipped in a parallel run,
-which runs them after it with ``pytest -m exclusive`` (README, "Development loop").
+``exclusive`` tests (they restart a shared server) are skipped in a parallel run that
+selects tests using those servers; CI runs them beside the openstack layer, which uses
+none (README, "Development loop").
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ SLOW_LAYERS = {"integration", "reliability", "conformance", "openstack", "consol
 #: each xdist worker that runs an openstack test starts a Nova harness of its own, which
 #: uses most of a core while Nova works; one is enough for the layer.
 GROUPED_LAYERS = {"openstack"}
+#: The layer whose tests use no shared server (PostgreSQL, Redis, RabbitMQ): the
+#: ``exclusive`` tests, which restart those servers, may run beside it.
+SERVERLESS_LAYER = "openstack"
 #: The engine parameter of the flow tests (tests/unit/flows/conftest.py): their runs
 #: under TaskFlow's stock engine are slow; fleetflow's engine covers them in the fast loop.
 STOCK_ENGINE_RUN = ("fleetflow_engine", "parallel")
@@ -54,13 +58,12 @@ def _switched_on(variable: str) -> bool:
     return os.environ.get(variable, "") not in ("", "0", "false")
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its layer (and ``slow``), before ``-m`` selects."""
+    """Mark each test with its layer (and ``slow``) before ``-m`` selects; then, among
+    the tests selected, keep the ``exclusive`` ones apart."""
     asked = config.getoption("markexpr", "") or ""
     network = _switched_on("FLEETFLOW_NETWORK_TESTS") or "network" in asked
-    # Under pytest-xdist with more than one worker another test runs beside each one.
-    parallel = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
     for item in items:
         try:
             layer = item.path.resolve().relative_to(TESTS).parts[0]
@@ -79,9 +82,31 @@ def pytest_collection_modifyitems(config, items):
         if not network and item.get_closest_marker("network"):
             item.add_marker(pytest.mark.skip(
                 reason="needs the network: FLEETFLOW_NETWORK_TESTS=1 or -m network"))
-        if parallel and item.get_closest_marker("exclusive"):
+        if item.get_closest_marker("exclusive"):
+            item.add_marker(pytest.mark.xdist_group("exclusive"))
+    yield
+    _skip_exclusive_beside_servers(items)
+
+
+def _skip_exclusive_beside_servers(items) -> None:
+    """Skip the ``exclusive`` tests in a parallel run that shares their servers.
+
+    They restart a server the other tests use; beside them run, on other workers, only
+    the tests of layers that use none of the shared servers (the openstack layer: Nova's
+    harness and an embedded fleetflow). Their own ``xdist_group`` keeps them one after
+    the other on one worker.
+    """
+    # Under pytest-xdist with more than one worker other tests run beside each one.
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
+        return
+    if all(item.get_closest_marker("exclusive") or item.get_closest_marker(SERVERLESS_LAYER)
+           for item in items):
+        return
+    for item in items:
+        if item.get_closest_marker("exclusive"):
             item.add_marker(pytest.mark.skip(
-                reason="restarts a shared server, so it runs alone: pytest -m exclusive"))
+                reason="restarts a shared server, so it runs apart: "
+                       "pytest -n 2 --dist loadgroup -m 'exclusive or openstack'"))
 
 
 
