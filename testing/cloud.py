@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from concurrent import futures
 
 from taskflow import exceptions as tf_exc
 
@@ -152,13 +153,15 @@ class FakeCloud:
             raise ValueError("resume needs the outcome of the run, or a job with a flow_id")
         detail = self._detail(flow_id)
         store = {} if fence is None else {keys.FENCE: fence}
-        options = {"store": store, "workers": workers, "engine": engine or self.engine}
+        engine = engine or self.engine
+        pool = self._stock_pool(engine, workers)
+        options = {"store": store, "workers": workers, "engine": engine, **pool}
         flow = self._flows.get(flow_id)
         if flow is None:
             loaded = engines.load_from_detail(detail, self.backend, self.conf, **options)
         else:
             loaded = engines.make_engine(flow, detail, self.backend, self.conf, **options)
-        return self._finish(loaded, flow_id)
+        return self._finish(loaded, flow_id, **pool)
 
     def _save(self, flow, flow_id: str | None, factory: tuple[str, dict] | None = None):
         """A new flow detail of ``flow`` in the cloud's logbook (its factory's, if any)."""
@@ -187,16 +190,36 @@ class FakeCloud:
         store = dict(store or {})
         if fence is not None:
             store[keys.FENCE] = fence
+        engine = engine or self.engine
+        pool = self._stock_pool(engine, workers)
         loaded = engines.make_engine(flow, detail, self.backend, self.conf, store=store,
-                                     workers=workers, engine=engine or self.engine)
-        return self._finish(loaded, detail.uuid)
+                                     workers=workers, engine=engine, **pool)
+        return self._finish(loaded, detail.uuid, **pool)
 
-    def _finish(self, loaded, flow_id: str) -> Outcome:
+    def _stock_pool(self, engine: str | None, workers: int) -> dict:
+        """``{"executor": pool}`` for a run on TaskFlow's stock parallel engine, else ``{}``.
+
+        The stock engine's own pool (futurist's) wakes each idle thread once a second to
+        see whether it should stop, and the engine waits for every thread as a run ends:
+        about a second a run, longer than a small flow takes. The engine is the same
+        with the standard library's pool, whose idle threads stop as soon as they are
+        told; :meth:`_finish` shuts it down.
+        """
+        from fleetflow.engine import engines
+
+        if engines.engine_name(engine, self.conf) != engines.STOCK_ENGINE:
+            return {}
+        return {"executor": futures.ThreadPoolExecutor(max_workers=workers,
+                                                       thread_name_prefix="stock-engine")}
+
+    def _finish(self, loaded, flow_id: str, executor=None) -> Outcome:
         """Run a loaded engine; its outcome, or what it raised that no atom's failure was."""
         from fleetflow.common import crash_points
         from fleetflow.flows.tasks import base
 
         with contextlib.ExitStack() as stack:
+            if executor is not None:
+                stack.callback(executor.shutdown, wait=True)
             if crash_points.CRASH_ENV in os.environ:
                 # As a conductor does: the after-checkpoint points fire too.
                 stack.enter_context(base.CrashPointListener(loaded))
