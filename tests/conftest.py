@@ -85,10 +85,10 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("exclusive"):
             item.add_marker(pytest.mark.xdist_group("exclusive"))
     yield
-    _skip_exclusive_beside_servers(items)
+    _skip_exclusive_beside_servers(config, items)
 
 
-def _skip_exclusive_beside_servers(items) -> None:
+def _skip_exclusive_beside_servers(config, items) -> None:
     """Skip the ``exclusive`` tests in a parallel run that shares their servers.
 
     They restart a server the other tests use; beside them run, on other workers, only
@@ -99,8 +99,11 @@ def _skip_exclusive_beside_servers(items) -> None:
     # Under pytest-xdist with more than one worker other tests run beside each one.
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
         return
-    if all(item.get_closest_marker("exclusive") or item.get_closest_marker(SERVERLESS_LAYER)
-           for item in items):
+    # Only ``--dist loadgroup`` keeps the group on one worker: under any other mode two
+    # restarts could run at once (pytest-xdist tells its workers as ``option.loadgroup``).
+    if getattr(config.option, "loadgroup", False) and all(
+            item.get_closest_marker("exclusive") or item.get_closest_marker(SERVERLESS_LAYER)
+            for item in items):
         return
     for item in items:
         if item.get_closest_marker("exclusive"):
