@@ -27,15 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from openstack import Nova, start_harness, stop, wait  # noqa: E402  (bench/openstack.py)
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU of ``pid`` (every thread) so far, in seconds."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+from reservation import cpu_seconds  # noqa: E402  (bench/reservation.py)
 
 
 def cycle(nova: Nova, pid: int, count: int, flavor: str) -> tuple[float, float]:
