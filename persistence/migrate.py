@@ -7,6 +7,7 @@ can add migrations without serialising on one chain; ``heads`` upgrades all.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import sqlalchemy as sa
@@ -38,8 +39,16 @@ def current_heads(engine: sa.Engine) -> set[str]:
         return set(MigrationContext.configure(connection).get_current_heads())
 
 
+@functools.cache
+def history() -> ScriptDirectory:
+    """The migration history, read once a process: alembic compiles every migration
+    file to build it (the largest part of a conductor's start-up), and the files are
+    the installed package's own."""
+    return ScriptDirectory.from_config(alembic_config())
+
+
 def script_heads() -> set[str]:
-    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
+    return set(history().get_heads())
 
 
 def is_current(engine: sa.Engine) -> bool:
@@ -49,7 +58,7 @@ def is_current(engine: sa.Engine) -> bool:
     version table (only the dependent revision is stored), so compare the
     applied revisions and their ancestors, not the stored rows, with the heads.
     """
-    script = ScriptDirectory.from_config(alembic_config())
+    script = history()
     applied = {rev.revision
                for rev in script.iterate_revisions(tuple(current_heads(engine)), "base")}
     return script_heads() <= applied
