@@ -12,6 +12,7 @@ point name raises :class:`UnsupportedTaskFlow`.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import re
@@ -28,8 +29,12 @@ class UnsupportedTaskFlow(RuntimeError):
     """The installed TaskFlow is not the series the fleetflow engine is tested on."""
 
 
+@functools.cache
 def installed_version() -> str | None:
-    """The installed TaskFlow's version string, or None when it cannot be read."""
+    """The installed TaskFlow's version string, or None when it cannot be read.
+
+    Read once a process: every engine load asks, and reading it walks the
+    installed distributions."""
     try:
         return importlib.metadata.version("taskflow")
     except importlib.metadata.PackageNotFoundError:

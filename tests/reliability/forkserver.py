@@ -15,6 +15,7 @@ its stdout: ``{"op": "spawn", "args", "env", "log"} -> {"pid"}`` and
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -61,8 +62,14 @@ def serve() -> None:
     # alembic reads by compiling every migration file: once here (40% of a
     # conductor's start-up when each child read it).
     from fleetflow.persistence import migrate
+    from fleetflow.plugin import compat
 
     migrate.script_heads()
+    compat.installed_version()  # which each engine load checks
+    # What the warm-ups made, frozen too (the callers froze what they imported): a
+    # child's first collection then neither walks it nor copies its pages.
+    gc.collect()
+    gc.freeze()
     if threading.active_count() != 1:
         print(f"forkserver: {threading.active_count()} threads before fork", file=sys.stderr)
     codes: dict[int, int] = {}
