@@ -1,8 +1,8 @@
 """schemathesis, every check, against the app on a small simulated cloud.
 
 Each operation of ``/openapi.json`` gets a bounded number of generated
-requests (valid and invalid ones), sent as a tenant member and as an
-administrator; every response must be what the document says: a documented
+requests (valid and invalid ones), sent as an administrator, and each project
+operation the same as a tenant member; every response must be what the document says: a documented
 status, a body matching its schema, the documented content type and headers,
 no 5xx, invalid input refused, valid input accepted.
 
@@ -138,6 +138,11 @@ MEMBER_CONFIG = f"""
 [parameters]
 "path.tenant_id" = "{MEMBER_PROJECT}"
 """
+# The operators' routes and Placement refuse a member (403) before they read anything
+# of the request, whatever it holds: fuzzing those 68 operations as a member took 40%
+# of the member's run for the same refusal each time. The policy tests check the
+# refusals.
+MEMBER_SKIPS = ["--exclude-path-regex", r"^/(placement|v2/admin)(/|$)"]
 
 
 def run_schemathesis(url: str, identity: str, tmp_path) -> subprocess.CompletedProcess:
@@ -149,7 +154,8 @@ def run_schemathesis(url: str, identity: str, tmp_path) -> subprocess.CompletedP
                "run", f"{url}/openapi.json", "--checks", "all",
                "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic",
                "--workers", "1",
-               "--request-timeout", "30", "--no-color", *headers]
+               "--request-timeout", "30", "--no-color", *headers,
+               *(MEMBER_SKIPS if identity == "member" else [])]
     return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path,
                           timeout=900, check=False)
 
