@@ -7,8 +7,8 @@ FLEETFLOW_REQUIRE_SERVICES=1 (what .ci/run sets) a missing server fails them.
 Every test is marked with its layer, the directory it is in (``unit``,
 ``functional``, ...); the layers whose every test starts servers, conductors or
 a whole external suite are ``slow`` too, and so are the flow tests' runs under
-TaskFlow's stock engine. The openstack tests carry one ``xdist_group``, so that
-``--dist loadgroup`` runs them all on one worker, beside one Nova harness.
+TaskFlow's stock engine. The openstack tests are in two ``xdist_group`` s, so that
+``--dist loadgroup`` runs each on one worker, beside one Nova harness.
 ``network`` tests are skipped unless FLEETFLOW_NETWORK_TESTS=1 or ``-m`` names them;
 ``exclusive`` tests (they restart a shared server) are skipped in a parallel run that
 selects tests using those servers; CI runs them beside the openstack layer, which uses
@@ -42,10 +42,13 @@ LAYERS = ("unit", "functional", "integration", "reliability", "conformance", "op
 #: Layers whose every test is slow: real servers, killed conductors, OpenStack's suite, a real
 #: Nova, a browser.
 SLOW_LAYERS = {"integration", "reliability", "conformance", "openstack", "console"}
-#: Layers whose tests run one after the other on one xdist worker (``--dist loadgroup``):
-#: each xdist worker that runs an openstack test starts a Nova harness of its own, which
-#: uses most of a core while Nova works; one is enough for the layer.
+#: Layers whose tests run in xdist groups (``--dist loadgroup``): each xdist worker that
+#: runs an openstack test starts a Nova harness of its own, which uses most of a core
+#: while Nova works. One harness ran the whole layer on one core; the layer is in two
+#: groups of about the same work, so two workers (and two harnesses) share it.
 GROUPED_LAYERS = {"openstack"}
+#: The modules of a grouped layer that make its second group (the others: the first).
+SECOND_GROUP = {"openstack": ("test_evacuations.py", "test_recovery.py")}
 #: The layer whose tests use no shared server (PostgreSQL, Redis, RabbitMQ): the
 #: ``exclusive`` tests, which restart those servers, may run beside it.
 SERVERLESS_LAYER = "openstack"
@@ -74,7 +77,8 @@ def pytest_collection_modifyitems(config, items):
             if layer in SLOW_LAYERS:
                 item.add_marker("slow")
             if layer in GROUPED_LAYERS:
-                item.add_marker(pytest.mark.xdist_group(layer))
+                second = item.path.name in SECOND_GROUP.get(layer, ())
+                item.add_marker(pytest.mark.xdist_group(f"{layer}-2" if second else layer))
         callspec = getattr(item, "callspec", None)
         if callspec is not None \
                 and callspec.params.get(STOCK_ENGINE_RUN[0]) == STOCK_ENGINE_RUN[1]:
@@ -109,7 +113,7 @@ def _skip_exclusive_beside_servers(config, items) -> None:
         if item.get_closest_marker("exclusive"):
             item.add_marker(pytest.mark.skip(
                 reason="restarts a shared server, so it runs apart: "
-                       "pytest -n 2 --dist loadgroup -m 'exclusive or openstack'"))
+                       "pytest -n 3 --dist loadgroup -m 'exclusive or openstack'"))
 
 
 
