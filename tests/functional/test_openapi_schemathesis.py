@@ -2,9 +2,9 @@
 
 Each operation of ``/openapi.json`` gets a bounded number of generated
 requests (valid and invalid ones), sent as an administrator, and each project
-operation the same as a tenant member; every response must be what the document says: a documented
-status, a body matching its schema, the documented content type and headers,
-no 5xx, invalid input refused, valid input accepted.
+operation the same as a tenant member; every response must be what the
+document says: a documented status, a body matching its schema, the documented
+content type and headers, no 5xx, invalid input refused, valid input accepted.
 
 Nothing runs flows: the API posts its jobs to a recorder, so a reservation or
 a vcluster stays as the API left it. The cloud is built once for the module
@@ -140,8 +140,8 @@ MEMBER_CONFIG = f"""
 """
 # The operators' routes and Placement refuse a member (403) before they read anything
 # of the request, whatever it holds: fuzzing those 68 operations as a member took 40%
-# of the member's run for the same refusal each time. The policy tests check the
-# refusals.
+# of the member's run for the same refusal each time. test_api_permissions.py checks
+# that every one of them refuses a member.
 MEMBER_SKIPS = ["--exclude-path-regex", r"^/(placement|v2/admin)(/|$)"]
 
 
