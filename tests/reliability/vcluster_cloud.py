@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import importlib
 import os
 import subprocess
@@ -361,15 +360,12 @@ def attachments(view: dict) -> dict[str, str]:
 
 def serve_forks() -> None:
     """The fork server's main: provision_cloud's, with the vcluster flows' modules
-    loaded too and everything loaded frozen before the first fork (as
-    evacuation_cloud does: the children's collections skip the inherited heap)."""
+    loaded too (the fork server freezes them with the rest before its first fork)."""
     import forkserver
 
     for name in (*forkserver.PRELOAD, *provision_cloud.EXTRA_PRELOAD, *EXTRA_PRELOAD):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    gc.collect()
-    gc.freeze()
     provision_cloud.serve_forks()
 
 
