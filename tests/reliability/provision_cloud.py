@@ -416,7 +416,37 @@ def serve_forks() -> None:
         from stevedore import _cache
 
         _cache.get_group_all("oslo.messaging.drivers")
+    if os.environ.get("FLEETFLOW_DATABASE_CONNECTION"):
+        warm_start_up_queries(os.environ["FLEETFLOW_DATABASE_CONNECTION"])
     forkserver.serve()
+
+
+def warm_start_up_queries(url: str) -> None:
+    """Run, once, the statements every conductor runs as it starts, on the cloud's database.
+
+    SQLAlchemy builds what a statement needs (its ORM compile state, the
+    dialect's first-use set-up) the first time a process runs it, and each
+    conductor forked cold paid that for its start-up reads: ~20 ms of its
+    ~90 ms. What is built here is inherited by every child. Only reads and
+    an update of no row; the engine is disposed before the first fork.
+    """
+    from fleetflow.compute import agent
+    from fleetflow.persistence import evacuations, migrate
+    from fleetflow.persistence.db import Database
+    from fleetflow.persistence.models import Host
+
+    database = Database(url)
+    try:
+        names = list(agent.load_inventories(database))
+        agent.load_storage(database, names)
+        migrate.is_current(database.engine)
+        with database.session() as session:
+            evacuations.hosts_with_stale_copies(session)
+            evacuations.lock_hosts(session, [])
+            session.execute(sa.update(Host).where(Host.name.in_([]))
+                            .values(compute_agent=None))
+    finally:
+        database.dispose()
 
 
 class PreloadingForkServer(ForkServer):
