@@ -279,8 +279,23 @@ class Reconciler(Periodic):
             from fleetflow.engine.jobboard.boards import make_jobboard
 
             self._board = make_jobboard(self._conf, self._persistence)
-        return reconcile(self._board, self._persistence, self._database, self._conf,
-                         self._memory, owner=self.name)
+        try:
+            return reconcile(self._board, self._persistence, self._database, self._conf,
+                             self._memory, owner=self.name)
+        except Exception:
+            self._give_up_lease()
+            raise
+
+    def _give_up_lease(self) -> None:
+        # A pass that failed here may work elsewhere: a board client of this
+        # process's that stays broken must not keep the lease, renewed every
+        # interval, while no pass ever reaches the board. The next pass here
+        # builds its board afresh.
+        board, self._board = self._board, None
+        with contextlib.suppress(Exception):
+            board.close()
+        with contextlib.suppress(Exception), self._database.session() as session:
+            intents.release_lease(session, self._conf.jobboard.board_name, self.name)
 
     def tick(self, woken: bool) -> None:
         counts = self.run_once()

@@ -138,9 +138,10 @@ def _wait_final(procs, locations: list[str], timeout: float = 900.0) -> list[dic
         time.sleep(0.5)
 
 
-def _wait_jobs(env, flow_ids: set[str], timeout: float = 120.0) -> float:
+def _wait_jobs(procs, flow_ids: set[str], timeout: float = 120.0) -> float:
     """When every flow of ``flow_ids`` has a job on the board again (monotonic)."""
-    board = _board(env)
+    board = _board(procs.env)
+    names: set[str] = set()
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -148,7 +149,9 @@ def _wait_jobs(env, flow_ids: set[str], timeout: float = 120.0) -> float:
                 names = {job.name for job in board.iterjobs(ensure_fresh=True)}
                 if flow_ids <= names:
                     return time.monotonic()
-            assert time.monotonic() < deadline, "the lost jobs were never posted again"
+            assert time.monotonic() < deadline, (
+                "the lost jobs were never posted again", sorted(flow_ids - names),
+                {name: procs.log(name) for name in procs.procs})
             time.sleep(0.05)
     finally:
         board.close()
@@ -200,7 +203,7 @@ def test_redis_restarted_empty_while_a_300_instance_reservation_runs(make_cloud)
     with redis_down() as back:
         time.sleep(2.0)  # down for a while: the keep-alive meets errors first
     assert _get(location)["progress"]["active"] < 300, "finished before Redis came back"
-    reposted_at = _wait_jobs(procs.env, {flow_id})
+    reposted_at = _wait_jobs(procs, {flow_id})
     [body] = _wait_final(procs, [location])
     done = time.monotonic() - back["at"]
     _check_clean(procs, [body])
@@ -217,7 +220,7 @@ def test_redis_restarted_empty_while_reservations_wait_on_the_board(make_cloud):
         procs.procs[name].wait(60)
     posted = [_reserve(procs, 3) for _ in range(10)]
     flow_ids = {flow_id for _, flow_id in posted}
-    _wait_jobs(procs.env, flow_ids)
+    _wait_jobs(procs, flow_ids)
     with redis_down() as back:
         pass
     board = _board(procs.env)
@@ -226,7 +229,7 @@ def test_redis_restarted_empty_while_reservations_wait_on_the_board(make_cloud):
     finally:
         board.close()
     procs.start("c3", "conductor", "--name", "c3")
-    reposted_at = _wait_jobs(procs.env, flow_ids)
+    reposted_at = _wait_jobs(procs, flow_ids)
     bodies = _wait_final(procs, [location for location, _ in posted])
     done = time.monotonic() - back["at"]
     _check_clean(procs, bodies)
@@ -242,7 +245,7 @@ def test_a_post_while_redis_is_down_answers_202_and_completes_once_it_is_back(ma
         answered = time.monotonic() - started
         time.sleep(2.0)
         assert _get(location)["status"] == "PENDING"
-    reposted_at = _wait_jobs(procs.env, {flow_id})
+    reposted_at = _wait_jobs(procs, {flow_id})
     [body] = _wait_final(procs, [location])
     done = time.monotonic() - back["at"]
     _check_clean(procs, [body])

@@ -17,6 +17,7 @@ from fleetflow.engine import reconcile as reconcile_mod
 from fleetflow.engine import submit as submit_mod
 from fleetflow.engine.conductor.pool import ConductorPool
 from fleetflow.engine.conductor.worker import make_conductor
+from fleetflow.persistence import intents
 from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.jobs import Job as JobRow
 from fleetflow.persistence.logbook import backend as logbook_backend
@@ -232,6 +233,33 @@ def test_one_reconciler_per_board_does_the_pass(engine_conf, database, sql_backe
         first.stop()
         second.stop()
 
+
+
+def test_a_reconciler_whose_board_fails_hands_the_pass_to_another(engine_conf, database,
+                                                                   sql_backend):
+    first = reconcile_mod.Reconciler(engine_conf, sql_backend, database, name="one")
+    second = reconcile_mod.Reconciler(engine_conf, sql_backend, database, name="two")
+    try:
+        assert first.run_once() is not None
+        broken = first._board
+
+        def unreachable(*args, **kwargs):
+            raise ConnectionError("board unreachable from this process")
+
+        broken.iterjobs = unreachable
+        with pytest.raises(ConnectionError):
+            first.run_once()
+        # Without the failed holder's lease the other process's pass runs at once.
+        assert second.run_once() is not None
+        assert first.run_once() is None
+        with database.session() as session:
+            intents.release_lease(session, engine_conf.jobboard.board_name, second.name)
+        # Back with the lease, the first builds its board afresh.
+        assert first.run_once() is not None
+        assert first._board is not broken
+    finally:
+        first.stop()
+        second.stop()
 
 def test_the_unfinished_flows_query_uses_the_state_index(database):
     from fleetflow.persistence.logbook.models import FLOWDETAILS
