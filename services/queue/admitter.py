@@ -6,8 +6,9 @@ serve``) runs one. It looks at the capacity stamp every
 ``persistence.queue.Stamp``) and runs a pass when the stamp says capacity may
 have been freed — a delete, a revert, an evacuation's source released, a host
 back ``up``, new inventory — or a request was queued, and every
-``[queue] interval`` seconds as a safety net. Nothing runs while the queue is
-empty. Of all the processes, the holder of the admission lease (a row of
+``[queue] interval`` seconds as a safety net. While the queue is empty it
+reads only how many requests wait (an indexed count), and runs nothing. Of all
+the processes, the holder of the admission lease (a row of
 ``reconcile_leases``, keyed by the board) makes the passes: one at a time, so
 two passes never hand out the same free capacity; a holder that dies loses the
 lease when it lapses.
@@ -27,7 +28,7 @@ LOG = logging.getLogger(__name__)
 
 
 # While nothing waits, the stamp is looked at this often (seconds) rather than every
-# [queue] poll_interval: an idle process then costs a query a second, not twenty. A
+# [queue] poll_interval: an idle process then costs a count a second, not twenty. A
 # request queued meanwhile waits at most this long for the first look (it was queued
 # because it did not fit, so nothing it needs is free yet anyway).
 IDLE_POLL = 1.0
@@ -49,6 +50,7 @@ class Admitter(Periodic):
         self.ops = ops
         self.pass_interval = float(conf.queue.interval)
         self._last: queue_rows.Stamp | None = None
+        self._idle = False  # the last look found nothing waiting
         self._last_pass = 0.0
         self.memo = admission.Memo()
 
@@ -85,19 +87,23 @@ class Admitter(Periodic):
     def due(self) -> bool:
         """Whether a pass is due now: capacity may have been freed, or the interval passed."""
         with self.database.read_session() as session:
+            if self._idle and not queue_rows.waiting_count(session):
+                # Nothing waits: one indexed count, not the stamp's sums over every
+                # allocation and provider, which every idle process would read each second.
+                return False
             now_stamp = queue_rows.stamp(session)
         if not now_stamp.waiting:
-            self._last = now_stamp
+            self._last, self._idle = now_stamp, True
             return False
-        due = (now_stamp.frees_capacity_since(self._last)
+        # A request queued while idle is due at once (the stamp from before the idle
+        # looks is stale; a new entry moved the largest seq in any case).
+        due = (self._idle or now_stamp.frees_capacity_since(self._last)
                or time.monotonic() - self._last_pass >= self.pass_interval)
-        self._last = now_stamp
+        self._last, self._idle = now_stamp, False
         return due
 
     def wait_seconds(self) -> float:
-        if self._last is None or self._last.waiting:  # not looked yet, or requests wait
-            return self.interval
-        return max(self.interval, IDLE_POLL)
+        return max(self.interval, IDLE_POLL) if self._idle else self.interval
 
     def tick(self, woken: bool) -> None:
         if self.due() or woken:

@@ -232,6 +232,25 @@ def _admit_again(cloud, ops, rid) -> bool:
         return ops.admit(session, rid)
 
 
+
+def test_an_idle_admitter_reads_only_the_waiting_count(cloud, ops, monkeypatch):
+    from fleetflow.persistence import queue as queue_rows
+    from fleetflow.services.queue.admitter import IDLE_POLL, Admitter
+
+    stamps = []
+    real_stamp = queue_rows.stamp
+    monkeypatch.setattr(queue_rows, "stamp", lambda session: stamps.append(1) or real_stamp(
+        session))
+    admitter = Admitter(cloud.conf, cloud.database, ops, "test")
+    assert not admitter.due() and len(stamps) == 1  # the first look reads the stamp
+    _fill(cloud, count=5)
+    for _ in range(3):
+        assert not admitter.due()
+    assert len(stamps) == 1 and admitter.wait_seconds() >= IDLE_POLL
+    _queue(ops, 2)
+    assert admitter.due() and len(stamps) == 2  # a request queued: due at once
+    assert admitter.wait_seconds() == admitter.interval
+
 def test_the_admitter_runs_a_pass_when_capacity_is_freed_not_when_claimed(cloud, ops):
     from fleetflow.services.queue.admitter import Admitter
 
