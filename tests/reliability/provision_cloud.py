@@ -417,26 +417,32 @@ def serve_forks() -> None:
 
         _cache.get_group_all("oslo.messaging.drivers")
     if os.environ.get("FLEETFLOW_DATABASE_CONNECTION"):
-        warm_start_up_queries(os.environ["FLEETFLOW_DATABASE_CONNECTION"])
+        warm_start_up_queries()
     forkserver.serve()
 
 
-def warm_start_up_queries(url: str) -> None:
+def warm_start_up_queries() -> None:
     """Run, once, the statements every conductor runs as it starts, on the cloud's database.
 
     SQLAlchemy builds what a statement needs (its ORM compile state, the
-    dialect's first-use set-up) the first time a process runs it, and each
-    conductor forked cold paid that for its start-up reads: ~20 ms of its
-    ~90 ms. What is built here is inherited by every child. Reads, and one
-    host's route written back as it was; the engine is disposed before the
-    first fork.
+    dialect's first-use set-up, the compiled SQL) the first time a process
+    runs it, and each conductor forked cold paid that for its start-up reads:
+    ~20 ms of its ~90 ms. What is built here is inherited by every child: the
+    process's Database for the cloud's URL (``get_database``) stays
+    registered, its pool emptied before the first fork, so a child's
+    ``get_database`` returns this engine, with its compiled statements, and
+    opens connections of its own. Reads, and one host's route written back
+    as it was.
     """
+    from fleetflow.common import config
     from fleetflow.compute import agent
+    from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.persistence import evacuations, migrate
-    from fleetflow.persistence.db import Database
+    from fleetflow.persistence.db import get_database
     from fleetflow.persistence.models import Host
 
-    database = Database(url)
+    conf = config.load(args=[])
+    database = get_database(conf)
     try:
         names = sorted(agent.load_inventories(database))
         agent.load_storage(database, names)
@@ -445,6 +451,11 @@ def warm_start_up_queries(url: str) -> None:
             evacuations.hosts_with_stale_copies(session)
             route = session.scalar(sa.select(Host.compute_agent).where(Host.name == names[0]))
         agent.write_routes(database, names[:1], route)
+        if conf.jobboard.backend == "sql":  # a conductor's first look for dead owners' jobs
+            board = make_jobboard(conf)
+            for job in board.iterjobs(ensure_fresh=True):
+                board.find_owner(job)
+            board.close()
     finally:
         database.dispose()
 
