@@ -349,11 +349,24 @@ def load_storage(database, hosts: Iterable[str]) -> tuple[dict[str, dict], dict[
 
 
 def write_routes(database, hosts: list[str], server_name: str | None) -> None:
-    """Point ``hosts.compute_agent`` of ``hosts`` at ``server_name`` (None: own name)."""
+    """Point ``hosts.compute_agent`` of ``hosts`` at ``server_name`` (None: own name).
+
+    Only the rows routed elsewhere are locked and written: an agent started
+    again with the routes it had (every conductor of an embedded cloud, each
+    serving the whole fleet under the machine's name) takes no write lock on
+    the fleet's host rows.
+    """
     hosts = sorted(set(hosts))
+    with database.read_session() as session:
+        elsewhere = [name for start in range(0, len(hosts), ROUTE_CHUNK)
+                     for name in session.scalars(sa.select(Host.name).where(
+                         Host.name.in_(hosts[start:start + ROUTE_CHUNK]),
+                         Host.compute_agent.is_distinct_from(server_name)))]
+    if not elsewhere:
+        return
     with database.session() as session:
-        for start in range(0, len(hosts), ROUTE_CHUNK):
-            chunk = evacuations.lock_hosts(session, hosts[start:start + ROUTE_CHUNK])
+        for start in range(0, len(elsewhere), ROUTE_CHUNK):
+            chunk = evacuations.lock_hosts(session, elsewhere[start:start + ROUTE_CHUNK])
             session.execute(sa.update(Host).where(Host.name.in_(chunk))
                             .values(compute_agent=server_name))
 

@@ -82,6 +82,30 @@ def test_fleet_agent_routes_every_host_to_one_server(rpc_db, fleet, api):
     assert api.ping("h2")["host"] == "h2"
 
 
+def test_routes_already_written_are_not_written_again(rpc_db, fleet):
+    statements = []
+    here = threading.get_ident()  # not the agent's heartbeats
+
+    def seen(conn, cursor, statement, *args):
+        if threading.get_ident() == here:
+            statements.append(" ".join(statement.split()[:2]).upper())
+
+    sa.event.listen(rpc_db.engine, "before_cursor_execute", seen)
+    try:
+        compute_agent.write_routes(rpc_db, ["h1", "h2", "h3"], fleet.agent_name)
+        assert statements == ["BEGIN", "SELECT HOSTS.NAME"]  # one look: no lock, no write
+        statements.clear()
+        compute_agent.write_routes(rpc_db, ["h1", "p1"], "elsewhere")
+        assert "BEGIN IMMEDIATE" in statements and "UPDATE HOSTS" in statements
+        with rpc_db.session() as session:
+            routes = dict(session.execute(sa.select(Host.name, Host.compute_agent)).all())
+        assert (routes["h1"], routes["p1"], routes["h2"]) == (
+            "elsewhere", "elsewhere", fleet.agent_name)
+    finally:
+        sa.event.remove(rpc_db.engine, "before_cursor_execute", seen)
+        compute_agent.write_routes(rpc_db, ["h1"], fleet.agent_name)
+        compute_agent.write_routes(rpc_db, ["p1"], None)
+
 def test_call_builds_once_and_lists(fleet, api):
     first = api.build_instance("h1", "i-1", SMALL, image="cirros")
     again = api.build_instance("h1", "i-1", SMALL, image="cirros")
