@@ -82,6 +82,9 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 _child(request, replies.fileno())
+            # A pid is reused once the kernel wraps around (32,768 here, within one
+            # CI run): an earlier child's code under it is not this child's.
+            codes.pop(pid, None)
             reply = {"pid": pid}
         else:
             reply = {"code": codes.get(request["pid"])}
