@@ -22,6 +22,7 @@ times the resolution of ``fleetflow reserve --watch``'s 1 s).
 
     python bench/reservation.py --n 100 1000 5000 --hosts 200
     python bench/reservation.py --n 1000 --hosts 100 --boot-seconds 2 --builds-per-host 10
+    python bench/reservation.py --n 1000 --hosts 2000 --idle 20   # then 20 s idle
 
 ``--distributed 3`` runs the same request on PostgreSQL, Redis's board and RabbitMQ's RPC
 with three ``fleetflow conductor`` processes, the hosts simulated by ``compute-agent``
@@ -147,7 +148,7 @@ def total_cpu(pids: list[int]) -> float | None:
 
 
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
-            conductors: int = 0) -> dict:
+            conductors: int = 0, idle: float = 0.0) -> dict:
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
             running(workdir, hosts, env_extra, conductors) as (url, pids):
         cpu0 = total_cpu(pids)
@@ -172,7 +173,17 @@ def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
                 "total_s": total, "progress": body["progress"],
                 "settled_s": settled_at(body) - wall0,
                 "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                "arrivals": build_arrivals(workdir, wall0)}
+                "arrivals": build_arrivals(workdir, wall0),
+                "idle_cpu_s": idle and idle_cpu(pids, idle)}
+
+
+def idle_cpu(pids: list[int], seconds: float) -> float | None:
+    """CPU the processes use over ``seconds`` with no request (after 2 s to let the run end)."""
+    time.sleep(2.0)
+    before = total_cpu(pids)
+    time.sleep(seconds)
+    after = total_cpu(pids)
+    return None if before is None or after is None else after - before
 
 
 def main() -> None:
@@ -193,6 +204,8 @@ def main() -> None:
                              "conductor processes (default 0: embedded)")
     parser.add_argument("--poll", type=float, default=0.1,
                         help="seconds between GETs of the reservation list")
+    parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                        help="then measure the CPU of the idle cloud over SECONDS")
     args = parser.parse_args()
     env = {"FLEETFLOW_COMPUTE_BOOT_SECONDS": str(args.boot_seconds),
            "FLEETFLOW_COMPUTE_MAX_CONCURRENT_BUILDS": str(args.builds_per_host)}
@@ -204,7 +217,7 @@ def main() -> None:
           f"{'ACTIVE in s':>12} {'recorded s':>11} {'server CPU s':>13} "
           f"{'builds reach hosts s':>21}")
     for n in args.n:
-        r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed)
+        r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed, args.idle)
         cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"
         arrivals = "-" if r["arrivals"] is None else "{:.2f}-{:.2f}".format(*r["arrivals"])
         print(f"{r['n']:>6} {r['hosts']:>6} {args.boot_seconds:>6} {r['status']:>8} "
@@ -213,6 +226,9 @@ def main() -> None:
               flush=True)
         if r["status"] != "ACTIVE":
             print(f"       progress: {r['progress']}")
+        if r["idle_cpu_s"] is not None and args.idle:
+            print(f"       idle: {r['idle_cpu_s']:.2f} s of CPU over {args.idle:.0f} s "
+                  f"({100 * r['idle_cpu_s'] / args.idle:.1f}% of a core)", flush=True)
 
 
 if __name__ == "__main__":
