@@ -144,12 +144,12 @@ def take_lease(session: orm.Session, board: str, owner: str, seconds: float) -> 
     return True
 
 
-
 def release_lease(session: orm.Session, board: str, owner: str) -> None:
     """End ``owner``'s lease of ``board`` now, so another process may take it at once."""
     session.execute(sa.update(ReconcileLease).where(
         ReconcileLease.board == board, ReconcileLease.owner == owner)
         .values(expires_at=utcnow()))
+
 
 # -- work that follows a commit ------------------------------------------------------
 

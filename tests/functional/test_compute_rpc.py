@@ -106,6 +106,7 @@ def test_routes_already_written_are_not_written_again(rpc_db, fleet):
         compute_agent.write_routes(rpc_db, ["h1"], fleet.agent_name)
         compute_agent.write_routes(rpc_db, ["p1"], None)
 
+
 def test_call_builds_once_and_lists(fleet, api):
     first = api.build_instance("h1", "i-1", SMALL, image="cirros")
     again = api.build_instance("h1", "i-1", SMALL, image="cirros")

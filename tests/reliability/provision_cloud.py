@@ -431,8 +431,9 @@ def warm_start_up_queries() -> None:
     process's Database for the cloud's URL (``get_database``) stays
     registered, its pool emptied before the first fork, so a child's
     ``get_database`` returns this engine, with its compiled statements, and
-    opens connections of its own. Reads, and one host's route written back
-    as it was.
+    opens connections of its own. Reads only: the route of one host is
+    looked up as a start writes it, and a start with the route unchanged
+    writes nothing.
     """
     from fleetflow.common import config
     from fleetflow.compute import agent
@@ -453,9 +454,11 @@ def warm_start_up_queries() -> None:
         agent.write_routes(database, names[:1], route)
         if conf.jobboard.backend == "sql":  # a conductor's first look for dead owners' jobs
             board = make_jobboard(conf)
-            for job in board.iterjobs(ensure_fresh=True):
-                board.find_owner(job)
-            board.close()
+            try:
+                for job in board.iterjobs(ensure_fresh=True):
+                    board.find_owner(job)
+            finally:
+                board.close()
     finally:
         database.dispose()
 

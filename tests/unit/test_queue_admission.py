@@ -232,7 +232,6 @@ def _admit_again(cloud, ops, rid) -> bool:
         return ops.admit(session, rid)
 
 
-
 def test_an_idle_admitter_reads_only_the_waiting_count(cloud, ops, monkeypatch):
     from fleetflow.persistence import queue as queue_rows
     from fleetflow.services.queue.admitter import IDLE_POLL, Admitter
@@ -250,6 +249,7 @@ def test_an_idle_admitter_reads_only_the_waiting_count(cloud, ops, monkeypatch):
     _queue(ops, 2)
     assert admitter.due() and len(stamps) == 2  # a request queued: due at once
     assert admitter.wait_seconds() == admitter.interval
+
 
 def test_the_admitter_runs_a_pass_when_capacity_is_freed_not_when_claimed(cloud, ops):
     from fleetflow.services.queue.admitter import Admitter

@@ -234,7 +234,6 @@ def test_one_reconciler_per_board_does_the_pass(engine_conf, database, sql_backe
         second.stop()
 
 
-
 def test_a_reconciler_whose_board_fails_hands_the_pass_to_another(engine_conf, database,
                                                                    sql_backend):
     first = reconcile_mod.Reconciler(engine_conf, sql_backend, database, name="one")
@@ -260,6 +259,7 @@ def test_a_reconciler_whose_board_fails_hands_the_pass_to_another(engine_conf, d
     finally:
         first.stop()
         second.stop()
+
 
 def test_the_unfinished_flows_query_uses_the_state_index(database):
     from fleetflow.persistence.logbook.models import FLOWDETAILS
