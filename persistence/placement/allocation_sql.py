@@ -43,8 +43,10 @@ CREATE_IF_ABSENT = {
 DROP_ALLOCATIONS = A.delete().where(
     A.c.consumer_uuid.in_(sa.bindparam("uuids", expanding=True)))
 # Every touched provider's generation, compare-and-swapped in one statement.
-SEEN_GENERATIONS = sa.tuple_(RP.c.uuid, RP.c.generation).in_(
-    sa.bindparam("seen", expanding=True))
+# The uuids alone too: SQLite searches a row-value list only by scanning every provider.
+SEEN_GENERATIONS = sa.and_(RP.c.uuid.in_(sa.bindparam("seen_uuids", expanding=True)),
+                           sa.tuple_(RP.c.uuid, RP.c.generation).in_(
+                               sa.bindparam("seen", expanding=True)))
 # A provider that only loses allocations keeps its generation, as in Placement, but
 # its row moves (updated_at, by the column's onupdate) so that cached snapshots of its
 # usage are read again; compare-and-swapped like a bump.
@@ -61,7 +63,10 @@ VIOLATION = (
         _INV.c.resource_provider_uuid == _MINE.c.resource_provider_uuid,
         _INV.c.resource_class == _MINE.c.resource_class)))
     .where(_MINE.c.resource_provider_uuid == RP.c.uuid,
-           _MINE.c.consumer_uuid.in_(sa.bindparam("consumers", expanding=True)),
+           # NOTE: "|| ''" keeps SQLite from driving this by the consumer index,
+           # which looks up every listed consumer for every provider: quadratic in a
+           # claim of many (10,000 consumers on 2,000 hosts: 8.5 s against 0.6 s).
+           _MINE.c.consumer_uuid.concat("").in_(sa.bindparam("consumers", expanding=True)),
            sa.or_(_INV.c.resource_provider_uuid.is_(None),
                   _MINE.c.used < _INV.c.min_unit, _MINE.c.used > _INV.c.max_unit,
                   _MINE.c.used % _INV.c.step_size != 0,

@@ -212,10 +212,11 @@ def _apply(conn, writes, consumers, held, claim: bool = False,
     moved = 0
     if gaining:
         moved += conn.execute(sql.BUMP_PROVIDERS_IF_THEY_FIT, {
-            "seen": gaining, "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
+            "seen": gaining, "seen_uuids": [uuid for uuid, _ in gaining],
+            "consumers": sorted(w.consumer_uuid for w in writes)}).rowcount
     if losing:
-        moved += conn.execute(sql.TOUCH_PROVIDERS.values(updated_at=_utcnow()),
-                              {"seen": losing}).rowcount
+        moved += conn.execute(sql.TOUCH_PROVIDERS.values(updated_at=_utcnow()), {
+            "seen": losing, "seen_uuids": [uuid for uuid, _ in losing]}).rowcount
     if moved != len(seen):
         # Refused allocations raise their exact error here; else a generation moved.
         _check_capacity(conn, writes, sorted(new_rps))
