@@ -24,8 +24,15 @@ AFTER_COMMIT = "after-commit"
 # intent are written and before they commit (services/queue/admission.py;
 # its atom name is ``queue-admission``).
 DURING_ADMISSION = "during-admission"
+# Inside a task that builds a group of instances (flows/provision/batch.py),
+# at the first member to get there: its claim held and recorded, its build not
+# sent; built, ACTIVE not written; a failed try's guest and claim undone, its
+# row still naming the host.
+MEMBER_CLAIMED = "member-claimed"
+MEMBER_BUILT = "member-built"
+MEMBER_UNDONE = "member-undone"
 CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT,
-                DURING_ADMISSION)
+                DURING_ADMISSION, MEMBER_CLAIMED, MEMBER_BUILT, MEMBER_UNDONE)
 
 
 def crash_targets(environ=None) -> set[tuple[str, str]]:

@@ -234,10 +234,15 @@ class ReservationOps:
         # a PENDING reservation without one, nor a job without its rows.
         reservation.flow_id = ids.new_uuid()
         instance_uuids = rows.instance_ids(session, reservation.id)
-        self.submit(PROVISION, {"reservation_id": reservation.id,
-                                "count": req["max_count"], "policy": req["policy"],
-                                "with_volumes": bool(req.get("volume_gb")),
-                                "max_reschedules": self.conf.scheduler.max_reschedules},
+        args = {"reservation_id": reservation.id, "count": req["max_count"],
+                "policy": req["policy"], "with_volumes": bool(req.get("volume_gb")),
+                "max_reschedules": self.conf.scheduler.max_reschedules}
+        per_atom = self.conf.conductor.instances_per_atom
+        if req["max_count"] > per_atom and not args["with_volumes"]:
+            # Only then: a small reservation's flow stays one a conductor of
+            # the release before could run.
+            args["batch"] = per_atom
+        self.submit(PROVISION, args,
                     store={keys.RESERVATION_ID: reservation.id,
                            keys.REQUEST_SPEC: spec,
                            keys.TENANT_ID: reservation.tenant_id,

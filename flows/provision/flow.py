@@ -11,6 +11,14 @@
       inst-0001 ...
     finish                     ACTIVE, PARTIAL (best-effort) or revert all
 
+With ``batch`` > 1 (and no data volumes), ``instances`` holds one task per
+group of that many instances instead, each claiming and booting its members
+and walking their hosts itself (flows/provision/batch.py)::
+
+    instances (unordered)
+      batch-0000               instances 0 to batch - 1
+      batch-0100 ...
+
 Atom names depend only on the arguments, so any conductor rebuilds the same
 flow and TaskFlow resumes it atom by atom.
 """
@@ -21,6 +29,7 @@ from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.common import states
 from fleetflow.flows import keys
+from fleetflow.flows.provision.batch import BuildInstances
 from fleetflow.flows.provision.lifecycle import FinishReservation, MarkReservationRevertedOnRevert
 from fleetflow.flows.provision.retry import HostCandidatesRetry
 from fleetflow.flows.provision.schedule import ScheduleInstances
@@ -59,15 +68,26 @@ def instance_chain(index: int, count: int, policy: str, with_volumes: bool,
     return chain
 
 
+def instance_batches(count: int, batch: int, policy: str,
+                     max_reschedules: int) -> list[BuildInstances]:
+    """One task a group of ``batch`` instances, named by its first instance."""
+    width = max(4, len(str(count - 1)))
+    return [BuildInstances(f"batch-{first:0{width}d}", first, min(count, first + batch),
+                           policy, max_reschedules)
+            for first in range(0, count, batch)]
+
+
 @flow_factory("provision", listeners=(ReservationStatusListener,))
 def provision_flow(reservation_id: str, count: int, policy: str = states.ALL_OR_NOTHING,
-                   with_volumes: bool = False,
-                   max_reschedules: int = MAX_RESCHEDULES) -> linear_flow.Flow:
+                   with_volumes: bool = False, max_reschedules: int = MAX_RESCHEDULES,
+                   batch: int = 1) -> linear_flow.Flow:
     """Schedule, claim, boot (and attach) ``count`` instances of one reservation.
 
     Each instance tries up to ``max_reschedules`` fresh hosts after its
     candidates (``[scheduler] max_reschedules``); it is a flow argument so that
     a conductor resuming the flow keeps the bound it was submitted with.
+    ``batch``: instances per task (``[conductor] instances_per_atom``); flows
+    submitted without it keep one chain an instance.
     """
     flow = linear_flow.Flow(f"provision-{reservation_id}")
     flow.add(MarkReservationRevertedOnRevert("reservation-lifecycle"),
@@ -75,7 +95,11 @@ def provision_flow(reservation_id: str, count: int, policy: str = states.ALL_OR_
     if policy == states.ALL_OR_NOTHING:
         flow.add(ClaimPrimaries("claim-primaries"))
     instances = unordered_flow.Flow("instances")
-    for index in range(count):
-        instances.add(instance_chain(index, count, policy, with_volumes, max_reschedules))
+    if batch > 1 and not with_volumes:
+        instances.add(*instance_batches(count, batch, policy, max_reschedules))
+    else:
+        for index in range(count):
+            instances.add(instance_chain(index, count, policy, with_volumes,
+                                         max_reschedules))
     flow.add(instances, FinishReservation("finish"))
     return flow

@@ -39,6 +39,15 @@ LOG = logging.getLogger(__name__)
 NO_HOST = None
 
 
+def record_no_host(instance_uuid: str, message: str) -> None:
+    """The reschedule's NO_VALID_HOST on the instance, unless a fault says more already."""
+    rt = runtime.get()
+    with rt.database.session() as session:
+        current = session.get(Instance, instance_uuid)
+        if current is not None and current.fault is None:
+            current.fault = rows.fault(NoValidHost.code, message, step="reschedule")
+
+
 class HostCandidatesRetry(FleetRetry):
     """Provides the host one instance's chain runs on; next candidate on each failure.
 
@@ -82,17 +91,10 @@ class HostCandidatesRetry(FleetRetry):
                 return host
             except NoValidHost as exc:
                 LOG.info("%s: nothing left to reschedule onto: %s", self.name, exc)
-                self._record_no_host(instance_uuids[self.index], exc.message)
+                record_no_host(instance_uuids[self.index], exc.message)
         if self.policy == states.BEST_EFFORT:
             return NO_HOST
         raise NoValidHost([], placed=0, min_count=1, index=self.index)
-
-    def _record_no_host(self, instance_uuid: str, message: str) -> None:
-        rt = runtime.get()
-        with rt.database.session() as session:
-            current = session.get(Instance, instance_uuid)
-            if current is not None and current.fault is None:
-                current.fault = rows.fault(NoValidHost.code, message, step="reschedule")
 
     def on_failure(self, history, placements: dict, **kwargs) -> str:
         tried = self._tried(history)

@@ -13,6 +13,7 @@ import logging
 import sqlalchemy as sa
 
 from fleetflow.common import states
+from fleetflow.common.crash_points import MEMBER_BUILT, maybe_crash
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
@@ -25,6 +26,55 @@ LOG = logging.getLogger(__name__)
 def note_build_failure(session, host: str) -> None:
     session.execute(sa.update(Host).where(Host.name == host).values(
         build_failures=Host.build_failures + 1, last_build_failure_at=utcnow()))
+
+
+def build_on(host: str, uuid: str, request_spec: dict, fence=None,
+             final: bool = True, crash_as: str | None = None) -> dict | None:
+    """Build ``uuid`` on ``host`` and wait for ACTIVE; returns the host's guest.
+
+    A failure is written on the instance row (code, message, step, host) and
+    counted against the host before it is raised. ``final``: the row says
+    ACTIVE afterwards (no attach follows). ``crash_as``: the group task whose
+    ``member-built`` crash point fires between the build and that write.
+    """
+    rt = runtime.get()
+    try:
+        guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
+                                        image=request_spec.get("image_id"), fence=fence)
+    except FleetflowError as exc:
+        with rt.database.session() as session:
+            rows.update_instance(session, uuid, fault=rows.fault(
+                exc.code, exc.message, step="boot", host=host))
+            note_build_failure(session, host)
+        raise
+    if crash_as:
+        maybe_crash(crash_as, MEMBER_BUILT)
+    values = {"host": host, "fault": None}
+    if final:
+        values.update(status=states.ACTIVE, task_state=None)
+    # Committed before returning, with whatever other boots end now.
+    rows.write_instance(rt.database, uuid, **values)
+    return guest
+
+
+def destroy_built(uuid: str, built: str | None = None, fence=None) -> None:
+    """Destroy the guest wherever a try may have built it: the instance row's
+    host, and ``built`` when that differs; the row says REVERTING first.
+
+    Idempotent, nothing when neither names a host.
+    """
+    rt = runtime.get()
+    with rt.database.session() as session:
+        instance = session.get(Instance, uuid)
+        hosts = {h for h in (instance.host if instance is not None else None, built) if h}
+        if not hosts:
+            return  # never claimed anywhere (or no host was left): nothing built
+        rows.update_instance(session, uuid, status=states.REVERTING,
+                             task_state=states.TASK_REVERTING)
+    # Whether or not the build finished, the world may hold a guest: a crash
+    # can come after the host built it and before anything was saved.
+    for host in sorted(hosts):
+        rt.compute.ensure_destroyed(host, uuid, fence=fence)
 
 
 class BootInstance(FleetTask):
@@ -51,37 +101,10 @@ class BootInstance(FleetTask):
                 request_spec: dict, fence=None) -> dict | None:
         if host is None:
             return None
-        rt = runtime.get()
-        uuid = instance_uuids[index]
-        try:
-            guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
-                                            image=request_spec.get("image_id"), fence=fence)
-        except FleetflowError as exc:
-            with rt.database.session() as session:
-                rows.update_instance(session, uuid, fault=rows.fault(
-                    exc.code, exc.message, step="boot", host=host))
-                note_build_failure(session, host)
-            raise
-        values = {"host": host, "fault": None}
-        if self.final:
-            values.update(status=states.ACTIVE, task_state=None)
-        # Committed before the task returns, with whatever other boots end now.
-        rows.write_instance(rt.database, uuid, **values)
+        guest = build_on(host, instance_uuids[index], request_spec, fence, final=self.final)
         return {"host": host, "state": guest.get("state") if guest else None}
 
     def revert(self, result, instance_uuids: list, index: int, fence=None,
                **kwargs) -> None:
-        rt = runtime.get()
-        uuid = instance_uuids[index]
         built = result.get("host") if isinstance(result, dict) else None
-        with rt.database.session() as session:
-            instance = session.get(Instance, uuid)
-            hosts = {h for h in (instance.host if instance is not None else None, built) if h}
-            if not hosts:
-                return  # never claimed anywhere (or no host was left): nothing built
-            rows.update_instance(session, uuid, status=states.REVERTING,
-                                 task_state=states.TASK_REVERTING)
-        # Whether or not execute finished, the world may hold a guest: a crash
-        # can come after the host built it and before the result was saved.
-        for host in sorted(hosts):
-            rt.compute.ensure_destroyed(host, uuid, fence=fence)
+        destroy_built(instance_uuids[index], built, fence)

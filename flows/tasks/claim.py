@@ -109,6 +109,65 @@ def _provider_of(host: str) -> str:
     return stable_uuid(host)
 
 
+def claim_on(instance_uuid: str, host: str, placements: dict, request_spec: dict,
+             tenant_id: str, fence=None, exactly: bool = False) -> None:
+    """Claim one instance's resources on ``host``, join its group, record the try.
+
+    ClaimRace when the host no longer fits, breaks the group rule or is
+    closed to builds; nothing of the try is left held then. ``exactly``:
+    the instance holds this allocation and no other afterwards (a try that
+    a crash cut off between its claim and its record may have left one on
+    another host; see flows/provision/batch.py).
+    """
+    rt = runtime.get()
+    group_id = (request_spec.get("group") or {}).get("id")
+    if group_id:
+        with rt.database.session() as session:
+            join_group(session, group_id, instance_uuid, host)
+    rp_uuid = placements["host_uuids"].get(host) or _provider_of(host)
+    wanted = allocation_for(request_spec, rp_uuid)
+    try:
+        if exactly:
+            rt.placement.claim_exactly(instance_uuid, wanted, project_id=tenant_id,
+                                       user_id=tenant_id, fence=fence)
+        else:
+            rt.placement.claim(instance_uuid, wanted, project_id=tenant_id,
+                               user_id=tenant_id, fence=fence)
+    except PlacementConflict as exc:
+        if group_id:
+            with rt.database.session() as session:
+                groups.leave(session, instance_uuid, group_id, host=host)
+        raise ClaimRace(f"{host}: {exc}", host=host) from exc
+    try:
+        with rt.database.session() as session:
+            refuse_closed_hosts(session, [host])
+            # NOTE: recorded once the claim holds, so a claim lost to another
+            # reservation leaves no host nor attempt the instance never
+            # reached. The boot follows at once: say "spawning" now rather
+            # than pay a second write for a claim that takes milliseconds.
+            rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
+                                task_state=states.TASK_SPAWNING)
+    except ClaimRace:
+        release(instance_uuid, host, group_id, fence)
+        raise
+
+
+def record_gave_up(instance_uuid: str) -> None:
+    """ERROR on no host: its candidates ran out (best-effort).
+
+    Every try was undone, so it is on no host; hosts_tried keeps the hosts it
+    was built on, for the operator, and an earlier fault stays the one shown.
+    """
+    rt = runtime.get()
+    with rt.database.session() as session:
+        current = session.get(Instance, instance_uuid)
+        fault = None
+        if current is not None and current.fault is None:
+            fault = rows.fault(NoValidHost.code, "no host left to try", step="claim")
+        rows.update_instance(session, instance_uuid, status=states.ERROR,
+                             task_state=None, host=None, **({"fault": fault} if fault else {}))
+
+
 class ClaimPrimaries(FleetTask):
     """All-or-nothing fast path: every primary claimed in one multi-consumer write.
 
@@ -186,49 +245,15 @@ class ClaimResources(FleetTask):
     def execute(self, instance_uuids: list, index: int, host: str | None, placements: dict,
                 primaries_claimed: list, request_spec: dict, tenant_id: str,
                 fence=None) -> dict | None:
-        rt = runtime.get()
         instance_uuid = instance_uuids[index]
         if host is None:
-            with rt.database.session() as session:
-                # Every try was undone, so it is on no host; hosts_tried keeps
-                # the hosts it was built on, for the operator.
-                current = session.get(Instance, instance_uuid)
-                fault = None
-                if current is not None and current.fault is None:
-                    fault = rows.fault(NoValidHost.code, "no host left to try", step="claim")
-                rows.update_instance(session, instance_uuid, status=states.ERROR,
-                                     task_state=None, host=None,
-                                     **({"fault": fault} if fault else {}))
+            record_gave_up(instance_uuid)
             return None
         primary = placements["hosts"].get(str(index), [None])[0]
         if host == primary and str(index) in primaries_claimed:
             # Claimed, and its attempt recorded, by claim-primaries.
             return {"host": host, "fast_path": True}
-        group_id = (request_spec.get("group") or {}).get("id")
-        if group_id:
-            with rt.database.session() as session:
-                join_group(session, group_id, instance_uuid, host)
-        rp_uuid = placements["host_uuids"].get(host) or _provider_of(host)
-        try:
-            rt.placement.claim(instance_uuid, allocation_for(request_spec, rp_uuid),
-                               project_id=tenant_id, user_id=tenant_id, fence=fence)
-        except PlacementConflict as exc:
-            if group_id:
-                with rt.database.session() as session:
-                    groups.leave(session, instance_uuid, group_id, host=host)
-            raise ClaimRace(f"{host}: {exc}", host=host) from exc
-        try:
-            with rt.database.session() as session:
-                refuse_closed_hosts(session, [host])
-                # NOTE: recorded once the claim holds, so a claim lost to another
-                # reservation leaves no host nor attempt the instance never
-                # reached. The boot follows at once: say "spawning" now rather
-                # than pay a second write for a claim that takes milliseconds.
-                rows.record_attempt(session, instance_uuid, host, status=states.BUILDING,
-                                    task_state=states.TASK_SPAWNING)
-        except ClaimRace:
-            release(instance_uuid, host, group_id, fence)
-            raise
+        claim_on(instance_uuid, host, placements, request_spec, tenant_id, fence)
         return {"host": host, "fast_path": False}
 
     def revert(self, instance_uuids: list, index: int, request_spec: dict,

@@ -142,6 +142,23 @@ class PlacementClient(abc.ABC):
             self.write(writes, fence)
         self._retrying(attempt)
 
+    def claim_exactly(self, consumer: str, allocations: Amounts, project_id: str,
+                      user_id: str, fence: dict | None = None,
+                      consumer_type: str | None = None) -> None:
+        """Make the consumer hold ``allocations`` and nothing else, in one write.
+
+        For a claim whose consumer may hold a stray allocation elsewhere (an
+        earlier try that a crash cut off before it was recorded): unlike
+        :meth:`claim`, which merges, the stray one is dropped in the same write.
+        """
+        def decide(known):
+            held = known[consumer]
+            if held.allocations == allocations:
+                return [], None
+            return [ConsumerWrite(consumer, {rp: dict(r) for rp, r in allocations.items()},
+                                  project_id, user_id, held.generation, consumer_type)], None
+        self.read_then_write([consumer], decide, fence)
+
     def read_then_write(self, consumers: list[str], decide, fence: dict | None = None):
         """Read ``consumers``, let ``decide({consumer: ConsumerAllocations})`` answer
         ``(writes, result)``, write the writes (if any) and return ``result``.

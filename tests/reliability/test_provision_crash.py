@@ -13,9 +13,14 @@ makes them (services/reservations.py). See tests/reliability/provision_cloud.py.
    points. For the per-instance atoms of a reverting reservation, which
    instance fails first is up to the parallel engine, so those targets name
    the atom of every instance and the first one reached fires.
-2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
-   moments of conductors working through 200-instance reservations, the
-   second of them reverting; a new conductor replaces each one killed.
+2. The same reservation built in groups of two instances a task
+   ([conductor] instances_per_atom): each group task at its atom boundaries,
+   and inside it where its members' states part from one another (a claim
+   recorded, a guest built, a failed try undone), reverting ones too.
+3. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
+   moments of conductors working through 200-instance reservations (in groups
+   of 100), the second of them reverting; a new conductor replaces each one
+   killed.
 
 In the end every reservation is ACTIVE (or REVERTED, as planned), the strict
 audit is clean, and no instance was spawned twice (exactly once when ACTIVE).
@@ -38,10 +43,15 @@ from fleetflow.common.crash_points import (
     AFTER_EFFECT,
     BEFORE_EXECUTE,
     DURING_REVERT,
+    MEMBER_BUILT,
+    MEMBER_CLAIMED,
+    MEMBER_UNDONE,
 )
 from fleetflow.flows.provision.flow import provision_flow
 
 COUNT = 5
+# Instances a task in the grouped cases: groups of 2, 2 and 1.
+GROUPED = 2
 
 
 def flow_atoms(flow: Flow) -> list[tuple[str, str]]:
@@ -90,6 +100,25 @@ def crash_plan() -> list[tuple[str, str]]:
     return plan
 
 
+def grouped_crash_plan() -> list[tuple[str, str]]:
+    """``(pool, crash target)`` per case of the grouped flow. A member point names
+    every group (the first member to get there fires), so do the reverting ones."""
+    groups = [name for name, _kind in flow_atoms(provision_flow("enumerate", COUNT,
+                                                                batch=GROUPED))
+              if name.startswith("batch-")]
+
+    def every(point: str) -> str:
+        return ",".join(f"{name}:{point}" for name in groups)
+
+    plan = [("good", f"{groups[1]}:{point}")
+            for point in (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT)]
+    # A good reservation's members were claimed by the fast path, so a member's own
+    # claim (after a failed build) happens in the reverting ones.
+    plan.append(("good", every(MEMBER_BUILT)))
+    plan += [("bad", every(point)) for point in (MEMBER_CLAIMED, MEMBER_UNDONE, DURING_REVERT)]
+    return plan
+
+
 def test_the_plan_covers_every_atom_of_the_flow():
     atoms = flow_atoms(provision_flow("enumerate", COUNT))
     names = {name for name, _ in atoms}
@@ -98,6 +127,13 @@ def test_the_plan_covers_every_atom_of_the_flow():
         assert {f"inst-{index:04d}-{step}" for step in ("retry", "claim", "boot")} <= names
     targeted = {t.split(":")[0] for _pool, targets in crash_plan() for t in targets.split(",")}
     assert targeted == names
+    grouped = {name for name, _ in flow_atoms(provision_flow("enumerate", COUNT,
+                                                             batch=GROUPED))}
+    assert {"batch-0000", "batch-0002", "batch-0004"} <= grouped
+    assert not any(name.startswith("inst-") for name in grouped)
+    targeted = {t.split(":")[0] for _pool, targets in grouped_crash_plan()
+                for t in targets.split(",")}
+    assert targeted == {name for name in grouped if name.startswith("batch-")}
 
 
 def test_a_guest_one_conductor_built_is_seen_from_another_process(provision_cloud):
@@ -116,10 +152,25 @@ def test_a_guest_one_conductor_built_is_seen_from_another_process(provision_clou
 def test_kill_at_every_atom_boundary_of_a_5_instance_reservation(
         boundaries, assert_run_by_crash_engine, provision_cloud, provision_harness,
         assert_audit_clean):
-    cloud = provision_cloud
+    run_plan(provision_cloud, boundaries(crash_plan()), assert_run_by_crash_engine,
+             provision_harness, assert_audit_clean)
+
+
+def test_kill_inside_the_groups_of_a_5_instance_reservation(
+        boundaries, assert_run_by_crash_engine, provision_cloud, provision_harness,
+        assert_audit_clean):
+    provision_cloud.conf.set_override("instances_per_atom", GROUPED, group="conductor")
+    run_plan(provision_cloud, boundaries(grouped_crash_plan()), assert_run_by_crash_engine,
+             provision_harness, assert_audit_clean)
+
+
+def run_plan(cloud, plan, assert_run_by_crash_engine, provision_harness,
+             assert_audit_clean) -> None:
+    """One case per ``(pool, target)`` of ``plan``: each conductor dies there, a
+    survivor settles it, and the cloud ends as planned with a clean audit."""
     cloud.fill_bad_hosts()
     cases = [provision_harness.CrashCase(i, target, pool, COUNT)
-             for i, (pool, target) in enumerate(boundaries(crash_plan()))]
+             for i, (pool, target) in enumerate(plan)]
     provision_harness.run_crash_cases(cloud, cases, parallel=6)
     not_killed = [c for c in cases if c.doomed_code != -signal.SIGKILL
                   or c.fired(cloud) not in c.target.split(",")]

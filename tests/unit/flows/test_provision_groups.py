@@ -1,0 +1,158 @@
+"""The provision flow built in groups of instances ([conductor] instances_per_atom).
+
+The same outcomes as one chain an instance (test_provision_flow.py), from a
+flow of one task a group: each member walks its hosts itself, and a group run
+again (after a crash, an outage) resumes every member from its row.
+"""
+
+import pytest
+from taskflow import states as tf_states
+
+from fleetflow.common import states
+from fleetflow.common.crash_points import BEFORE_EXECUTE
+from fleetflow.flows.provision import batch
+from fleetflow.flows.provision.flow import provision_flow
+from fleetflow.persistence import groups
+from fleetflow.persistence import reservations as rows
+from fleetflow.persistence.fleet import stable_uuid
+from fleetflow.persistence.models import GroupMember
+
+GPU_HOSTS = ("z1-r1-h01", "z1-r1-h02", "z1-r1-h03")
+
+
+@pytest.fixture
+def cloud(fleetflow_cloud):
+    fleetflow_cloud.conf.set_override("instances_per_atom", 2, group="conductor")
+    return fleetflow_cloud
+
+
+def _instances(cloud, rid):
+    with cloud.database.session() as s:
+        return [(i.id, i.host, i.status, i.attempts, i.hosts_tried, i.fault)
+                for i in rows.instances(s, rid)]
+
+
+def _allocations(cloud, uuid):
+    return cloud.runtime.placement.get_allocations(uuid).allocations
+
+
+def _status(cloud, rid):
+    with cloud.database.session() as s:
+        r = rows.get(s, rid)
+        return r.status, r.fault
+
+
+def test_a_reservation_larger_than_a_group_gets_one_task_a_group(cloud):
+    _rid, job = cloud.reserve(5)
+    assert job["kwargs"]["batch"] == 2
+    flow = provision_flow(**job["kwargs"])
+    unordered = next(n for n, _ in flow.iter_nodes() if n.name == "instances")
+    assert [(a.name, a.first, a.last) for a, _ in unordered.iter_nodes()] == [
+        ("batch-0000", 0, 2), ("batch-0002", 2, 4), ("batch-0004", 4, 5)]
+    assert flow.requires <= set(job["store"]) | {"fence"}
+    # One a group is the limit, not the rule: two instances keep their chains.
+    _rid, small = cloud.reserve(2)
+    assert "batch" not in small["kwargs"]
+
+
+def test_every_member_goes_active_with_one_allocation_and_one_spawn(cloud):
+    rid, job = cloud.reserve(5)
+    assert cloud.run(job) == tf_states.SUCCESS
+    assert _status(cloud, rid) == (states.ACTIVE, None)
+    for uuid, host, status, attempts, tried, _fault in _instances(cloud, rid):
+        assert (status, attempts, tried) == (states.ACTIVE, 1, [host])
+        assert list(_allocations(cloud, uuid)) == [stable_uuid(host)]
+        assert cloud.driver.spawn_count(uuid) == 1
+        assert cloud.runtime.compute.get_instance(host, uuid)["state"] == states.ACTIVE
+
+
+def test_a_member_whose_build_fails_moves_on_and_leaves_nothing_behind(cloud):
+    cloud.driver.set_faults("z1-r1-h01", fail_next=100)
+    rid, job = cloud.reserve(3, capabilities={"gpu": "true"})
+    assert cloud.run(job) == tf_states.SUCCESS
+    assert _status(cloud, rid)[0] == states.ACTIVE
+    for uuid, host, _state, attempts, tried, fault in _instances(cloud, rid):
+        assert host != "z1-r1-h01" and fault is None and tried[-1] == host
+        assert attempts == len(tried)
+        assert list(_allocations(cloud, uuid)) == [stable_uuid(host)]
+        assert cloud.runtime.compute.get_instance("z1-r1-h01", uuid) is None
+        assert cloud.driver.spawn_count(uuid) == 1
+
+
+def test_all_or_nothing_reverts_every_group(cloud):
+    rid, job = cloud.reserve(3, capabilities={"gpu": "true"})
+    for host in GPU_HOSTS:
+        cloud.driver.set_faults(host, fail_next=100)
+    assert cloud.run(job) == tf_states.REVERTED
+    status, fault = _status(cloud, rid)
+    assert status == states.REVERTED and fault is not None
+    for uuid, *_ in _instances(cloud, rid):
+        assert _allocations(cloud, uuid) == {}
+        for host in GPU_HOSTS:
+            assert cloud.runtime.compute.get_instance(host, uuid) is None
+    used = cloud.runtime.placement.usages_by_provider()
+    assert all(amount == 0 for usage in used.values() for amount in usage.values())
+    assert {i[2] for i in _instances(cloud, rid)} == {states.REVERTED}
+
+
+def test_best_effort_keeps_what_booted(cloud):
+    # 3 gpu hosts x 2 "half" instances each = 6 fit; one host fails every build.
+    cloud.driver.set_faults("z1-r1-h01", fail_next=100)
+    rid, job = cloud.reserve(6, flavor="m1.half", capabilities={"gpu": "true"},
+                             min_count=2, policy=states.BEST_EFFORT)
+    assert cloud.run(job) == tf_states.SUCCESS
+    assert _status(cloud, rid)[0] == states.PARTIAL
+    instances = _instances(cloud, rid)
+    active = [i for i in instances if i[2] == states.ACTIVE]
+    failed = [i for i in instances if i[2] == states.ERROR]
+    assert len(active) == 4 and len(failed) == 2
+    for uuid, host, _state, _attempts, _tried, fault in failed:
+        assert host is None and fault is not None and _allocations(cloud, uuid) == {}
+    assert all(host != "z1-r1-h01" for _uuid, host, *_ in active)
+    assert _status(cloud, rid)[1]["message"].startswith("2 of 6 instances did not become")
+
+
+def test_group_rule_holds_across_groups(cloud):
+    with cloud.database.session() as s:
+        gid = groups.create(s, "t1", "spread", ["anti-affinity"]).id
+    _rid, job = cloud.reserve(6, group_id=gid)
+    assert cloud.run(job) == tf_states.SUCCESS
+    with cloud.database.session() as s:
+        hosts = list(s.scalars(GroupMember.__table__.select()
+                               .with_only_columns(GroupMember.host)
+                               .where(GroupMember.group_id == gid)))
+    assert len(hosts) == 6 and len(set(hosts)) == 6
+
+
+def test_a_group_stopped_mid_run_resumes_each_member_from_its_row(cloud,
+                                                                  fleetflow_crash_points):
+    rid, job = cloud.reserve(4)
+    # The second group stops before it runs; the first one finished.
+    fleetflow_crash_points.arm("batch-0002", BEFORE_EXECUTE, stop=True)
+    cloud.run(job)
+    done = {i[0]: i for i in _instances(cloud, rid)}
+    assert sum(i[2] == states.ACTIVE for i in done.values()) == 2
+    assert cloud.resume(job) == tf_states.SUCCESS
+    for uuid, host, status, attempts, _tried, _fault in _instances(cloud, rid):
+        assert (status, attempts) == (states.ACTIVE, 1)
+        assert cloud.driver.spawn_count(uuid) == 1
+        assert list(_allocations(cloud, uuid)) == [stable_uuid(host)]
+
+
+def test_a_member_run_again_drops_a_claim_its_row_never_recorded(cloud):
+    """A crash between a claim and its record leaves an allocation the row does not
+    name; the member's next try claims exactly, so nothing is held twice."""
+    rid, job = cloud.reserve(1)
+    with cloud.database.session() as s:
+        uuid = rows.instance_ids(s, rid)[0]
+    stray = "z1-r2-h01"
+    cloud.runtime.placement.claim(uuid, {stable_uuid(stray): {"VCPU": 1}}, "t1", "t1")
+    placements = {"hosts": {"0": ["z1-r1-h02"]}, "host_uuids": {}}
+    spec = job["store"]["request_spec"]
+    group = batch._Group(placements, spec, "t1", states.ALL_OR_NOTHING, 0, None)
+    assert batch.build_member(group, "batch-0000", 0, uuid, None) == "z1-r1-h02"
+    assert list(_allocations(cloud, uuid)) == [stable_uuid("z1-r1-h02")]
+    # Run again (its row now ACTIVE there): nothing more is built or claimed.
+    row = batch._rows([uuid])[uuid]
+    assert batch.build_member(group, "batch-0000", 0, uuid, row) == "z1-r1-h02"
+    assert cloud.driver.spawn_count(uuid) == 1
