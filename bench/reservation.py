@@ -23,6 +23,7 @@ times the resolution of ``fleetflow reserve --watch``'s 1 s).
     python bench/reservation.py --n 100 1000 5000 --hosts 200
     python bench/reservation.py --n 1000 --hosts 100 --boot-seconds 2 --builds-per-host 10
     python bench/reservation.py --n 1000 --hosts 2000 --idle 20   # then 20 s idle
+    python bench/reservation.py --n 10000 --hosts 2000 --memory   # peak RSS of each process
 
 ``--distributed 3`` runs the same request on PostgreSQL, Redis's board and RabbitMQ's RPC
 with three ``fleetflow conductor`` processes, the hosts simulated by ``compute-agent``
@@ -103,6 +104,18 @@ def cpu_seconds(pid: int) -> float | None:
     return total + sum(cpu_seconds(kid) or 0.0 for kid in kids)
 
 
+def peak_rss_mb(pid: int) -> list[float]:
+    """Peak resident memory (VmHWM) of ``pid`` and of each of its children, in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            kids = [int(child) for child in children.read().split()]
+    except (OSError, StopIteration):
+        return []
+    return [peak / 1024] + [mb for kid in kids for mb in peak_rss_mb(kid)]
+
+
 def build_arrivals(workdir: str, since: float) -> tuple[float, float] | None:
     """Seconds after ``since`` (wall clock) at which the first and last build reached a host."""
     path = os.path.join(workdir, "fleetflow-hosts.db")  # [compute] state_path's default
@@ -169,7 +182,9 @@ def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
         total = time.monotonic() - t0
         cpu1 = total_cpu(pids)
         body = requests.get(location, headers=HEADERS, timeout=120).json()["reservation"]
-        return {"n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
+        peaks = [peak_rss_mb(pid) for pid in pids]
+        return {"peak_mb": peaks,
+                "n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
                 "total_s": total, "progress": body["progress"],
                 "settled_s": settled_at(body) - wall0,
                 "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
@@ -204,6 +219,8 @@ def main() -> None:
                              "conductor processes (default 0: embedded)")
     parser.add_argument("--poll", type=float, default=0.1,
                         help="seconds between GETs of the reservation list")
+    parser.add_argument("--memory", action="store_true",
+                        help="print each process's peak resident memory (VmHWM) after the run")
     parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
                         help="then measure the CPU of the idle cloud over SECONDS")
     args = parser.parse_args()
@@ -226,6 +243,10 @@ def main() -> None:
               flush=True)
         if r["status"] != "ACTIVE":
             print(f"       progress: {r['progress']}")
+        if args.memory and r["peak_mb"]:
+            print("       peak RSS MB: " + "; ".join(
+                " + ".join(f"{mb:.0f}" for mb in peaks) for peaks in r["peak_mb"])
+                + " (each process, then its children)", flush=True)
         if r["idle_cpu_s"] is not None and args.idle:
             print(f"       idle: {r['idle_cpu_s']:.2f} s of CPU over {args.idle:.0f} s "
                   f"({100 * r['idle_cpu_s'] / args.idle:.1f}% of a core)", flush=True)
