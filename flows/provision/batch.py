@@ -136,7 +136,7 @@ def _next_host(group: _Group, index: int, uuid: str, candidates: list,
     for host in candidates:
         if host not in excluded:
             return host
-    if rescheduled >= group.max_reschedules:
+    if not _any_left(group, candidates, excluded, rescheduled):
         return None
     try:
         placed = schedule.place(group.request_spec, [uuid], excluded_hosts=sorted(excluded),
@@ -151,13 +151,20 @@ def _next_host(group: _Group, index: int, uuid: str, candidates: list,
     return host
 
 
+def _any_left(group: _Group, candidates: list, excluded: set, rescheduled: int) -> bool:
+    """Whether a candidate is untried or a reschedule is still allowed."""
+    return (any(host not in excluded for host in candidates)
+            or rescheduled < group.max_reschedules)
+
+
 def build_member(group: _Group, name: str, index: int, uuid: str,
                  row: tuple | None) -> str | None:
     """Claim and boot one member, trying its hosts in turn; the host it is ACTIVE on.
 
     None: it gave up (best-effort: recorded ERROR), or another member of an
     all-or-nothing group gave up first. An all-or-nothing member out of hosts
-    raises NoValidHost.
+    raises its last build's failure, that try left held, or NoValidHost when
+    the last host it could try was not one it could claim.
     """
     status, task_state, host, tried = row or (None, None, None, [])
     if status == states.ACTIVE and host:
@@ -191,9 +198,16 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
             return host
         except FleetflowError as exc:
             LOG.info("instance %d: build failed on %s: %s", index, host, exc)
-            _undo_try(group, name, uuid, host)
             excluded.add(host)
             rescheduled += host not in candidates
+            if group.policy != states.BEST_EFFORT and not _any_left(
+                    group, candidates, excluded, rescheduled):
+                # The last try stays held, as a chain's last failed boot does:
+                # the reservation reverts, or an operator's resume of a paused
+                # flow builds it again there.
+                group.stop.set()
+                raise
+            _undo_try(group, name, uuid, host)
             host = None
     if group.policy == states.BEST_EFFORT:
         # Whatever a try cut off by a crash may still hold (a claim released

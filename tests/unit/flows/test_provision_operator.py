@@ -139,3 +139,42 @@ def rows_instance_id(cloud, rid):
     with cloud.database.session() as session:
         (uuid,) = rows.instance_ids(session, rid)
         return uuid
+
+
+def _provider(host):
+    from fleetflow.persistence.fleet import stable_uuid
+
+    return stable_uuid(host)
+
+
+def test_a_group_out_of_hosts_pauses_and_resume_builds_where_the_last_try_is_held(
+        cloud, operator):
+    board, backend, submit, run_until = operator
+    cloud.conf.set_override("instances_per_atom", 2, group="conductor")
+    for host in HOSTS:
+        cloud.driver.set_faults(host, fail_next=100)
+    rid, job = cloud.reserve(3)
+    assert job["kwargs"]["batch"] == 2
+    flow_id = submit(job)
+    assert run_until(flow_id, actions.PAUSED) == actions.PAUSED
+    assert actions.show_flow(backend, flow_id)["paused_at"].startswith("batch-")
+    status, instances = _reservation(cloud, rid)
+    assert status == states.PAUSED
+    with cloud.database.session() as session:
+        held = {i.id: i.host for i in rows.instances(session, rid) if i.host}
+    assert held  # the member that ran out of hosts keeps its last try
+    for uuid, host in held.items():
+        assert list(cloud.runtime.placement.get_allocations(uuid).allocations) == [
+            _provider(host)]
+
+    for host in HOSTS:
+        cloud.driver.set_faults(host, fail_next=0)
+    actions.resume(board, backend, flow_id)
+    assert run_until(flow_id, "SUCCESS") == "SUCCESS"
+    status, instances = _reservation(cloud, rid)
+    assert status == states.ACTIVE and {s for s, _ in instances} == {states.ACTIVE}
+    with cloud.database.session() as session:
+        now = {i.id: i.host for i in rows.instances(session, rid)}
+    assert all(now[uuid] == host for uuid, host in held.items())
+    for uuid in now:
+        assert cloud.driver.spawn_count(uuid) == 1
