@@ -12,34 +12,16 @@ from fleetflow.common import states
 from fleetflow.common.crash_points import BEFORE_EXECUTE
 from fleetflow.flows.provision import batch
 from fleetflow.flows.provision.flow import provision_flow
-from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.fleet import stable_uuid
-from fleetflow.persistence.models import GroupMember
-
-GPU_HOSTS = ("z1-r1-h01", "z1-r1-h02", "z1-r1-h03")
+from tests.unit.flows import test_provision_flow as chains
+from tests.unit.flows.test_provision_flow import _allocations, _instances, _status
 
 
 @pytest.fixture
 def cloud(fleetflow_cloud):
     fleetflow_cloud.conf.set_override("instances_per_atom", 2, group="conductor")
     return fleetflow_cloud
-
-
-def _instances(cloud, rid):
-    with cloud.database.session() as s:
-        return [(i.id, i.host, i.status, i.attempts, i.hosts_tried, i.fault)
-                for i in rows.instances(s, rid)]
-
-
-def _allocations(cloud, uuid):
-    return cloud.runtime.placement.get_allocations(uuid).allocations
-
-
-def _status(cloud, rid):
-    with cloud.database.session() as s:
-        r = rows.get(s, rid)
-        return r.status, r.fault
 
 
 def test_a_reservation_larger_than_a_group_gets_one_task_a_group(cloud):
@@ -80,48 +62,16 @@ def test_a_member_whose_build_fails_moves_on_and_leaves_nothing_behind(cloud):
 
 
 def test_all_or_nothing_reverts_every_group(cloud):
-    rid, job = cloud.reserve(3, capabilities={"gpu": "true"})
-    for host in GPU_HOSTS:
-        cloud.driver.set_faults(host, fail_next=100)
-    assert cloud.run(job) == tf_states.REVERTED
-    status, fault = _status(cloud, rid)
-    assert status == states.REVERTED and fault is not None
-    for uuid, *_ in _instances(cloud, rid):
-        assert _allocations(cloud, uuid) == {}
-        for host in GPU_HOSTS:
-            assert cloud.runtime.compute.get_instance(host, uuid) is None
-    used = cloud.runtime.placement.usages_by_provider()
-    assert all(amount == 0 for usage in used.values() for amount in usage.values())
-    assert {i[2] for i in _instances(cloud, rid)} == {states.REVERTED}
+    # The chains' scenario, on 3 instances: groups of 2 and 1 here.
+    chains.test_all_or_nothing_reverts_everything(cloud)
 
 
 def test_best_effort_keeps_what_booted(cloud):
-    # 3 gpu hosts x 2 "half" instances each = 6 fit; one host fails every build.
-    cloud.driver.set_faults("z1-r1-h01", fail_next=100)
-    rid, job = cloud.reserve(6, flavor="m1.half", capabilities={"gpu": "true"},
-                             min_count=2, policy=states.BEST_EFFORT)
-    assert cloud.run(job) == tf_states.SUCCESS
-    assert _status(cloud, rid)[0] == states.PARTIAL
-    instances = _instances(cloud, rid)
-    active = [i for i in instances if i[2] == states.ACTIVE]
-    failed = [i for i in instances if i[2] == states.ERROR]
-    assert len(active) == 4 and len(failed) == 2
-    for uuid, host, _state, _attempts, _tried, fault in failed:
-        assert host is None and fault is not None and _allocations(cloud, uuid) == {}
-    assert all(host != "z1-r1-h01" for _uuid, host, *_ in active)
-    assert _status(cloud, rid)[1]["message"].startswith("2 of 6 instances did not become")
+    chains.test_best_effort_keeps_what_booted(cloud)
 
 
 def test_group_rule_holds_across_groups(cloud):
-    with cloud.database.session() as s:
-        gid = groups.create(s, "t1", "spread", ["anti-affinity"]).id
-    _rid, job = cloud.reserve(6, group_id=gid)
-    assert cloud.run(job) == tf_states.SUCCESS
-    with cloud.database.session() as s:
-        hosts = list(s.scalars(GroupMember.__table__.select()
-                               .with_only_columns(GroupMember.host)
-                               .where(GroupMember.group_id == gid)))
-    assert len(hosts) == 6 and len(set(hosts)) == 6
+    chains.test_group_membership_follows_the_instances(cloud)
 
 
 def test_a_group_stopped_mid_run_resumes_each_member_from_its_row(cloud,
