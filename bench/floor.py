@@ -7,8 +7,9 @@ For each operation it times, in this process (parts: bench/floor_parts.py):
   placement of N, divided by N); its share of one claim transaction of N
   consumers (``claim_many``); one ``build_instance`` RPC round trip to an agent
   process over ``fleetflow-ipc`` with the agent's durable write; the checkpoints
-  of its three atoms (retry, claim, boot: RUNNING then SUCCESS) as the fleetflow
-  engine stores them, in batches;
+  of its atoms as the fleetflow engine stores them, in batches: its share of its
+  group's one task (RUNNING then SUCCESS with every member's host) in a
+  reservation of more than 100 instances, else its three (retry, claim, boot);
 - evacuation, per move (a rebuild off dead hosts): the move scheduler's decision;
   its share of the fast path's one claim transaction (the server takes its
   destination, its migration the source); the ``start_move`` (and ``get_move``

@@ -43,6 +43,8 @@ from fleetflow.scheduler.vcluster.place import Grouping, ServerMember, VolumeMem
 from fleetflow.scheduler.vcluster.plan import backend_states
 
 TENANT = "bench"
+# As [conductor] instances_per_atom's default.
+INSTANCES_PER_ATOM = 100
 # Servers per source host of an evacuation (the rack rebuild case: 1,000 off 10 hosts).
 SERVERS_PER_SOURCE = 100
 
@@ -113,18 +115,25 @@ def new_ids(n: int) -> list[str]:
 
 # -- checkpoints -------------------------------------------------------------
 
-def checkpoints(cloud: Cloud, n: int, chain: list[tuple[str, object]]) -> tuple[float, float]:
+def checkpoints(cloud: Cloud, n: int, chain: list[tuple[str, object]],
+                per: int | None = None) -> tuple[float, float]:
     """The atom details of ``n`` members, each a chain of atoms (kind, result), stored
     as the fleetflow engine stores them: in batches through its checkpoint buffer, one
     wave per link of the chain (its RUNNING with the link before's SUCCESS), then the
-    last link's SUCCESS. The logbook's first save (every atom PENDING) is not timed."""
+    last link's SUCCESS. The logbook's first save (every atom PENDING) is not timed.
+    ``per``: the chain stands for that many members at once (a group's task), so
+    ``ceil(n / per)`` chains are stored, still divided by ``n``."""
+    members = n
+    if per:
+        members = -(-n // per)
     book = tf_models.LogBook("floor")
     flow = tf_models.FlowDetail("floor", str(uuidlib.uuid4()))
     book.add(flow)
     waves = []
     for link, (kind, _result) in enumerate(chain):
         detail_class = tf_models.RetryDetail if kind == "retry" else tf_models.TaskDetail
-        wave = [detail_class(f"m-{i:05d}-{link}", str(uuidlib.uuid4())) for i in range(n)]
+        wave = [detail_class(f"m-{i:05d}-{link}", str(uuidlib.uuid4()))
+                for i in range(members)]
         for detail in wave:
             flow.add(detail)
         waves.append(wave)
@@ -169,9 +178,13 @@ def reservation(cloud: Cloud, n: int) -> dict:
     parts["build RPC"] = timed(lambda: [rt.compute.build_instance(h, u, cloud.resources,
                                                                   image="cirros")
                                         for u, h in hosts.items()], n)
-    parts["checkpoints"] = checkpoints(cloud, n, [
-        ("retry", "host-0001"), ("task", {"host": "host-0001", "fast_path": True}),
-        ("task", {"host": "host-0001", "state": "ACTIVE"})])
+    # A reservation of more than [conductor] instances_per_atom instances is
+    # built in groups: one task a group, whose result names every member's host.
+    per = INSTANCES_PER_ATOM if n > INSTANCES_PER_ATOM else None
+    chain = ([("task", {"hosts": {str(i): "host-0001" for i in range(per)}})] if per else
+             [("retry", "host-0001"), ("task", {"host": "host-0001", "fast_path": True}),
+              ("task", {"host": "host-0001", "state": "ACTIVE"})])
+    parts["checkpoints"] = checkpoints(cloud, n, chain, per)
     for u, h in hosts.items():  # leave the cloud as it was
         rt.compute.destroy_instance(h, u)
     rt.placement.release_many(list(claims))
