@@ -2,8 +2,9 @@
 
 ``flow`` builds the graph; ``tasks`` holds the evacuation-wide atoms
 (lifecycle, prepare-hosts, schedule, finish), ``fastpath`` the one-write claim
-of every first destination, ``move`` one server's claim -> move -> attach ->
-confirm, and ``retry`` which host that server tries next. ``rows``, ``writes``
+of every first destination, ``move`` the steps of one server's move (claim,
+move, attach, confirm, each with its undo), ``chain`` a task per step under
+the server's retry, and ``retry`` which host a server tries next. ``rows``, ``writes``
 and ``gone`` are what those read and write. Where servers go is the
 scheduler's (``scheduler/moves/``).
 """

@@ -25,8 +25,8 @@ from __future__ import annotations
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows import keys
+from fleetflow.flows.evacuate.chain import ClaimMove, ConfirmMove, MoveServer, ReattachVolumes
 from fleetflow.flows.evacuate.fastpath import ClaimPrimaryMoves
-from fleetflow.flows.evacuate.move import ClaimMove, ConfirmMove, MoveServer, ReattachVolumes
 from fleetflow.flows.evacuate.retry import MoveHostRetry
 from fleetflow.flows.evacuate.tasks import (
     FinishEvacuation,
