@@ -66,7 +66,8 @@ def end_to_end(operation: str, n: int, hosts: int) -> tuple[float, float, str]:
         members = n
     elif operation == "evacuation":
         sources = -(-n // floor_parts.SERVERS_PER_SOURCE)
-        r = evacuate.run_case("rebuild", n, hosts, sources, 10, {}, 64, poll=0.1)
+        r = evacuate.run_case("rebuild", n, hosts, sources, 10, {},
+                              floor_parts.EVACUATION_LANES, poll=0.1)
         members = n
     else:
         r = vcluster.run_api(n, hosts, poll=0.1)

@@ -47,6 +47,8 @@ TENANT = "bench"
 INSTANCES_PER_ATOM = 100
 # Servers per source host of an evacuation (the rack rebuild case: 1,000 off 10 hosts).
 SERVERS_PER_SOURCE = 100
+# The evacuation's max_parallel in bench/floor.py's end-to-end run: its lanes.
+EVACUATION_LANES = 64
 
 
 class Cloud:
@@ -227,10 +229,15 @@ def evacuation(cloud: Cloud, n: int) -> dict:
                 record = rt.compute.get_move(host, migration)
             rt.compute.confirm_move(host, migration)
     parts["move RPCs"] = timed(move_all, n)
-    parts["checkpoints"] = checkpoints(cloud, n, [
-        ("retry", "host-0001"), ("task", "mig-0001"),
-        ("task", {"host": "host-0001", "kind": "rebuild", "status": "completed"}),
-        ("task", []), ("task", {"host": "host-0001", "volumes_lost": []})])
+    # An evacuation of more than [conductor] instances_per_atom servers moves each
+    # lane's servers in tasks of up to that many: a group's task stands for them.
+    lane = math.ceil(n / EVACUATION_LANES)
+    per = min(INSTANCES_PER_ATOM, lane) if n > INSTANCES_PER_ATOM else None
+    chain = ([("task", {"hosts": {str(i): "host-0001" for i in range(per)}})] if per else
+             [("retry", "host-0001"), ("task", "mig-0001"),
+              ("task", {"host": "host-0001", "kind": "rebuild", "status": "completed"}),
+              ("task", []), ("task", {"host": "host-0001", "volumes_lost": []})])
+    parts["checkpoints"] = checkpoints(cloud, n, chain, per)
     for h in sources:
         rt.compute.set_faults(h, dead=False)
     for u, (_i, host, _a, _migration, _t, _r) in wanted.items():

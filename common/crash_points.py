@@ -24,15 +24,18 @@ AFTER_COMMIT = "after-commit"
 # intent are written and before they commit (services/queue/admission.py;
 # its atom name is ``queue-admission``).
 DURING_ADMISSION = "during-admission"
-# Inside a task that builds a group of instances (flows/provision/batch.py),
-# at the first member to get there: its claim held and recorded, its build not
-# sent; built, ACTIVE not written; a failed try's guest and claim undone, its
+# Inside a task that builds a group of instances (flows/provision/batch.py)
+# or moves a group of servers (flows/evacuate/batch.py), at the first member to
+# get there: its claim held and recorded, its build (or move) not sent; built,
+# ACTIVE not written; moved, not confirmed; a failed try undone (guest
+# destroyed and claim released; a move undone and the source given back), its
 # row still naming the host.
 MEMBER_CLAIMED = "member-claimed"
 MEMBER_BUILT = "member-built"
+MEMBER_MOVED = "member-moved"
 MEMBER_UNDONE = "member-undone"
 CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT,
-                DURING_ADMISSION, MEMBER_CLAIMED, MEMBER_BUILT, MEMBER_UNDONE)
+                DURING_ADMISSION, MEMBER_CLAIMED, MEMBER_BUILT, MEMBER_MOVED, MEMBER_UNDONE)
 
 
 def crash_targets(environ=None) -> set[tuple[str, str]]:

@@ -113,9 +113,12 @@ CONDUCTOR_OPTS = [
     cfg.IntOpt("instances_per_atom", default=100, min=1,
                help="A reservation of more instances than this is built in groups of "
                     "this many, one task a group, instead of a retry, a claim and a boot "
-                    "task each: the engine's cost per atom is then paid once a group. "
-                    "Read when a reservation is submitted; its flow keeps the shape it "
-                    "was submitted with (docs/provision.md)."),
+                    "task each; an evacuation of more servers moves each lane's servers "
+                    "in groups of this many, instead of five tasks a server: the "
+                    "engine's cost per atom is then paid once a group. Read when a "
+                    "reservation or an evacuation run is submitted; its flow keeps the "
+                    "shape it was submitted with (docs/provision.md and "
+                    "docs/evacuation.md)."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
     cfg.FloatOpt("reconcile_interval", default=10.0, min=0.0,
                  help="Seconds between two passes of the reconciler that rebuilds the "

@@ -215,8 +215,14 @@ class EvacuationOps:
     def _post(self, session, evacuation_id: str, flow_id: str, uuids: list[str], lanes: int,
               run: int) -> None:
         """Submit a run in ``session``'s transaction: posted once the rows commit."""
-        self.submit(EVACUATE, {"evacuation_id": evacuation_id, "count": len(uuids),
-                               "lanes": lanes, "run": run},
+        args = {"evacuation_id": evacuation_id, "count": len(uuids), "lanes": lanes,
+                "run": run}
+        per_atom = self.conf.conductor.instances_per_atom
+        if len(uuids) > per_atom:
+            # Only then: a small evacuation's flow stays one a conductor of the
+            # release before could run.
+            args["batch"] = per_atom
+        self.submit(EVACUATE, args,
                     store={keys.EVACUATION_ID: evacuation_id, keys.INSTANCE_UUIDS: uuids,
                            keys.TENANT_ID: None},
                     tenant_id=None, flow_id=flow_id, session=session)

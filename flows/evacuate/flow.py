@@ -15,6 +15,11 @@
       lane-01 ...
     finish                    DONE, PARTIAL, PAUSED or REVERTED
 
+With ``batch`` (an evacuation of more servers than ``[conductor]
+instances_per_atom``), each lane is a line of :class:`MoveServers` tasks
+instead, ``batch-0000`` moving the lane's first ``batch`` servers one after
+another, each as its chain would (batch.py).
+
 Lanes make ``max_parallel`` a property of the graph: no semaphore to lose
 in a crash, and a resumed flow throttles as the first run did. Atom names
 depend only on the arguments, so any conductor rebuilds the same flow.
@@ -25,6 +30,7 @@ from __future__ import annotations
 from taskflow.patterns import linear_flow, unordered_flow
 
 from fleetflow.flows import keys
+from fleetflow.flows.evacuate.batch import MoveServers
 from fleetflow.flows.evacuate.chain import ClaimMove, ConfirmMove, MoveServer, ReattachVolumes
 from fleetflow.flows.evacuate.fastpath import ClaimPrimaryMoves
 from fleetflow.flows.evacuate.retry import MoveHostRetry
@@ -61,10 +67,23 @@ def server_chain(index: int, count: int) -> linear_flow.Flow:
     return chain
 
 
+def lane_batches(lane: int, lanes: int, count: int, batch: int) -> list[MoveServers]:
+    """The lane's servers in tasks of ``batch``, each named by its first server."""
+    indexes = list(range(lane, count, lanes))
+    width = max(4, len(str(count - 1)))
+    return [MoveServers(f"batch-{indexes[k]:0{width}d}", indexes[k:k + batch],
+                        MAX_RESCHEDULES)
+            for k in range(0, len(indexes), batch)]
+
+
 @flow_factory("evacuate")
 def evacuate_flow(evacuation_id: str, count: int, lanes: int = 8,
-                  run: int = 0) -> linear_flow.Flow:
-    """Move ``count`` servers of one evacuation, at most ``lanes`` at once."""
+                  run: int = 0, batch: int = 0) -> linear_flow.Flow:
+    """Move ``count`` servers of one evacuation, at most ``lanes`` at once.
+
+    ``batch``: servers per task (``[conductor] instances_per_atom``); flows
+    submitted without it keep one chain a server.
+    """
     flow = linear_flow.Flow(f"evacuate-{evacuation_id}-{run}")
     flow.add(MarkEvacuationFailedOnRevert("evacuation-lifecycle"),
              PrepareHosts("prepare-hosts"), ScheduleMoves("schedule"),
@@ -74,8 +93,11 @@ def evacuate_flow(evacuation_id: str, count: int, lanes: int = 8,
         moves = unordered_flow.Flow("moves")
         for lane in range(lanes):
             line = linear_flow.Flow(f"lane-{lane:02d}")
-            for index in range(lane, count, lanes):
-                line.add(server_chain(index, count))
+            if batch:
+                line.add(*lane_batches(lane, lanes, count, batch))
+            else:
+                for index in range(lane, count, lanes):
+                    line.add(server_chain(index, count))
             moves.add(line)
         flow.add(moves)
     flow.add(FinishEvacuation("finish"))

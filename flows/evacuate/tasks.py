@@ -105,8 +105,11 @@ class ScheduleMoves(FleetTask):
 
     Provides ``{"hosts": {index: [destination, alternates...]}, "unplaced":
     {index: [code, explanation]}, "servers": {index: {source, mode, resources,
-    image, volumes}}, "fallback_cold": bool}`` (indexes as strings: the store
-    is JSON): what the move tasks need, so that they read no rows.
+    image, volumes}}, "fallback_cold": bool, "tried": {index: count}}`` (indexes
+    as strings: the store is JSON): what the move tasks need, so that they read
+    no rows. ``tried`` counts the hosts each server's row says were tried before
+    this run: a group of servers run again after a crash tells this run's
+    failed tries from its row by it (batch.py).
     A server that fits nowhere is not an error here: its retry records it.
 
     Revert: nothing to undo: scheduling claims nothing.
@@ -126,13 +129,17 @@ class ScheduleMoves(FleetTask):
                                       rt.conf)
             fallback = (evacuation.mode == states.MODE_DRAIN
                         and evacuation.fallback == states.FALLBACK_COLD)
+            tried = {uuid: len(hosts or ()) for uuid, hosts in session.execute(sa.select(
+                Move.instance_id, Move.hosts_tried).where(
+                    Move.evacuation_id == evacuation_id))}
         positions = {uuid: str(i) for i, uuid in enumerate(instance_uuids)}
         LOG.info("evacuation %s: %d servers placed, %d not", evacuation_id,
                  len(plan.candidates), len(plan.unplaced))
         return {"hosts": {positions[u]: c for u, c in plan.candidates.items()},
                 "unplaced": {positions[u]: list(w) for u, w in plan.unplaced.items()},
                 "servers": {positions[u]: info for u, info in plan.servers.items()},
-                "fallback_cold": fallback}
+                "fallback_cold": fallback,
+                "tried": {positions[u]: n for u, n in tried.items() if n and u in positions}}
 
 
 def settle(session, evacuation: Evacuation) -> str:

@@ -39,8 +39,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from fleetflow.common import metrics, states
-from fleetflow.common.crash_points import MEMBER_CLAIMED, MEMBER_UNDONE, maybe_crash
+from fleetflow.common import crash_points, metrics, states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.flows import runtime
 from fleetflow.flows.provision import schedule
@@ -124,7 +123,7 @@ def _undo_try(group: _Group, name: str, uuid: str, host: str) -> None:
     """
     destroy_built(uuid, host, group.fence)
     release(uuid, host, group.group_id, group.fence)
-    maybe_crash(name, MEMBER_UNDONE)
+    crash_points.maybe_crash(name, crash_points.MEMBER_UNDONE)
     rt = runtime.get()
     with rt.database.session() as session:
         rows.update_instance(session, uuid, status=states.BUILDING, host=None,
@@ -193,7 +192,7 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
                 excluded.add(host)
                 host = None
                 continue
-            maybe_crash(name, MEMBER_CLAIMED)
+            crash_points.maybe_crash(name, crash_points.MEMBER_CLAIMED)
         try:
             build_on(host, uuid, group.request_spec, group.fence, crash_as=name)
             return host

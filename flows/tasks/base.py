@@ -18,11 +18,14 @@ during-revert      revert undid its side effect; REVERTED is not saved
 after-commit       the submission's rows and intent are committed; its flow
                    is not saved or posted yet (the atom name is the name of
                    the flow submitted, e.g. ``provision``)
-member-claimed     in a task building a group of instances, the first
-                   member whose claim holds and is recorded; build not sent
+member-claimed     in a task building a group of instances (or moving a
+                   group of servers), the first member whose claim holds
+                   and is recorded; build (move) not sent
 member-built       ... the first member built; its ACTIVE not written
+member-moved       ... the first member moved; not confirmed, not DONE
 member-undone      ... the first failed try undone (guest destroyed, claim
-                   released); the row still names the host
+                   released; move undone, source given back); the row
+                   still names the host
 =================  ========================================================
 
 ``before-execute``, ``after-effect`` and ``during-revert`` fire inside

@@ -12,8 +12,7 @@ import logging
 
 import sqlalchemy as sa
 
-from fleetflow.common import states
-from fleetflow.common.crash_points import MEMBER_BUILT, maybe_crash
+from fleetflow.common import crash_points, states
 from fleetflow.common.exceptions import FleetflowError
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
@@ -48,7 +47,7 @@ def build_on(host: str, uuid: str, request_spec: dict, fence=None,
             note_build_failure(session, host)
         raise
     if crash_as:
-        maybe_crash(crash_as, MEMBER_BUILT)
+        crash_points.maybe_crash(crash_as, crash_points.MEMBER_BUILT)
     values = {"host": host, "fault": None}
     if final:
         values.update(status=states.ACTIVE, task_state=None)

@@ -31,7 +31,14 @@ creates it (services/evacuations.py). See tests/reliability/evacuation_cloud.py.
    The fast path's claim (claim-primaries) and the retry controllers revert
    only in such a whole-flow revert too, and none of them has run by the
    time the host check fails: no case reaches them.
-2. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
+2. The same evacuation moved in groups ([conductor] instances_per_atom = 2, two
+   lanes: tasks of servers 0 and 2, then 4; 1 and 3): a group task at each of
+   its atom boundaries (rebuild), and, in every mode, inside the groups at the
+   first member claimed, the first member moved (not confirmed), and the first
+   failed try undone (every server's move failing at its switch-over, as in
+   ``fail`` above). A group reverts only in a whole-flow revert, which no case
+   here reaches once moves have begun (the ``alive`` case fails before).
+3. At least 20 kills (FLEETFLOW_TEST_RANDOM_KILLS, default 20; half under stock) at random
    moments of conductors working through 100-server evacuations (live,
    rebuild and cold in turn, moves lasting 0.05 s); a new conductor replaces
    each one killed.
@@ -56,6 +63,7 @@ import time
 import pytest
 
 from fleetflow.common import states
+from fleetflow.common.crash_points import MEMBER_CLAIMED, MEMBER_MOVED, MEMBER_UNDONE
 from fleetflow.flows.evacuate.flow import evacuate_flow
 from fleetflow.flows.tasks.base import (
     AFTER_CHECKPOINT,
@@ -73,6 +81,9 @@ PARALLEL = 16
 # Targets every evacuation shares; a case whose destination dies has 3 alone.
 SHARED_TARGETS = 8
 OWN_TARGETS = 3
+# Servers a task, and lanes, in the grouped cases.
+GROUPED = 2
+GROUPED_LANES = 2
 
 
 def every_server(step: str, point: str) -> str:
@@ -99,6 +110,23 @@ def crash_plan(flow_atoms) -> list[dict]:
     return plan
 
 
+def grouped_crash_plan(flow_atoms) -> list[dict]:
+    """Keyword arguments of one EvacuationCase each, for the flow in groups."""
+    groups = [name for name, _kind in flow_atoms(evacuate_flow(
+        "enumerate", COUNT, lanes=GROUPED_LANES, batch=GROUPED)) if name.startswith("batch-")]
+
+    def every(point: str) -> str:
+        return ",".join(f"{name}:{point}" for name in groups)
+
+    plan = [{"mode": states.MODE_REBUILD, "target": f"{groups[1]}:{point}"}
+            for point in (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT)]
+    for mode in MODES:
+        plan += [{"mode": mode, "target": every(point)} for point in (MEMBER_CLAIMED,
+                                                                        MEMBER_MOVED)]
+        plan.append({"mode": mode, "target": every(MEMBER_UNDONE), "revert": "fail"})
+    return [dict(case, lanes=GROUPED_LANES) for case in plan]
+
+
 def test_the_plan_covers_every_atom_of_the_flow_in_every_mode(evacuation_harness):
     atoms = evacuation_harness.flow_atoms(evacuate_flow("enumerate", COUNT, lanes=LANES))
     names = {name for name, _ in atoms}
@@ -115,6 +143,13 @@ def test_the_plan_covers_every_atom_of_the_flow_in_every_mode(evacuation_harness
                      else t.split(":")[0] for t in targets if t.endswith(DURING_REVERT)}
         assert reverting == {"claim", "move", "attach"} | (
             {"evacuation-lifecycle"} if mode == states.MODE_REBUILD else set())
+    grouped = {name for name, _ in evacuation_harness.flow_atoms(evacuate_flow(
+        "enumerate", COUNT, lanes=GROUPED_LANES, batch=GROUPED))}
+    assert {"batch-0000", "batch-0001", "batch-0004"} <= grouped
+    assert not any(name.startswith("srv-") for name in grouped)
+    targeted = {t.split(":")[0] for case in grouped_crash_plan(evacuation_harness.flow_atoms)
+                for t in case["target"].split(",")}
+    assert targeted == {name for name in grouped if name.startswith("batch-")}
 
 
 def _rebuilt_hosts_destroyed_their_copies(cloud) -> list[str]:
@@ -154,6 +189,29 @@ def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
         + "\n".join(missed) + "\n" + cloud.log_tail(
             names={f"{stage}-{c.index}" for c in cases if c.missed(cloud)
                    for stage in ("first", "doomed")})
+    wrong = _rebuilt_hosts_destroyed_their_copies(cloud)
+    assert not wrong, "\n".join(wrong)
+    cloud.back_in_service()
+    problems = cloud.problems()
+    assert not problems, "\n".join(problems[:20])
+    report = assert_audit_clean(*cloud.audit_args())
+    assert report.counts["instances"] == len(cases) * COUNT
+
+
+@pytest.mark.slow
+def test_kill_inside_the_groups_of_a_5_server_evacuation(
+        boundaries, evacuation_cloud_factory, evacuation_harness, assert_audit_clean):
+    plan = boundaries(grouped_crash_plan(evacuation_harness.flow_atoms))
+    cloud = evacuation_cloud_factory(sources=len(plan), targets=SHARED_TARGETS)
+    cloud.conf.set_override("instances_per_atom", GROUPED, group="conductor")
+    cases = [evacuation_harness.EvacuationCase(index, count=COUNT, **kwargs)
+             for index, kwargs in enumerate(plan)]
+    evacuation_harness.run_evacuation_cases(cloud, cases, parallel=PARALLEL)
+    # Each conductor died at a group's target: the flow ran in groups.
+    missed = [why for case in cases for why in case.missed(cloud)]
+    assert not missed, "these conductors did not die at their target:\n" \
+        + "\n".join(missed) + "\n" + cloud.log_tail(
+            names={f"doomed-{c.index}" for c in cases if c.missed(cloud)})
     wrong = _rebuilt_hosts_destroyed_their_copies(cloud)
     assert not wrong, "\n".join(wrong)
     cloud.back_in_service()
