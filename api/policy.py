@@ -41,6 +41,7 @@ import flask
 from oslo_policy import policy as oslo_policy
 from werkzeug import exceptions as wexc
 
+from fleetflow.api import policy_checks
 from fleetflow.api.placement import policies as placement_policies
 from fleetflow.api.state import current_state
 
@@ -244,6 +245,7 @@ def policy_file(conf) -> str:
 
 def make_enforcer(conf) -> oslo_policy.Enforcer:
     """An Enforcer with the defaults registered and the policy file applied if found."""
+    policy_checks.install()
     enforcer = RequestEnforcer(conf, policy_file=policy_file(conf))
     # NOTE: Placement's deprecated defaults differ from its new ones on purpose
     # ([oslo_policy] enforce_new_defaults chooses); a warning per rule at every
