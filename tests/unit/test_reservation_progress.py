@@ -1,0 +1,45 @@
+"""A reservation's progress as its GET shows it: shared by polls while it builds,
+exact once it is settled (services/reservations.py)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.persistence.models import Instance, Reservation
+from fleetflow.services import reservations
+
+
+def _active(cloud, rid: str, count: int) -> None:
+    with cloud.database.session() as session:
+        uuids = session.scalars(sa.select(Instance.id).where(
+            Instance.reservation_id == rid).order_by(Instance.index).limit(count)).all()
+        session.execute(sa.update(Instance).where(Instance.id.in_(uuids))
+                        .values(status=states.ACTIVE))
+
+
+def _progress(cloud, rid: str) -> dict:
+    return reservations.show(cloud.database, "t1", rid, instance_limit=0)[1]
+
+
+def test_polls_of_a_building_reservation_share_one_count_per_tenth_of_a_second(
+        fleetflow_cloud, monkeypatch):
+    cloud = fleetflow_cloud
+    now = [1000.0]
+    monkeypatch.setattr(reservations.time, "monotonic", lambda: now[0])
+    rid, _job = cloud.reserve(4)
+    with cloud.database.session() as session:
+        session.execute(sa.update(Reservation).where(Reservation.id == rid)
+                        .values(status=states.BUILDING))
+    assert _progress(cloud, rid)["active"] == 0
+    _active(cloud, rid, 2)
+    now[0] += reservations.PROGRESS_MAX_AGE / 2
+    assert _progress(cloud, rid)["active"] == 0  # the count of a moment ago
+    now[0] += reservations.PROGRESS_MAX_AGE
+    assert _progress(cloud, rid)["active"] == 2
+    # Settled: exact at once, however recent the last count.
+    _active(cloud, rid, 4)
+    with cloud.database.session() as session:
+        session.execute(sa.update(Reservation).where(Reservation.id == rid)
+                        .values(status=states.ACTIVE))
+    assert _progress(cloud, rid) == {**_progress(cloud, rid), "active": 4, "building": 0}
