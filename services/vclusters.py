@@ -104,6 +104,7 @@ class VClusterOps:
         taken = {m.name for m in [*existing.servers, *existing.volumes]}
         servers, volumes, asked = [], [], {"instances": 0, "vcpus": 0, "ram_mb": 0}
         types = self._volume_types(session)
+        flavors, images = {}, {}
         cluster = vcluster_plan.ClusterInput(list(existing.servers), list(existing.volumes), [],
                                       dict(existing.pinned_hosts),
                                       dict(existing.pinned_backends))
@@ -114,8 +115,14 @@ class VClusterOps:
                                    field="instances")
             taken.add(name)
             if item["type"] == SERVER:
-                flavor = resolve_flavor(session, spec["flavorRef"])
-                image = resolve_image(session, spec["imageRef"])
+                # Members mostly share a flavor and an image: each is read once.
+                flavor = flavors.get(spec["flavorRef"])
+                if flavor is None:
+                    flavor = flavors[spec["flavorRef"]] = resolve_flavor(session,
+                                                                         spec["flavorRef"])
+                image = images.get(spec["imageRef"])
+                if image is None:
+                    image = images[spec["imageRef"]] = resolve_image(session, spec["imageRef"])
                 cluster.servers.append(vcluster_plan.server_member(name, flavor,
                                                             spec.get("capabilities")))
                 servers.append({"name": name, "flavor_id": flavor.id, "image_id": image.id,
