@@ -167,6 +167,22 @@ def _rebuilt_hosts_destroyed_their_copies(cloud) -> list[str]:
     return wrong
 
 
+def _assert_died_where_planned_and_recovered(cloud, cases, assert_audit_clean) -> None:
+    """Every doomed conductor died at its target, and the world is as planned."""
+    missed = [why for case in cases for why in case.missed(cloud)]
+    assert not missed, "these conductors did not die at their target:\n" \
+        + "\n".join(missed) + "\n" + cloud.log_tail(
+            names={f"{stage}-{c.index}" for c in cases if c.missed(cloud)
+                   for stage in ("first", "doomed")})
+    wrong = _rebuilt_hosts_destroyed_their_copies(cloud)
+    assert not wrong, "\n".join(wrong)
+    cloud.back_in_service()
+    problems = cloud.problems()
+    assert not problems, "\n".join(problems[:20])
+    report = assert_audit_clean(*cloud.audit_args())
+    assert report.counts["instances"] == len(cases) * COUNT
+
+
 @pytest.mark.slow
 def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
         boundaries, evacuation_cloud_factory, evacuation_harness, assert_audit_clean):
@@ -184,18 +200,7 @@ def test_kill_at_every_atom_boundary_of_a_5_server_evacuation(
     evacuation_harness.run_evacuation_cases(cloud, cases, parallel=PARALLEL)
     print(f"{len(cases)} cases ({sum(c.revert is not None for c in cases)} reverting), "
           f"{PARALLEL} at a time: {time.monotonic() - started:.0f} s")
-    missed = [why for case in cases for why in case.missed(cloud)]
-    assert not missed, "these conductors did not die at their target:\n" \
-        + "\n".join(missed) + "\n" + cloud.log_tail(
-            names={f"{stage}-{c.index}" for c in cases if c.missed(cloud)
-                   for stage in ("first", "doomed")})
-    wrong = _rebuilt_hosts_destroyed_their_copies(cloud)
-    assert not wrong, "\n".join(wrong)
-    cloud.back_in_service()
-    problems = cloud.problems()
-    assert not problems, "\n".join(problems[:20])
-    report = assert_audit_clean(*cloud.audit_args())
-    assert report.counts["instances"] == len(cases) * COUNT
+    _assert_died_where_planned_and_recovered(cloud, cases, assert_audit_clean)
 
 
 @pytest.mark.slow
@@ -208,17 +213,7 @@ def test_kill_inside_the_groups_of_a_5_server_evacuation(
              for index, kwargs in enumerate(plan)]
     evacuation_harness.run_evacuation_cases(cloud, cases, parallel=PARALLEL)
     # Each conductor died at a group's target: the flow ran in groups.
-    missed = [why for case in cases for why in case.missed(cloud)]
-    assert not missed, "these conductors did not die at their target:\n" \
-        + "\n".join(missed) + "\n" + cloud.log_tail(
-            names={f"doomed-{c.index}" for c in cases if c.missed(cloud)})
-    wrong = _rebuilt_hosts_destroyed_their_copies(cloud)
-    assert not wrong, "\n".join(wrong)
-    cloud.back_in_service()
-    problems = cloud.problems()
-    assert not problems, "\n".join(problems[:20])
-    report = assert_audit_clean(*cloud.audit_args())
-    assert report.counts["instances"] == len(cases) * COUNT
+    _assert_died_where_planned_and_recovered(cloud, cases, assert_audit_clean)
 
 
 @pytest.mark.slow
