@@ -218,11 +218,21 @@ def progress(session: orm.Session, evacuation_id: str) -> dict[str, int]:
 
 
 def attached_volumes(session: orm.Session, uuid: str) -> list[tuple[Volume, StorageBackend | None]]:
-    return list(session.execute(
-        sa.select(Volume, StorageBackend).outerjoin(
-            StorageBackend, StorageBackend.name == Volume.backend)
-        .where(Volume.instance_id == uuid, Volume.status == states.VOLUME_IN_USE)
-        .order_by(Volume.id)).all())
+    return attached_volumes_of(session, [uuid]).get(uuid, [])
+
+
+def attached_volumes_of(session: orm.Session, uuids: list[str]
+                        ) -> dict[str, list[tuple[Volume, StorageBackend | None]]]:
+    """:func:`attached_volumes` of each of ``uuids`` (those with none left out), in one
+    query: a thousand servers' schedule asked a thousand times before."""
+    found: dict[str, list] = {}
+    for volume, backend in session.execute(
+            sa.select(Volume, StorageBackend).outerjoin(
+                StorageBackend, StorageBackend.name == Volume.backend)
+            .where(Volume.instance_id.in_(uuids), Volume.status == states.VOLUME_IN_USE)
+            .order_by(Volume.id)).all():
+        found.setdefault(volume.instance_id, []).append((volume, backend))
+    return found
 
 
 def move_view(move: Move) -> dict:

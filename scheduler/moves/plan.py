@@ -125,13 +125,14 @@ def plan(session, evacuation: Evacuation, uuids: list[str], usage: dict, conf,
     builder = _Builder(session, evacuation)
     instances = {i.id: i for i in session.scalars(
         sa.select(Instance).where(Instance.id.in_(uuids)))}
+    volumes = evac_rows.attached_volumes_of(session, list(instances))
     servers, unplaced, infos = [], {}, {}
     for uuid in uuids:
         instance = instances.get(uuid)
         if instance is None or instance.status in (states.DELETING, states.DELETED):
             unplaced[uuid] = ("MOVE_NOT_POSSIBLE", f"server {uuid} is being deleted")
             continue
-        attached = evac_rows.attached_volumes(session, uuid)
+        attached = volumes.get(uuid, [])
         infos[uuid] = builder.info(instance, bool(attached))
         server = builder.server(instance, attached)
         if isinstance(server, tuple):
