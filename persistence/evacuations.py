@@ -187,14 +187,17 @@ def create(session: orm.Session, *, evacuation_id: str, hosts: list[str], mode: 
                             target_hosts=list(target_hosts) if target_hosts else None,
                             reason=reason, user_id=user_id, runs=[])
     session.add(evacuation)
-    move_mode = states.MODE_LIVE if mode == states.MODE_DRAIN else mode
-    for index, server in enumerate(servers):
-        session.add(Move(evacuation_id=evacuation_id, instance_id=server.id, index=index,
-                         tenant_id=server.tenant_id, source=server.host, mode=move_mode,
-                         status=states.PENDING,
-                         migration_id=migration_id_for(evacuation_id, server.id),
-                         attempts=0, hosts_tried=[], volumes_lost=[]))
     session.flush()
+    move_mode = states.MODE_LIVE if mode == states.MODE_DRAIN else mode
+    if servers:
+        # One bulk insert: a thousand ORM objects' flush cost most of the 202.
+        session.execute(sa.insert(Move), [
+            {"evacuation_id": evacuation_id, "instance_id": server.id, "index": index,
+             "tenant_id": server.tenant_id, "source": server.host, "mode": move_mode,
+             "status": states.PENDING,
+             "migration_id": migration_id_for(evacuation_id, server.id),
+             "attempts": 0, "hosts_tried": [], "volumes_lost": []}
+            for index, server in enumerate(servers)])
     return evacuation
 
 
