@@ -116,11 +116,12 @@ def _reschedule(evacuation_id: str, uuid: str,
     with rt.database.session() as session:
         evacuation = evac_rows.get(session, evacuation_id)
         plan = move_plan.plan(session, evacuation, [uuid], usage, rt.conf,
-                                  excluded_hosts=tried, alternates=0)
+                              excluded_hosts=tried, alternates=0)
     candidates = plan.candidates.get(uuid)
     if candidates:
         return candidates[0], None
     return None, plan.unplaced.get(uuid)
+
 
 def _skip_if_deleted(evacuation_id: str, uuid: str, fence) -> bool:
     """A server a delete took is SKIPPED, not FAILED: on_error must not fire for it.
@@ -134,6 +135,7 @@ def _skip_if_deleted(evacuation_id: str, uuid: str, fence) -> bool:
         return False
     LOG.info("evacuation %s: %s was deleted; its move is skipped", evacuation_id, uuid)
     return True
+
 
 def _leave(evacuation_id: str, uuid: str, stopping: str, fence) -> None:
     """The evacuation stops: this server is not started (or its try was undone).
@@ -154,6 +156,7 @@ def _leave(evacuation_id: str, uuid: str, stopping: str, fence) -> None:
         if claimed:
             session.execute(sa.update(Instance).where(Instance.id == uuid)
                             .values(task_state=None))
+
 
 def _give_up(evacuation_id: str, uuid: str, fault: dict | None) -> None:
     """Record the server FAILED and apply the evacuation's on_error, in one transaction."""
