@@ -31,6 +31,7 @@ import time
 
 import pytest
 import requests
+import sqlalchemy as sa
 from distributed_cloud import ADMIN, TENANT, board, owner
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -130,7 +131,8 @@ def _settled(procs, location: str) -> dict:
         time.sleep(0.2)
 
 
-def test_two_evacuations_on_two_conductors_keep_an_anti_affinity_group_apart(cloud):
+def test_two_evacuations_on_two_conductors_keep_an_anti_affinity_group_apart(cloud,
+                                                                           request):
     procs, url = cloud, cloud.url
     source_1, source_2, target_1, target_2 = sorted(_hosts(url))
 
@@ -197,6 +199,18 @@ def test_two_evacuations_on_two_conductors_keep_an_anti_affinity_group_apart(clo
     assert sorted(o.split("-")[0] for o in owners.values()) == ["c1", "c2"], owners
 
     done = {source: _settled(procs, location) for source, location in locations.items()}
+
+    # The shape asked for: groups of two (batch-0000, batch-0002), or a chain a server.
+    engine = sa.create_engine(procs.env["FLEETFLOW_DATABASE_CONNECTION"])
+    with engine.connect() as conn:
+        for flow_id in flows.values():
+            names = set(conn.scalars(sa.text(
+                "SELECT name FROM tf_atomdetails WHERE parent_uuid = :flow"), {"flow": flow_id}))
+            grouped = {"batch-0000", "batch-0002"} <= names
+            chained = "srv-0000-move" in names
+            assert (grouped, chained) == ((True, False) if request.node.callspec.id == "groups"
+                                          else (False, True)), sorted(names)
+    engine.dispose()
 
     # One member took target-1, the other was refused there and stayed home.
     statuses = sorted(e["status"] for e in done.values())
