@@ -131,7 +131,7 @@ def test_a_group_stopped_after_undoing_a_try_does_not_try_that_host_again(
 
 def test_a_group_that_fails_undoes_its_try_under_way_and_keeps_finished_moves(
         evac_cloud, monkeypatch):
-    uuids = _servers(evac_cloud, 3, states.MODE_LIVE)
+    _servers(evac_cloud, 3, states.MODE_LIVE)
     view = _evacuate(evac_cloud, mode=states.MODE_LIVE, max_parallel=1)
     job = evac_cloud.posted[-1]
     order = job["store"]["instance_uuids"]
@@ -158,5 +158,4 @@ def test_a_group_that_fails_undoes_its_try_under_way_and_keeps_finished_moves(
         assert chains.guest(evac_cloud, chains.SOURCE, uuid)["state"] == states.ACTIVE
     moved = next(m for m in failed["instances"] if m["id"] == order[1])
     assert chains.guest(evac_cloud, moved["destination"], order[1]) is None
-    assert len(uuids) == 3
     chains.assert_clean(evac_cloud)
