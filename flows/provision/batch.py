@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
-from concurrent import futures
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,43 +45,13 @@ from fleetflow.flows.provision.retry import record_no_host
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.boot import build_on, destroy_built
 from fleetflow.flows.tasks.claim import ClaimRace, claim_on, record_gave_up, release
+from fleetflow.flows.tasks.members import run_all
 from fleetflow.persistence import groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance
 from fleetflow.scheduler.result import NoValidHost
 
 LOG = logging.getLogger(__name__)
-
-_pool_lock = threading.Lock()
-_pool: futures.ThreadPoolExecutor | None = None
-
-
-def member_pool() -> futures.ThreadPoolExecutor:
-    """The process's threads for members' work, at most ``[conductor] engine_workers``.
-
-    One pool for every group the process runs, so a thousand members waiting
-    on their boots hold as many threads as a thousand boot atoms would, and
-    no more. Groups run on the engine's own threads, never on these: a group
-    waiting on its members cannot starve them.
-    """
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            conf = runtime.get().conf
-            workers = conf.conductor.engine_workers if conf is not None else 1024
-            _pool = futures.ThreadPoolExecutor(max_workers=workers,
-                                               thread_name_prefix="members")
-        return _pool
-
-
-def _forget_pool() -> None:
-    # A forked child has none of its parent's threads.
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
 
 @dataclasses.dataclass
 class _Group:
@@ -219,20 +187,6 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
     raise NoValidHost([], placed=0, min_count=1, index=index)
 
 
-def _run_all(work, items) -> list:
-    """``work(item)`` for every item on the member pool; their results in order.
-
-    Waits for every one before raising the first failure: a member still
-    running when the group's revert starts would race it.
-    """
-    pending = [member_pool().submit(work, item) for item in items]
-    futures.wait(pending)
-    for future in pending:
-        if future.exception() is not None:
-            raise future.exception()
-    return [future.result() for future in pending]
-
-
 class BuildInstances(FleetTask):
     """Claim and boot the instances ``first`` to ``last - 1`` of the reservation.
 
@@ -257,7 +211,7 @@ class BuildInstances(FleetTask):
         known = _rows([instance_uuids[i] for i in indexes])
         group = _Group(placements, request_spec, tenant_id, self.policy,
                        self.max_reschedules, fence)
-        hosts = _run_all(lambda i: build_member(group, self.name, i, instance_uuids[i],
+        hosts = run_all(lambda i: build_member(group, self.name, i, instance_uuids[i],
                                                 known.get(instance_uuids[i])), indexes)
         return {"hosts": {str(i): host for i, host in zip(indexes, hosts, strict=True)}}
 
@@ -266,7 +220,7 @@ class BuildInstances(FleetTask):
         rt = runtime.get()
         built = result.get("hosts", {}) if isinstance(result, dict) else {}
         indexes = range(self.first, self.last)
-        _run_all(lambda i: destroy_built(instance_uuids[i], built.get(str(i)), fence),
+        run_all(lambda i: destroy_built(instance_uuids[i], built.get(str(i)), fence),
                  indexes)
         uuids = [instance_uuids[i] for i in indexes]
         rt.placement.release_many(uuids, fence=fence)
