@@ -8,16 +8,14 @@ TaskFlow's atom details for status.
 from __future__ import annotations
 
 import json
-import threading
-import weakref
 
 import sqlalchemy as sa
 from sqlalchemy import orm
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
-from fleetflow.persistence.group_commit import GroupCommit
 from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, Volume, utcnow
+from fleetflow.persistence.row_writes import RowWrites
 
 INSTANCE_NAME = "{name}-{index:04d}"
 
@@ -347,23 +345,7 @@ def set_status(session: orm.Session, reservation_id: str, status: str,
                     .where(_RESERVATIONS_TABLE.c.id == reservation_id).values(**values))
 
 
-_INSTANCE_UPDATES: dict[frozenset, sa.Update] = {}
-# One group commit per database (a process may hold several in tests).
-_INSTANCE_WRITERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_INSTANCE_WRITERS_LOCK = threading.Lock()
-
-
-def _instance_update(columns: frozenset) -> sa.Update:
-    # One statement per set of columns, built once: every boot writes one
-    # instance row, and building and caching a fresh statement each time
-    # cost more than the UPDATE itself.
-    statement = _INSTANCE_UPDATES.get(columns)
-    if statement is None:
-        table = _INSTANCES_TABLE
-        statement = _INSTANCE_UPDATES.setdefault(columns, (
-            table.update().where(table.c.id == sa.bindparam("b_id"))
-            .values({c: sa.bindparam(c, type_=table.c[c].type) for c in columns})))
-    return statement
+INSTANCE_ROWS = RowWrites(_INSTANCES_TABLE)
 
 
 def update_instance(session: orm.Session | sa.Connection, instance_id: str,
@@ -372,16 +354,7 @@ def update_instance(session: orm.Session | sa.Connection, instance_id: str,
 
     ``session`` may also be a Core connection (``Database.transaction``).
     """
-    values["updated_at"] = utcnow()
-    session.execute(_instance_update(frozenset(values)), {"b_id": instance_id, **values})
-
-
-def _write_instance_batch(connection: sa.Connection, items) -> None:
-    by_columns: dict[frozenset, list] = {}
-    for instance_id, values in items:
-        by_columns.setdefault(frozenset(values), []).append({"b_id": instance_id, **values})
-    for columns, params in by_columns.items():
-        connection.execute(_instance_update(columns), params)
+    INSTANCE_ROWS.update(session, instance_id, **values)
 
 
 def write_instance(database, instance_id: str, **values) -> None:
@@ -391,13 +364,7 @@ def write_instance(database, instance_id: str, **values) -> None:
     ACTIVE): a thousand of them finishing at once share a few transactions
     (``group_commit``) instead of queueing for SQLite's write lock one by one.
     """
-    writer = _INSTANCE_WRITERS.get(database)
-    if writer is None:
-        with _INSTANCE_WRITERS_LOCK:
-            writer = _INSTANCE_WRITERS.setdefault(
-                database, GroupCommit(database.transaction, _write_instance_batch))
-    values["updated_at"] = utcnow()
-    writer.write((instance_id, values))
+    INSTANCE_ROWS.write(database, instance_id, **values)
 
 
 def update_instances(session: orm.Session, instance_ids_: list[str], **values) -> None:

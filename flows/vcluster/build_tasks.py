@@ -242,9 +242,9 @@ class ClaimVCluster(FleetTask):
             rows.record_first_attempts(session, {ids[n]: h for n, h in hosts.items()},
                                        status=states.BUILDING,
                                        task_state=states.TASK_SPAWNING)
-            for name, backend in backends.items():
-                session.execute(sa.update(Volume).where(Volume.id == ids[name]).values(
-                    backend=backend, status=states.VOLUME_CREATING))
+            vc_rows.VOLUME_ROWS.update_each(session, {
+                ids[name]: {"backend": backend, "status": states.VOLUME_CREATING}
+                for name, backend in backends.items()})
             if _creating(session, vcluster_id):
                 vc_rows.set_status(session, vcluster_id, states.BUILDING)
 
