@@ -18,7 +18,8 @@ For each operation it times, in this process (parts: bench/floor_parts.py):
 - virtual cluster, per member (N servers and N volumes, shaped as
   bench/vcluster.py's): the joint placement; its share of one claim
   transaction; a server's ``build_instance``, a volume's ``create_volume``, and
-  half an ``attach_volume``; the checkpoints of its two atoms.
+  half an ``attach_volume``; its share of its group's one task in a run of more
+  than 100 members, else the checkpoints of its two atoms (retry, boot or create).
 
 Then it runs the operation end to end through a fresh ``fleetflow serve``
 (bench/reservation.py, bench/evacuate.py, bench/vcluster.py) and prints its CPU

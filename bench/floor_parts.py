@@ -292,8 +292,13 @@ def vcluster(cloud: Cloud, n: int) -> dict:
             server = v.name.replace("v", "s", 1)
             rt.compute.attach_volume(hosts[server], ids[server], ids[v.name])
     parts["build, create, attach RPCs"] = timed(build_all, members)
-    parts["checkpoints"] = checkpoints(cloud, members, [
-        ("retry", "host-0001"), ("task", {"host": "host-0001", "state": "ACTIVE"})])
+    # A run of more than [conductor] instances_per_atom members is built in
+    # groups: one task a group, whose result names where every member ended.
+    per = INSTANCES_PER_ATOM if members > INSTANCES_PER_ATOM else None
+    chain = ([("task", {"built": {str(uuidlib.uuid4()): "host-0001" for _ in range(per)}})]
+             if per else
+             [("retry", "host-0001"), ("task", {"host": "host-0001", "state": "ACTIVE"})])
+    parts["checkpoints"] = checkpoints(cloud, members, chain, per)
     for s, h in hosts.items():
         rt.compute.destroy_instance(h, ids[s])
     rt.placement.release_many(list(claims))

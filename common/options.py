@@ -114,11 +114,12 @@ CONDUCTOR_OPTS = [
                help="A reservation of more instances than this is built in groups of "
                     "this many, one task a group, instead of a retry, a claim and a boot "
                     "task each; an evacuation of more servers moves each lane's servers "
-                    "in groups of this many, instead of five tasks a server: the "
-                    "engine's cost per atom is then paid once a group. Read when a "
-                    "reservation or an evacuation run is submitted; its flow keeps the "
-                    "shape it was submitted with (docs/provision.md and "
-                    "docs/evacuation.md)."),
+                    "in groups of this many, instead of five tasks a server; a vcluster "
+                    "run of more members builds them in groups of this many, instead "
+                    "of two tasks a member: the engine's cost per atom is then paid "
+                    "once a group. Read when a run is submitted; its flow keeps the "
+                    "shape it was submitted with (docs/provision.md, docs/evacuation.md "
+                    "and docs/vcluster.md)."),
     cfg.StrOpt("name", default=None, help="Conductor name; defaults to host name and pid."),
     cfg.FloatOpt("reconcile_interval", default=10.0, min=0.0,
                  help="Seconds between two passes of the reconciler that rebuilds the "

@@ -247,8 +247,13 @@ class VClusterOps:
               servers: list, volumes: list) -> None:
         """Submit a run in ``session``'s transaction: posted once the rows commit."""
         on_error = ON_ERROR_PAUSE if flow_name == TEARDOWN else ON_ERROR_REVERT
-        self.submit(flow_name, {"vcluster_id": vcluster.id, "run": run, "servers": servers,
-                                "volumes": volumes},
+        args = {"vcluster_id": vcluster.id, "run": run, "servers": servers, "volumes": volumes}
+        per_atom = self.conf.conductor.instances_per_atom
+        if flow_name == BUILD and len(servers) + len(volumes) > per_atom:
+            # Members in groups (flows/vcluster/batch.py): two atoms a member
+            # cost the engine about as much as the members' own work.
+            args["batch"] = per_atom
+        self.submit(flow_name, args,
                     store={keys.VCLUSTER_ID: vcluster.id, keys.TENANT_ID: vcluster.tenant_id,
                            keys.VCLUSTER_RUN: run, keys.FLOW_ID: flow_id},
                     tenant_id=vcluster.tenant_id, flow_id=flow_id, on_error=on_error,

@@ -12,6 +12,11 @@
     attach                     each volume to its server
     finish                     ACTIVE
 
+With ``batch`` (a run of more members than ``[conductor] instances_per_atom``),
+``members`` holds one task a group of that many instead, ``batch-0000``
+building the run's first ``batch`` members (servers first, then volumes),
+each as its chain would (batch.py).
+
 Atom names derive from member indexes, which a cluster never reuses, so
 any conductor rebuilds the same flow from the factory's arguments.
 """
@@ -24,6 +29,7 @@ from fleetflow.flows import keys
 from fleetflow.flows.registry import flow_factory
 from fleetflow.flows.status_listener import ReservationStatusListener
 from fleetflow.flows.tasks.boot import BootInstance
+from fleetflow.flows.vcluster.batch import BuildMembers
 from fleetflow.flows.vcluster.build_tasks import (
     ClaimVCluster,
     FinishVCluster,
@@ -73,13 +79,28 @@ def volume_chain(volume: dict) -> linear_flow.Flow:
     return chain
 
 
+def member_batches(servers: list[dict], volumes: list[dict], batch: int
+                   ) -> list[BuildMembers]:
+    """The run's members in tasks of ``batch``, each named by its first member's place."""
+    members = [(SERVER, s) for s in servers] + [(VOLUME, v) for v in volumes]
+    width = max(4, len(str(len(members))))
+    tasks = []
+    for first in range(0, len(members), batch):
+        group = members[first:first + batch]
+        tasks.append(BuildMembers(f"batch-{first:0{width}d}",
+                                  [m for kind, m in group if kind == SERVER],
+                                  [m for kind, m in group if kind == VOLUME]))
+    return tasks
+
+
 @flow_factory("vcluster-build", listeners=(ReservationStatusListener,))
-def build_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list[dict]
-               ) -> linear_flow.Flow:
+def build_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list[dict],
+               batch: int = 0) -> linear_flow.Flow:
     """Build ``servers`` and ``volumes`` (``{"index", "name", "id", ...}``) of one run.
 
     ``run`` (create or add) is also in the store as ``keys.VCLUSTER_RUN``; it
-    is an argument so the flow's name says what it does.
+    is an argument so the flow's name says what it does. ``batch``: members
+    per task; flows posted without it build a chain a member.
     """
     indexes = {"servers": [s["index"] for s in servers],
                "volumes": [v["index"] for v in volumes]}
@@ -87,10 +108,10 @@ def build_flow(vcluster_id: str, run: str, servers: list[dict], volumes: list[di
     place = linear_flow.Flow("place", retry=ScheduleRetry("schedule-retry"))
     place.add(ScheduleVCluster("schedule", inject=indexes), ClaimVCluster("claim-all"))
     members = unordered_flow.Flow("members")
-    for server in servers:
-        members.add(server_chain(server))
-    for volume in volumes:
-        members.add(volume_chain(volume))
+    if batch:
+        members.add(*member_batches(servers, volumes, batch))
+    else:
+        members.add(*[server_chain(s) for s in servers], *[volume_chain(v) for v in volumes])
     flow.add(VClusterLifecycle("vcluster-lifecycle", inject=indexes), place)
     if servers or volumes:
         flow.add(members)

@@ -36,6 +36,82 @@ def _kind_key(kind: str) -> str:
     return "hosts" if kind == states.MEMBER_SERVER else "backends"
 
 
+def claim_alternate(kind: str, member: str, member_id: str, amounts: dict, target: str,
+                    placement: dict, vcluster_id: str, tenant_id: str, fence=None) -> None:
+    """Move ``member``'s claim to the alternate ``target``: the row says so first
+    (a server joins its groups there, the rule checked again), then the
+    allocation is replaced. Idempotent: a repeat writes nothing new.
+
+    Raises ClaimRace when ``target`` is closed, breaks a group rule, or filled up.
+    """
+    rt = runtime.get()
+    uuids = placement["host_uuids" if kind == states.MEMBER_SERVER else "backend_uuids"]
+    wanted = {uuids[target]: dict(amounts)}
+
+    def decide(known):
+        current = known[member_id]
+        if current.allocations == wanted:
+            return [], None
+        return [ConsumerWrite(member_id, wanted, tenant_id, tenant_id,
+                              current.generation)], None
+    with rt.database.session() as session:
+        if kind == states.MEMBER_SERVER:
+            refuse_closed_hosts(session, [target])
+            for group_id in vc_rows.server_groups_of(session, vcluster_id).get(member, ()):
+                join_group(session, group_id, member_id, target)
+            rows.record_attempt(session, member_id, target, status=states.BUILDING,
+                                task_state=states.TASK_SPAWNING)
+        else:
+            vc_rows.VOLUME_ROWS.update(session, member_id, backend=target,
+                                       status=states.VOLUME_CREATING)
+    try:
+        rt.placement.read_then_write([member_id], decide, fence=fence)
+    except PlacementConflict as exc:
+        raise ClaimRace(f"{target}: {exc}", host=target) from exc
+
+
+def create_on(volume_id: str, backend: str, size_gb: int, volume_type: str | None,
+              placement: dict, fence=None) -> None:
+    """Create the volume on ``backend`` (idempotent by its id) through a host that
+    reaches it; the row says AVAILABLE there after. A failure is written on the
+    volume row (ERROR, with the fault), then raised."""
+    rt = runtime.get()
+    route = placement.get("routes", {}).get(backend)
+    try:
+        try:
+            if route is None:
+                raise HostDead(f"no route to {backend} known at the schedule")
+            rt.compute.create_volume(route, backend, volume_id, size_gb,
+                                     volume_type=volume_type, fence=fence)
+        except HostDead:
+            # The route chosen at the schedule died since: look again.
+            with rt.database.session() as session:
+                route = storage_routes.route(session, backend, rt.conf)
+            rt.compute.create_volume(route, backend, volume_id, size_gb,
+                                     volume_type=volume_type, fence=fence)
+    except FleetflowError as exc:
+        with rt.database.session() as session:
+            vc_rows.VOLUME_ROWS.update(session, volume_id, status=states.VOLUME_ERROR,
+                                       fault=rows.fault(exc.code, exc.message, step="create",
+                                                        host=backend))
+        raise
+    # Committed before returning, with whatever other creates end now.
+    vc_rows.VOLUME_ROWS.write(rt.database, volume_id, backend=backend,
+                              status=states.VOLUME_AVAILABLE, fault=None)
+
+
+def delete_made(volume_id: str, made: str | None = None, fence=None) -> None:
+    """Delete the volume wherever a try may have made it: the row's backend, and
+    ``made`` when that differs. Idempotent; the row's status is left as it is."""
+    rt = runtime.get()
+    with rt.database.session() as session:
+        volume = session.get(Volume, volume_id)
+        backend = volume.backend if volume is not None else None
+    if made is not None and made != backend:
+        storage_routes.delete_volume(rt, made, volume_id, fence)
+    storage_routes.delete_volume(rt, backend or made, volume_id, fence)
+
+
 class MemberCandidatesRetry(FleetRetry):
     """Provides the host (server) or backend (volume) the member's chain uses:
     its primary first, then each alternate after a failure; out of them, the
@@ -74,43 +150,14 @@ class MemberCandidatesRetry(FleetRetry):
             if position == 0:
                 return candidate
             try:
-                self._claim(candidate, vcluster_placement, vcluster_id, tenant_id, fence)
+                claim_alternate(self.kind, self.member, self.member_id, self.amounts,
+                                candidate, vcluster_placement, vcluster_id, tenant_id, fence)
             except ClaimRace as exc:
                 LOG.info("%s: alternate %s is taken (%s)", self.name, candidate, exc)
                 continue
             return candidate
         raise VClusterNoValidHost(f"{self.kind} {self.member}: every candidate failed "
                                   f"({', '.join(tried) or 'none left'})")
-
-    def _claim(self, target: str, placement: dict, vcluster_id: str, tenant_id: str,
-               fence) -> None:
-        rt = runtime.get()
-        member_id = self.member_id
-        uuids = placement["host_uuids" if self.kind == states.MEMBER_SERVER
-                          else "backend_uuids"]
-        wanted = {uuids[target]: dict(self.amounts)}
-
-        def decide(known):
-            current = known[member_id]
-            if current.allocations == wanted:
-                return [], None
-            return [ConsumerWrite(member_id, wanted, tenant_id, tenant_id,
-                                  current.generation)], None
-        with rt.database.session() as session:
-            if self.kind == states.MEMBER_SERVER:
-                refuse_closed_hosts(session, [target])
-                for group_id in vc_rows.server_groups_of(session, vcluster_id).get(
-                        self.member, ()):
-                    join_group(session, group_id, member_id, target)
-                rows.record_attempt(session, member_id, target, status=states.BUILDING,
-                                    task_state=states.TASK_SPAWNING)
-            else:
-                session.execute(sa.update(Volume).where(Volume.id == member_id).values(
-                    backend=target, status=states.VOLUME_CREATING))
-        try:
-            rt.placement.read_then_write([member_id], decide, fence=fence)
-        except PlacementConflict as exc:
-            raise ClaimRace(f"{target}: {exc}", host=target) from exc
 
     def on_failure(self, history, vcluster_placement: dict, **kwargs) -> str:
         tried = set(history.provided_iter())
@@ -136,41 +183,13 @@ class CreateVolume(FleetTask):
 
     def execute(self, volume_id: str, backend: str, size_gb: int, volume_type: str | None,
                 vcluster_placement: dict, fence=None) -> dict:
-        rt = runtime.get()
-        route = vcluster_placement.get("routes", {}).get(backend)
-        try:
-            try:
-                if route is None:
-                    raise HostDead(f"no route to {backend} known at the schedule")
-                rt.compute.create_volume(route, backend, volume_id, size_gb,
-                                         volume_type=volume_type, fence=fence)
-            except HostDead:
-                # The route chosen at the schedule died since: look again.
-                with rt.database.session() as session:
-                    route = storage_routes.route(session, backend, rt.conf)
-                rt.compute.create_volume(route, backend, volume_id, size_gb,
-                                         volume_type=volume_type, fence=fence)
-        except FleetflowError as exc:
-            with rt.database.session() as session:
-                session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
-                    status=states.VOLUME_ERROR, fault=rows.fault(
-                        exc.code, exc.message, step="create", host=backend)))
-            raise
-        with rt.database.session() as session:
-            session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
-                backend=backend, status=states.VOLUME_AVAILABLE, fault=None))
+        create_on(volume_id, backend, size_gb, volume_type, vcluster_placement, fence)
         return {"backend": backend}
 
     def revert(self, result, volume_id: str, fence=None, **kwargs) -> None:
-        rt = runtime.get()
-        made = result.get("backend") if isinstance(result, dict) else None
-        with rt.database.session() as session:
-            volume = session.get(Volume, volume_id)
-            backend = volume.backend if volume is not None else None
-        if made is not None and made != backend:
-            storage_routes.delete_volume(rt, made, volume_id, fence)
-        storage_routes.delete_volume(rt, backend or made, volume_id, fence)
-        with rt.database.session() as session:
+        delete_made(volume_id, result.get("backend") if isinstance(result, dict) else None,
+                    fence)
+        with runtime.get().database.session() as session:
             session.execute(sa.update(Volume).where(Volume.id == volume_id).values(
                 status=states.VOLUME_CREATING))
 

@@ -38,7 +38,8 @@ tests/reliability/vcluster_cloud.py for the cloud and its lanes.
    moments of conductors building 50-server + 50-volume clusters (each server
    affine with its own volume, which attaches it; servers anti-affine per
    host in groups of ten, their volumes on ten different backends; boots
-   lasting 0.2 s), then at least half as many while they are deleted; a new
+   lasting 0.2 s), every other one built in groups of 40 members (one task a
+   group), then at least half as many while they are deleted; a new
    conductor replaces each one killed.
 
 In the end every cluster is ACTIVE or REVERTED as planned (DELETED once
@@ -75,6 +76,8 @@ BOUNDARIES = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT)
 # claim to expire, so more run than there are cores.
 PARALLEL = 16
 BIG = 50
+# Members a task of the clusters built in groups.
+GROUPED = 40
 
 
 def cluster_flows() -> tuple:
@@ -334,6 +337,7 @@ def test_random_kills_while_50_server_clusters_are_built_and_deleted(
     started = time.monotonic()
     live = [cloud.spawn(f"random-{n}") for n in range(3)]
     kills = {"build": 0, "delete": 0}
+    shapes = {"chains": 0, "groups": 0}
     wanted = {"build": random_kills, "delete": max(1, random_kills // 2)}
     deleted: set[str] = set()
     spawned = len(live)
@@ -350,6 +354,11 @@ def test_random_kills_while_50_server_clusters_are_built_and_deleted(
             break
         # Two runs under way at a time, so kills land in them.
         if short and len(unsettled) < 2:
+            # Every other cluster built in groups of 40 members (flows/vcluster/batch.py).
+            grouped = len(cloud.vclusters) % 2 == 1
+            shapes["groups" if grouped else "chains"] += 1
+            cloud.conf.set_override("instances_per_atom", GROUPED if grouped else 2 * BIG,
+                                    group="conductor")
             cloud.create(big_cluster(h.GOOD), name=f"big-{len(cloud.vclusters)}",
                          expected=h.BUILT)
         # Kill only a conductor that holds a run still short of kills (a kill
@@ -371,4 +380,6 @@ def test_random_kills_while_50_server_clusters_are_built_and_deleted(
     assert not problems, f"seed {seed}\n" + "\n".join(problems[:20])
     report = assert_audit_clean(*cloud.audit_args())
     assert report.counts["instances"] == BIG * len(cloud.vclusters)
-    print(f"{kills} kills over {len(cloud.vclusters)} clusters of {BIG}+{BIG} in {ran:.0f} s")
+    assert shapes["groups"] >= 1 or len(cloud.vclusters) < 2, shapes
+    print(f"{kills} kills over {len(cloud.vclusters)} clusters of {BIG}+{BIG} ({shapes}) "
+          f"in {ran:.0f} s")

@@ -1,0 +1,136 @@
+"""The vcluster build with its members in groups ([conductor] instances_per_atom).
+
+Every scenario of the per-member chains (test_vcluster_flow.py) runs again
+here on a flow of one task a group of two members; then what only groups do:
+a group run again resumes each member from its row.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from fleetflow.common import states
+from fleetflow.common.crash_points import MEMBER_CLAIMED, MEMBER_UNDONE
+from fleetflow.flows.vcluster import batch
+from fleetflow.flows.vcluster.build import build_flow
+from fleetflow.persistence.models import Instance, Volume
+from tests.unit.flows import test_vcluster_flow as chains
+
+# The contract test builds its own flow: the one below checks the grouped shape.
+SCENARIOS = {name: test for name, test in vars(chains).items()
+             if name.startswith("test_") and "contract" not in name}
+globals().update(SCENARIOS)
+
+
+@pytest.fixture
+def evac_cloud(fleetflow_evacuation_cloud):
+    cloud = fleetflow_evacuation_cloud
+    submit = cloud.submit
+
+    def grouped(flow_name, flow_kwargs, *args, **kwargs):
+        if flow_name == "vcluster-build":
+            flow_kwargs = {**flow_kwargs, "batch": 2}
+        return submit(flow_name, flow_kwargs, *args, **kwargs)
+    cloud.submit = grouped
+    return cloud
+
+
+def test_a_run_larger_than_a_group_gets_one_task_a_group(fleetflow_evacuation_cloud):
+    cloud = fleetflow_evacuation_cloud
+    cloud.conf.set_override("instances_per_atom", 2, group="conductor")
+    # One a group is the limit, not the rule: two members keep their chains.
+    chains.create(cloud, {"instances": [chains.server("a"), chains.volume("b")]}, name="x")
+    assert "batch" not in cloud.posted[-1]["kwargs"]
+    assert chains.run_last(cloud) == "SUCCESS"
+    vcluster_id = chains.create(cloud, chains.TWO_SERVERS_APART)
+    job = cloud.posted[-1]
+    assert job["kwargs"]["batch"] == 2
+    flow = build_flow(**job["kwargs"])
+    members = next(n for n, _ in flow.iter_nodes() if n.name == "members")
+    tasks = {task.name: ([s["name"] for s in task.servers], [v["name"] for v in task.volumes])
+             for task, _ in members.iter_nodes()}
+    assert tasks == {"batch-0000": (["db-server-1", "db-server-2"], []),
+                     "batch-0002": ([], ["db-vol-1", "db-vol-2"])}
+    assert flow.requires <= set(job["store"]) | {"fence"}
+    assert cloud.run(job) == "SUCCESS"
+    assert chains.show(cloud, vcluster_id)["status"] == states.ACTIVE
+    chains.assert_clean(cloud)
+
+
+def _first_choice(cloud, body: dict, name: str) -> dict:
+    dry = chains.ops(cloud).dry_run(chains.VClusterRequest("t1", "u1", "x", body["instances"],
+                                                           body.get("groupings", [])))
+    return next(i for i in dry["instances"] if i["name"] == name)
+
+
+@pytest.mark.parametrize("point", [MEMBER_UNDONE, MEMBER_CLAIMED])
+def test_a_group_stopped_after_a_failed_boot_resumes_on_the_alternate(
+        evac_cloud, fleetflow_crash_points, point):
+    body = {"instances": [chains.server("a"), chains.server("b")],
+            "groupings": [chains.grouping("g", ["a", "b"], "anti-affinity")]}
+    first = _first_choice(evac_cloud, body, "a")["host"]
+    evac_cloud.driver.set_faults(first, fail_next=1)
+    vcluster_id = chains.create(evac_cloud, body)
+    job = evac_cloud.posted[-1]
+    fleetflow_crash_points.arm("batch-0000", point, stop=True)
+    evac_cloud.run(job)
+    assert ("batch-0000", point) in fleetflow_crash_points.reached
+    # The host would build it now: only the row says that try failed.
+    evac_cloud.driver.set_faults(first, fail_next=0)
+    assert evac_cloud.resume(job) == "SUCCESS"
+    found = chains.members(chains.show(evac_cloud, vcluster_id))
+    landed = found["a"]["host"]
+    assert landed not in (None, first) and landed != found["b"]["host"]
+    with evac_cloud.database.session() as session:
+        row = session.get(Instance, found["a"]["id"])
+        assert row.hosts_tried == [first, landed] and row.attempts == 2
+    assert evac_cloud.driver.spawn_count(found["a"]["id"], host=landed) == 1
+    chains.assert_clean(evac_cloud)
+
+
+def test_a_group_stopped_after_a_failed_create_resumes_on_the_alternate_backend(
+        evac_cloud, fleetflow_crash_points):
+    body = {"instances": [chains.volume("v", volume_type="ssd"), chains.server("s")]}
+    first = _first_choice(evac_cloud, body, "v")["backend"]
+    evac_cloud.driver.set_backend_faults(first, fail_next_creates=1)
+    vcluster_id = chains.create(evac_cloud, body)
+    job = evac_cloud.posted[-1]
+    fleetflow_crash_points.arm("batch-0000", MEMBER_UNDONE, stop=True)
+    evac_cloud.run(job)
+    assert ("batch-0000", MEMBER_UNDONE) in fleetflow_crash_points.reached
+    with evac_cloud.database.session() as session:
+        volume_id = chains.members(chains.show(evac_cloud, vcluster_id))["v"]["id"]
+        assert session.get(Volume, volume_id).status == states.VOLUME_ERROR
+    evac_cloud.driver.set_backend_faults(first, fail_next_creates=0)
+    assert evac_cloud.resume(job) == "SUCCESS"
+    found = chains.members(chains.show(evac_cloud, vcluster_id))
+    assert found["v"]["backend"] not in (None, first)
+    assert found["v"]["status"] == states.VOLUME_AVAILABLE
+    assert evac_cloud.driver.volume_create_count(volume_id) == 1
+    chains.assert_clean(evac_cloud)
+
+
+def test_a_group_that_fails_removes_what_its_members_built(evac_cloud, monkeypatch):
+    vcluster_id = chains.create(evac_cloud, chains.TWO_SERVERS_APART)
+    job = evac_cloud.posted[-1]
+    real_try = batch._try
+
+    def fail_the_volumes(run, name, member, where):
+        if member.kind == batch.VOLUME:
+            # Not a failed try (those move on): a fault of the task itself.
+            raise RuntimeError("create broke")
+        return real_try(run, name, member, where)
+    monkeypatch.setattr(batch, "_try", fail_the_volumes)
+    assert evac_cloud.run(job) == "REVERTED"
+    view = chains.show(evac_cloud, vcluster_id)
+    assert view["status"] == states.REVERTED
+    chains.assert_nothing_held(evac_cloud, view)
+    with evac_cloud.database.session() as session:
+        servers = session.scalars(sa.select(Instance).where(
+            Instance.id.in_([m["id"] for m in view["instances"]]))).all()
+        assert len(servers) == 2 and {s.status for s in servers} == {states.REVERTED}
+    for member in view["instances"]:
+        assert all(evac_cloud.driver.get_instance(host, member["id"]) is None
+                   for host in evac_cloud.driver.hosts)
+    chains.assert_clean(evac_cloud)
