@@ -362,6 +362,9 @@ def test_list_is_paginated_newest_first_and_filtered_by_status(build, post, clie
     page = client.get(f"{URL}?limit=2", headers=member_headers).json
     assert [v["id"] for v in page["vclusters"]] == [pending[1], pending[0]]
     assert "instances" not in page["vclusters"][0]
+    # Counted per cluster: the pending ones' members are all still to build.
+    assert [v["progress"] for v in page["vclusters"]] == [
+        {"total": 2, "active": 0, "building": 2, "error": 0}] * 2
     (link,) = page["links"]
     rest = client.get(link["href"], headers=member_headers).json
     assert [v["id"] for v in rest["vclusters"]] == [built["id"]] and rest["links"] == []
