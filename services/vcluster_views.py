@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 from fleetflow.common import states
 from fleetflow.persistence import paging
@@ -108,7 +109,9 @@ def summaries(session, tenant_id: str | None, status: str | None, limit: int,
 
     NotFound when ``marker`` names no cluster of the tenant.
     """
-    query = sa.select(VCluster)
+    # Not the request body nor the runs: a cluster of thousands carries them
+    # as large JSON documents that no summary shows.
+    query = sa.select(VCluster).options(orm.defer(VCluster.request), orm.defer(VCluster.runs))
     if tenant_id is not None:
         query = query.where(VCluster.tenant_id == tenant_id)
     if status:
