@@ -20,6 +20,7 @@ from fleetflow.persistence.fleet import stable_uuid
 from fleetflow.services.evacuations import EvacuationRequest
 from tests.unit.flows import test_evacuate_deletes as deletes
 from tests.unit.flows import test_evacuate_flow as chains
+from tests.unit.flows.grouped import in_groups
 
 # The chains' contract test builds its own flow: it has no group to check.
 SCENARIOS = {name: test for module in (chains, deletes)
@@ -30,15 +31,7 @@ globals().update(SCENARIOS)
 
 @pytest.fixture
 def evac_cloud(fleetflow_evacuation_cloud):
-    cloud = fleetflow_evacuation_cloud
-    submit = cloud.submit
-
-    def grouped(flow_name, flow_kwargs, *args, **kwargs):
-        if flow_name == "evacuate":
-            flow_kwargs = {**flow_kwargs, "batch": 2}
-        return submit(flow_name, flow_kwargs, *args, **kwargs)
-    cloud.submit = grouped
-    return cloud
+    return in_groups(fleetflow_evacuation_cloud, "evacuate")
 
 
 def _servers(cloud, n: int, mode: str = states.MODE_REBUILD) -> list[str]:

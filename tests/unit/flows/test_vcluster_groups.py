@@ -16,6 +16,7 @@ from fleetflow.flows.vcluster import batch
 from fleetflow.flows.vcluster.build import build_flow
 from fleetflow.persistence.models import Instance, Volume
 from tests.unit.flows import test_vcluster_flow as chains
+from tests.unit.flows.grouped import in_groups
 
 # The contract test builds its own flow: the one below checks the grouped shape.
 SCENARIOS = {name: test for name, test in vars(chains).items()
@@ -25,15 +26,7 @@ globals().update(SCENARIOS)
 
 @pytest.fixture
 def evac_cloud(fleetflow_evacuation_cloud):
-    cloud = fleetflow_evacuation_cloud
-    submit = cloud.submit
-
-    def grouped(flow_name, flow_kwargs, *args, **kwargs):
-        if flow_name == "vcluster-build":
-            flow_kwargs = {**flow_kwargs, "batch": 2}
-        return submit(flow_name, flow_kwargs, *args, **kwargs)
-    cloud.submit = grouped
-    return cloud
+    return in_groups(fleetflow_evacuation_cloud, "vcluster-build")
 
 
 def test_a_run_larger_than_a_group_gets_one_task_a_group(fleetflow_evacuation_cloud):
@@ -64,6 +57,16 @@ def _first_choice(cloud, body: dict, name: str) -> dict:
     return next(i for i in dry["instances"] if i["name"] == name)
 
 
+def _stopped_in_a_member(cloud, crash_points, body: dict, point: str) -> tuple[str, dict]:
+    """A cluster created and its build stopped at ``point`` of its first group."""
+    vcluster_id = chains.create(cloud, body)
+    job = cloud.posted[-1]
+    crash_points.arm("batch-0000", point, stop=True)
+    cloud.run(job)
+    assert ("batch-0000", point) in crash_points.reached
+    return vcluster_id, job
+
+
 @pytest.mark.parametrize("point", [MEMBER_UNDONE, MEMBER_CLAIMED])
 def test_a_group_stopped_after_a_failed_boot_resumes_on_the_alternate(
         evac_cloud, fleetflow_crash_points, point):
@@ -71,11 +74,7 @@ def test_a_group_stopped_after_a_failed_boot_resumes_on_the_alternate(
             "groupings": [chains.grouping("g", ["a", "b"], "anti-affinity")]}
     first = _first_choice(evac_cloud, body, "a")["host"]
     evac_cloud.driver.set_faults(first, fail_next=1)
-    vcluster_id = chains.create(evac_cloud, body)
-    job = evac_cloud.posted[-1]
-    fleetflow_crash_points.arm("batch-0000", point, stop=True)
-    evac_cloud.run(job)
-    assert ("batch-0000", point) in fleetflow_crash_points.reached
+    vcluster_id, job = _stopped_in_a_member(evac_cloud, fleetflow_crash_points, body, point)
     # The host would build it now: only the row says that try failed.
     evac_cloud.driver.set_faults(first, fail_next=0)
     assert evac_cloud.resume(job) == "SUCCESS"
@@ -94,11 +93,8 @@ def test_a_group_stopped_after_a_failed_create_resumes_on_the_alternate_backend(
     body = {"instances": [chains.volume("v", volume_type="ssd"), chains.server("s")]}
     first = _first_choice(evac_cloud, body, "v")["backend"]
     evac_cloud.driver.set_backend_faults(first, fail_next_creates=1)
-    vcluster_id = chains.create(evac_cloud, body)
-    job = evac_cloud.posted[-1]
-    fleetflow_crash_points.arm("batch-0000", MEMBER_UNDONE, stop=True)
-    evac_cloud.run(job)
-    assert ("batch-0000", MEMBER_UNDONE) in fleetflow_crash_points.reached
+    vcluster_id, job = _stopped_in_a_member(evac_cloud, fleetflow_crash_points, body,
+                                            MEMBER_UNDONE)
     with evac_cloud.database.session() as session:
         volume_id = chains.members(chains.show(evac_cloud, vcluster_id))["v"]["id"]
         assert session.get(Volume, volume_id).status == states.VOLUME_ERROR
