@@ -44,7 +44,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from fleetflow.common import crash_points, states
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
 from fleetflow.flows.evacuate import move, retry
 from fleetflow.flows.evacuate.fastpath import CLAIMED
@@ -140,6 +140,10 @@ def move_member(run: _Run, name: str, index: int, row: _Row | None) -> str | Non
             volumes = move.reattach(*args, host, run.move_placements, run.fence)
             move.confirm(*args, host, migration, run.move_placements, run.fence)
             return host
+        except StaleFence:
+            # This process no longer owns the flow: its new owner carries on
+            # from the rows, which a stale try must not touch again.
+            raise
         except FleetflowError as exc:
             LOG.info("evacuation %s: %s: try on %s failed: %s", run.evacuation_id, uuid,
                      host, exc)

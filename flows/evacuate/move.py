@@ -25,7 +25,7 @@ import time
 import sqlalchemy as sa
 
 from fleetflow.common import config, metrics, states
-from fleetflow.common.exceptions import Conflict, FleetflowError
+from fleetflow.common.exceptions import Conflict, FleetflowError, StaleFence
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound, OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.evacuate import rows, writes
@@ -208,6 +208,8 @@ def move(evacuation_id: str, instance_uuids: list, index: int, host: str,
     try:
         record = _start(rt, host, migration, spec, fence, fallback, evacuation_id)
         record = _wait(rt, host, migration, record, evacuation_id)
+    except StaleFence:
+        raise  # this process lost the flow: nothing to record of the host
     except FleetflowError as exc:
         _fail_step(evacuation_id, uuid, "move", host, exc)
         raise
@@ -312,6 +314,8 @@ def reattach(evacuation_id: str, instance_uuids: list, index: int, host: str,
     try:
         for volume_id in reachable:
             rt.compute.attach_volume(host, uuid, volume_id, fence=fence)
+    except StaleFence:
+        raise  # this process lost the flow: nothing to record of the host
     except FleetflowError as exc:
         _fail_step(evacuation_id, uuid, "attach", host, exc)
         raise
@@ -352,6 +356,8 @@ def confirm(evacuation_id: str, instance_uuids: list, index: int, host: str,
     try:
         rt.compute.confirm_move(host, migration, fence=fence)
         writes.release_migration(rt.placement, migration, fence=fence)
+    except StaleFence:
+        raise  # this process lost the flow: nothing to record of the host
     except FleetflowError as exc:
         _fail_step(evacuation_id, uuid, "confirm", host, exc)
         raise

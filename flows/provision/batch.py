@@ -38,7 +38,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from fleetflow.common import crash_points, metrics, states
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
 from fleetflow.flows.provision import schedule
 from fleetflow.flows.provision.retry import record_no_host
@@ -164,6 +164,11 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
         try:
             build_on(host, uuid, group.request_spec, group.fence, crash_as=name)
             return host
+        except StaleFence:
+            # This process no longer owns the flow: its new owner carries on
+            # from the rows, which a stale try must not touch again.
+            group.stop.set()
+            raise
         except FleetflowError as exc:
             LOG.info("instance %d: build failed on %s: %s", index, host, exc)
             excluded.add(host)

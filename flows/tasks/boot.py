@@ -13,7 +13,7 @@ import logging
 import sqlalchemy as sa
 
 from fleetflow.common import crash_points, states
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import reservations as rows
@@ -40,6 +40,8 @@ def build_on(host: str, uuid: str, request_spec: dict, fence=None,
     try:
         guest = rt.compute.ensure_built(host, uuid, request_spec["resources"],
                                         image=request_spec.get("image_id"), fence=fence)
+    except StaleFence:
+        raise  # this process lost the flow: nothing to record of the host
     except FleetflowError as exc:
         with rt.database.session() as session:
             rows.update_instance(session, uuid, fault=rows.fault(

@@ -42,7 +42,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from fleetflow.common import crash_points, states
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.boot import build_on, destroy_built
@@ -171,6 +171,11 @@ def build_member(run: _Run, name: str, member: _Member) -> str | None:
         try:
             _try(run, name, member, where)
             return where
+        except StaleFence:
+            # This process no longer owns the flow: its new owner carries on
+            # from the rows, which a stale try must not touch again.
+            run.stop.set()
+            raise
         except FleetflowError as exc:
             LOG.info("%s %s: failed on %s: %s", member.kind, member.spec["name"], where, exc)
             failure = exc

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from taskflow import retry
 
 from fleetflow.common import states
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetRetry, FleetTask
@@ -89,6 +89,8 @@ def create_on(volume_id: str, backend: str, size_gb: int, volume_type: str | Non
                 route = storage_routes.route(session, backend, rt.conf)
             rt.compute.create_volume(route, backend, volume_id, size_gb,
                                      volume_type=volume_type, fence=fence)
+    except StaleFence:
+        raise  # this process lost the flow: nothing to record of the host
     except FleetflowError as exc:
         with rt.database.session() as session:
             vc_rows.VOLUME_ROWS.update(session, volume_id, status=states.VOLUME_ERROR,

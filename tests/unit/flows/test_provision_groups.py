@@ -106,3 +106,32 @@ def test_a_member_run_again_drops_a_claim_its_row_never_recorded(cloud):
     row = batch._rows([uuid])[uuid]
     assert batch.build_member(group, "batch-0000", 0, uuid, row) == "z1-r1-h02"
     assert cloud.driver.spawn_count(uuid) == 1
+
+
+def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
+        cloud, monkeypatch):
+    from fleetflow.common.exceptions import StaleFence
+    from fleetflow.persistence.models import Host
+
+    rid, job = cloud.reserve(3, capabilities={"gpu": "true"})
+    compute = cloud.runtime.compute
+    real_build = compute.ensure_built
+    refusals = []
+
+    def refused(host, uuid, *args, **kwargs):
+        if host == "z1-r1-h01":
+            refusals.append(uuid)
+            # What a host answers a conductor that lost the job to another.
+            raise StaleFence("host refuses job: token 1 is stale (current 2)")
+        return real_build(host, uuid, *args, **kwargs)
+    monkeypatch.setattr(compute, "ensure_built", refused)
+    cloud.run(job)
+    assert refusals
+    with cloud.database.session() as session:
+        failures = {h.name: h.build_failures for h in session.query(Host)}
+    # Not a failure of the host: its count is untouched, no row names it in a fault,
+    # and no member moved on to try another host.
+    assert failures["z1-r1-h01"] == 0, failures
+    for _uuid, _host, _state, attempts, _tried, fault in _instances(cloud, rid):
+        assert fault is None or fault["code"] != StaleFence.code
+        assert attempts == 1

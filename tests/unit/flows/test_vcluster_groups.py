@@ -130,3 +130,34 @@ def test_a_group_that_fails_removes_what_its_members_built(evac_cloud, monkeypat
         assert all(evac_cloud.driver.get_instance(host, member["id"]) is None
                    for host in evac_cloud.driver.hosts)
     chains.assert_clean(evac_cloud)
+
+
+def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
+        evac_cloud, monkeypatch):
+    from fleetflow.common.exceptions import StaleFence
+    from fleetflow.persistence.models import Host
+
+    body = {"instances": [chains.server("a"), chains.server("b")],
+            "groupings": [chains.grouping("g", ["a", "b"], "anti-affinity")]}
+    first = _first_choice(evac_cloud, body, "a")["host"]
+    vcluster_id = chains.create(evac_cloud, body)
+    compute = evac_cloud.runtime.compute
+    real_build = compute.ensure_built
+
+    def refused(host, uuid, *args, **kwargs):
+        if host == first:
+            # What a host answers a conductor that lost the job to another.
+            raise StaleFence("host refuses job: token 1 is stale (current 2)")
+        return real_build(host, uuid, *args, **kwargs)
+    monkeypatch.setattr(compute, "ensure_built", refused)
+    evac_cloud.run(evac_cloud.posted[-1])
+    with evac_cloud.database.session() as session:
+        assert session.scalars(sa.select(Host.build_failures).where(
+            Host.name == first)).one() == 0
+        servers = session.scalars(sa.select(Instance).where(
+            Instance.vcluster_id == vcluster_id)).all()
+    # Not a failure of the host: no row names it in a fault, nobody moved on.
+    assert len(servers) == 2
+    for row in servers:
+        assert row.fault is None or row.fault["code"] != StaleFence.code
+        assert row.attempts == 1
