@@ -145,7 +145,10 @@ def test_three_conductors_admit_every_request_once_in_order(cloud, pg_url):
             assert row.made == want["count"], row
             assert row.status == ("DELETED" if rid in deleted else "ACTIVE"), row
             ended["ACTIVE"] += 1
-    assert ended["ACTIVE"] > REQUESTS // 2, ended
+    # Most of what was not cancelled got in: the order checked below is that of many
+    # admissions. (How many the test cancels grows with the time they wait queued,
+    # so the share of all requests moves with the machine's speed.)
+    assert ended["ACTIVE"] > (REQUESTS - ended["cancelled"]) // 2, ended
 
     admitted = {rid: rows[rid] for rid in asked if rows[rid].made}
     for a, ra in admitted.items():
