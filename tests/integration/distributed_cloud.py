@@ -21,6 +21,24 @@ ADMIN = {"X-Project-Id": "admin", "X-Roles": "admin"}
 TENANT = {"X-Project-Id": "demo", "X-Roles": "member"}
 
 
+def small_fleet(racks: dict[str, int], **more) -> dict:
+    """Racks ``{name: hosts}`` of 16-vCPU hosts in zone z1, with m1.small and cirros;
+    ``more``: further keys of the fleet document (``rack_storage``)."""
+    return {
+        "profiles": {"small": {"inventory": {
+            "VCPU": {"total": 16, "allocation_ratio": 1.0},
+            "MEMORY_MB": {"total": 32768, "allocation_ratio": 1.0},
+            "DISK_GB": {"total": 400, "allocation_ratio": 1.0}}}},
+        "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
+            {"name": name, "hosts": hosts, "profile": "small"}
+            for name, hosts in racks.items()]}]}],
+        "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048,
+                     "disk_gb": 20}],
+        "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
+        **more,
+    }
+
+
 class Processes:
     def __init__(self, workdir, env):
         self.workdir, self.env, self.procs = workdir, env, {}

@@ -32,20 +32,11 @@ import time
 import pytest
 import requests
 import sqlalchemy as sa
-from distributed_cloud import ADMIN, TENANT, board, owner
+from distributed_cloud import ADMIN, TENANT, board, owner, small_fleet
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
-FLEET = {
-    "profiles": {"small": {"inventory": {
-        "VCPU": {"total": 16, "allocation_ratio": 1.0},
-        "MEMORY_MB": {"total": 32768, "allocation_ratio": 1.0},
-        "DISK_GB": {"total": 400, "allocation_ratio": 1.0}}}},
-    "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
-        {"name": "r1", "hosts": 4, "profile": "small"}]}]}],
-    "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}],
-    "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
-}
+FLEET = small_fleet({"r1": 4})
 # Servers outside the group on each source, moved before its member.
 FILLERS = 2
 # Seconds of each live move: the members' claims come FILLERS x this after

@@ -19,21 +19,12 @@ import time
 import pytest
 import requests
 import sqlalchemy as sa
-from distributed_cloud import ADMIN, TENANT
+from distributed_cloud import ADMIN, TENANT, small_fleet
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
-FLEET = {
-    "profiles": {"small": {"inventory": {
-        "VCPU": {"total": 16, "allocation_ratio": 1.0},
-        "MEMORY_MB": {"total": 32768, "allocation_ratio": 1.0},
-        "DISK_GB": {"total": 400, "allocation_ratio": 1.0}}}},
-    "regions": [{"name": "north-america", "zones": [{"name": "z1", "racks": [
-        {"name": f"r{r}", "hosts": 3, "profile": "small"} for r in (1, 2, 3)]}]}],
-    "rack_storage": {"capacity_gb": 1000, "volume_types": ["ssd"]},
-    "flavors": [{"id": "1", "name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}],
-    "images": [{"id": "8a6f3b56-0bd6-4c4e-9a0e-5a4c1f0c7a01", "name": "cirros"}],
-}
+FLEET = small_fleet({f"r{r}": 3 for r in (1, 2, 3)},
+                    rack_storage={"capacity_gb": 1000, "volume_types": ["ssd"]})
 SERVERS = 3
 URL = "/v2/demo/vclusters"
 OPERATOR = {"X-Project-Id": "demo", "X-Roles": "admin"}
