@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import datetime
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -183,13 +184,24 @@ def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
         cpu1 = total_cpu(pids)
         body = requests.get(location, headers=HEADERS, timeout=120).json()["reservation"]
         peaks = [peak_rss_mb(pid) for pid in pids]
-        return {"peak_mb": peaks,
+        return {"peak_mb": peaks, "batches": build_batches(url),
                 "n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
                 "total_s": total, "progress": body["progress"],
                 "settled_s": settled_at(body) - wall0,
                 "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
                 "arrivals": build_arrivals(workdir, wall0),
                 "idle_cpu_s": idle and idle_cpu(pids, idle)}
+
+
+def build_batches(url: str) -> tuple[float, float] | None:
+    """(batches, builds they carried) from the server's metrics (the embedded serve's
+    conductors; a distributed run's conductors serve theirs elsewhere)."""
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    found = dict(re.findall(r"^fleetflow_(build_batches|batched_builds)_total (\S+)$", text,
+                            re.MULTILINE))
+    if len(found) != 2:
+        return None
+    return float(found["build_batches"]), float(found["batched_builds"])
 
 
 def idle_cpu(pids: list[int], seconds: float) -> float | None:
@@ -243,6 +255,9 @@ def main() -> None:
               flush=True)
         if r["status"] != "ACTIVE":
             print(f"       progress: {r['progress']}")
+        if r["batches"] and r["batches"][0]:
+            print(f"       builds sent in {r['batches'][0]:.0f} batches, "
+                  f"{r['batches'][1] / r['batches'][0]:.1f} a batch", flush=True)
         if args.memory and r["peak_mb"]:
             print("       peak RSS MB: " + "; ".join(
                 " + ".join(f"{mb:.0f}" for mb in peaks) for peaks in r["peak_mb"])

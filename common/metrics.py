@@ -39,6 +39,11 @@ RECONCILE_PASSES = prometheus_client.Counter(
     "fleetflow_reconcile_passes", "Passes of the reconciler over the outbox.")
 REPOSTED_JOBS = prometheus_client.Counter(
     "fleetflow_reposted_jobs", "Flows the reconciler posted again (a lost post or job).")
+BUILD_BATCHES = prometheus_client.Counter(
+    "fleetflow_build_batches", "RPCs that carried builds to a compute agent together.")
+BATCHED_BUILDS = prometheus_client.Counter(
+    "fleetflow_batched_builds", "Builds those RPCs carried (a build still booting when "
+    "its batch was answered goes again in a later one, and counts again).")
 EVACUATION_MOVES = prometheus_client.Counter(
     "fleetflow_evacuation_moves", "Evacuation moves that ended, by outcome.", ["outcome"])
 API_REQUESTS = prometheus_client.Counter(

@@ -133,6 +133,10 @@ CONDUCTOR_OPTS = [
 COMPUTE_OPTS = [
     cfg.FloatOpt("boot_seconds", default=0.0, min=0.0,
                  help="Simulated boot latency of the fake driver."),
+    cfg.BoolOpt("batch_builds", default=True,
+                help="Send the builds bound for one compute agent together, many in one "
+                     "RPC, when they come faster than the agent answers (off: one RPC "
+                     "a build, as with agents older than batched builds)."),
     cfg.IntOpt("max_concurrent_builds", default=10, min=1,
                help="Builds one simulated host runs at once (as Nova's option)."),
     cfg.StrOpt("state_path", default="fleetflow-hosts.db",

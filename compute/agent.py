@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from oslo_messaging.rpc import server as rpc_server
 
 from fleetflow.common.exceptions import FleetflowError, InvalidInput
-from fleetflow.compute import messaging
+from fleetflow.compute import build_batches, messaging
 from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.rpc_pool import PrestartedPool
 from fleetflow.persistence import evacuations
@@ -58,8 +58,8 @@ def rpc_pool_size(conf, hosts: int) -> int:
     for its whole boot, so with fewer threads a reservation that fits the
     hosts' slots would still boot in waves. Plus ``OTHER_CALL_THREADS`` for
     look-ups, destroys and builds waiting for a slot, at most
-    ``[compute] max_agent_threads``. The build slots' threads start with the
-    server, the others when a request finds none idle.
+    ``[compute] max_agent_threads``. The agent's batched builds run on a pool of
+    this size for all its hosts, its build slots' threads started up front.
     """
     if conf.compute.agent_threads is not None:
         return conf.compute.agent_threads
@@ -107,18 +107,24 @@ def _remotable(method):
 
 
 class ComputeEndpoint:
-    """RPC methods of the compute hosts (API version 1.0)."""
+    """RPC methods of the compute hosts (API version 1.1)."""
 
-    target = oslo_messaging.Target(version=messaging.RPC_API_VERSION)
+    target = oslo_messaging.Target(version=messaging.AGENT_API_VERSION)
 
-    def __init__(self, driver: FakeDriver, agent_name: str, database=None):
+    def __init__(self, driver: FakeDriver, agent_name: str, database=None,
+                 builds: build_batches.BuildRunner | None = None):
         self.driver = driver
         self.agent_name = agent_name
         self.database = database
+        self.builds = builds
 
     @_remotable
     def build_instance(self, ctxt, host, uuid, resources, image=None, fence=None):
         return self.driver.build_instance(host, uuid, resources, image=image, fence=fence)
+
+    def build_instances(self, ctxt, builds, answer_within):
+        """Many ``build_instance`` at once; one answer each (``build_batches``)."""
+        return self.builds.run(builds, answer_within)
 
     @_remotable
     def destroy_instance(self, ctxt, host, uuid, fence=None):
@@ -240,6 +246,7 @@ class ComputeAgent:
         self.transport = messaging.get_transport(conf, transport_url)
         self.endpoint = ComputeEndpoint(driver, agent_name, database)
         self.servers: list = []
+        self._build_pool: PrestartedPool | None = None
         self._stopped = False
         self._stop_beating = threading.Event()
         self._heart: threading.Thread | None = None
@@ -248,12 +255,15 @@ class ComputeAgent:
         # One server for every host (fleet mode) or one per host (per-host mode).
         hosts_per_server = -(-len(self.driver.hosts) // max(1, len(self.server_names)))
         pool_size = rpc_pool_size(self.conf, max(1, hosts_per_server))
+        server_slots = max(1, hosts_per_server) * self.conf.compute.max_concurrent_builds
+        self._start_build_pool()
         for name in self.server_names:
             target = oslo_messaging.Target(topic=self.conf.messaging.topic, server=name)
             server = oslo_messaging.get_rpc_server(self.transport, target, [self.endpoint],
                                                    server_cls=RPCServer)
-            # A thread per build slot is ready before the first burst of builds.
-            server.prestart = max(1, hosts_per_server) * self.conf.compute.max_concurrent_builds
+            # Builds sent one a call (a client with batches off) find a thread per
+            # slot ready, up to OTHER_CALL_THREADS; more start as they come.
+            server.prestart = min(server_slots, OTHER_CALL_THREADS)
             # NOTE: builds block their thread for the boot latency, and calls
             # to a dead host hang; the default pool of 64 threads would make
             # one slow host stall every other host of a fleet agent.
@@ -267,6 +277,16 @@ class ComputeAgent:
                                            name=f"{self.agent_name}-heartbeat")
             self._heart.start()
         return self
+
+    def _start_build_pool(self) -> None:
+        """The threads batched builds of every served host run on (``build_batches``),
+        one per build slot ready before the first burst."""
+        threads = rpc_pool_size(self.conf, max(1, len(self.driver.hosts)))
+        slots = len(self.driver.hosts) * self.conf.compute.max_concurrent_builds
+        self._build_pool = PrestartedPool(threads, prestart=min(slots, threads),
+                                          thread_name_prefix="builds")
+        self.endpoint.builds = build_batches.BuildRunner(
+            self.driver.build_instance, self._build_pool, at_once=self.driver.build_at_once)
 
     def _beat(self) -> None:
         while True:
@@ -306,6 +326,8 @@ class ComputeAgent:
             thread.start()
         for thread in stoppers:
             thread.join()
+        if self._build_pool is not None:
+            self._build_pool.shutdown()
         self.driver.close()
 
 

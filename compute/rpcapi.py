@@ -20,9 +20,11 @@ from collections.abc import Mapping
 
 import oslo_messaging
 import sqlalchemy as sa
+from oslo_messaging._drivers import common as rpc_common
+from oslo_messaging.rpc import dispatcher
 
 from fleetflow.common import states
-from fleetflow.compute import messaging
+from fleetflow.compute import build_batches, messaging
 from fleetflow.compute.exceptions import ComputeError, OutcomeUnknown
 from fleetflow.persistence.models import Host
 
@@ -79,6 +81,10 @@ class ComputeAPI:
                                        version=messaging.RPC_API_VERSION)
         self._client = oslo_messaging.get_rpc_client(self.transport, target,
                                                      timeout=self.timeout)
+        self._batches = build_batches.BuildQueue(self._send_builds, self._remote_error,
+                                                 self._unanswered_build)
+        # Servers of agents older than batched builds: sent one build a call.
+        self._unbatched: set[str] = set()
 
     # -- plumbing ----------------------------------------------------------
 
@@ -114,6 +120,55 @@ class ComputeAPI:
             raise OutcomeUnknown(f"{method} on host {host}: {exc}", host=host,
                                  method=method) from exc
 
+    def _send_builds(self, server: str, builds: list[dict], answer_within: float,
+                     timeout: float) -> list[dict]:
+        try:
+            return self._client.prepare(
+                server=server, timeout=max(0.001, timeout),
+                version=messaging.BUILD_BATCH_VERSION,
+            ).call({}, "build_instances", builds=builds, answer_within=answer_within)
+        except (dispatcher.UnsupportedVersion, dispatcher.NoSuchMethod):
+            return self._unbatch(server, builds)
+        except oslo_messaging.MessagingTimeout as exc:
+            self._reroute(builds)
+            raise OutcomeUnknown(f"builds on agent {server}: no answer within {timeout:.1f}s; "
+                                 "the hosts may or may not have done them",
+                                 method="build_instance") from exc
+        except oslo_messaging.RemoteError as exc:
+            if exc.exc_type in ("UnsupportedVersion", "NoSuchMethod"):
+                return self._unbatch(server, builds)
+            raise ComputeError(f"builds on agent {server} failed: {exc.exc_type}: "
+                               f"{exc.value}", method="build_instance") from exc
+        except oslo_messaging.MessagingException as exc:
+            self._reroute(builds)
+            raise OutcomeUnknown(f"builds on agent {server}: {exc}",
+                                 method="build_instance") from exc
+
+    def _unbatch(self, server: str, builds: list[dict]) -> list:
+        """An agent older than batched builds: its builds go one a call from now on."""
+        self._unbatched.add(server)
+        return [build_batches.UNBATCHED] * len(builds)
+
+    def _reroute(self, builds: list[dict]) -> None:
+        for build in builds:
+            self.routes.invalidate(build["host"])
+
+    @staticmethod
+    def _remote_error(failure: str) -> Exception:
+        error = rpc_common.deserialize_remote_exception(failure,
+                                                        messaging.ALLOWED_REMOTE_EXMODS)
+        if isinstance(error, oslo_messaging.RemoteError):
+            return ComputeError(f"build_instance failed: {error.exc_type}: {error.value}",
+                                method="build_instance")
+        return error
+
+    def _unanswered_build(self, build: dict, timeout: float) -> Exception:
+        self.routes.invalidate(build["host"])
+        return OutcomeUnknown(
+            f"build_instance on host {build['host']}: no answer within {timeout}s; "
+            "the host may or may not have done it", host=build["host"],
+            method="build_instance")
+
     def _send(self, host, method, timeout, cast, **kwargs):
         if cast:
             return self.cast(host, method, **kwargs)
@@ -127,6 +182,22 @@ class ComputeAPI:
         """Spawn ``uuid`` on ``host`` (idempotent); returns the guest."""
         return self._send(host, "build_instance", timeout, cast, uuid=uuid,
                           resources=dict(resources), image=image, fence=fence)
+
+    def build(self, host: str, uuid: str, resources: Mapping, image: str | None = None,
+              fence: Mapping | None = None, timeout: float | None = None) -> dict:
+        """:meth:`build_instance`, sent with the other builds bound for the same agent
+        (``build_batches``) unless ``[compute] batch_builds`` is off."""
+        server = self.routes.server_for(host)
+        if not self.conf.compute.batch_builds or server in self._unbatched:
+            return self.build_instance(host, uuid, resources, image=image, fence=fence,
+                                       timeout=timeout)
+        request = {"host": host, "uuid": uuid, "resources": dict(resources),
+                   "image": image, "fence": fence}
+        guest = self._batches.build(server, request, timeout or self.timeout)
+        if guest is build_batches.UNBATCHED:
+            return self.build_instance(host, uuid, resources, image=image, fence=fence,
+                                       timeout=timeout)
+        return guest
 
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None,
                          timeout: float | None = None, cast: bool = False) -> dict | None:
@@ -276,8 +347,8 @@ class ComputeAPI:
                 if guest is not None and guest["state"] == states.ACTIVE:
                     return guest
             try:
-                return self.build_instance(host, uuid, resources, image=image, fence=fence,
-                                           timeout=timeout)
+                return self.build(host, uuid, resources, image=image, fence=fence,
+                                  timeout=timeout)
             except OutcomeUnknown as exc:
                 last = exc
         assert last is not None

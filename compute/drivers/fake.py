@@ -40,6 +40,7 @@ from collections.abc import Iterator, Mapping
 
 from fleetflow.common import config, states
 from fleetflow.compute import moves as mv
+from fleetflow.compute.drivers import fake_batch as batch
 from fleetflow.compute.drivers import fake_faults as faults
 from fleetflow.compute.drivers import fake_moves as moves
 from fleetflow.compute.drivers import fake_storage as storage
@@ -52,7 +53,7 @@ from fleetflow.compute.exceptions import (
 )
 
 
-class FakeDriver(faults.FaultCalls, storage.StorageCalls):
+class FakeDriver(faults.FaultCalls, storage.StorageCalls, batch.BatchCalls):
     """The simulated hypervisor of every host a process serves."""
 
     def __init__(self, state_path: str, boot_seconds: float = 0.0,
@@ -235,27 +236,36 @@ class FakeDriver(faults.FaultCalls, storage.StorageCalls):
         ``boot_seconds`` on the same file) is waited for.
         """
         with self.store.write() as conn:
-            guest = store.guest_before_spawn(conn, host, uuid, self._inventory(host),
-                                             resources, fence)
-            failure = None
-            if guest is None or store.unbooted(guest):
-                failure = self._take_build_fault(host)
-                if failure is not None:
-                    # A failed spawn leaves nothing behind, as on the slow path.
-                    store.delete_guest(conn, host, uuid, unbooted_only=True)
-                else:
-                    if guest is None:
-                        store.insert_guest(conn, host, uuid, states.ACTIVE, image, resources)
-                    else:  # a crash came before its boot started: finish it
-                        store.update_guest(conn, host, uuid, unbooted_only=True,
-                                           state=states.ACTIVE)
-                    store.count_spawn(conn, host, uuid, ledger)
-                    guest = store.load_guest(conn, host, uuid)
+            guest, failure = self._spawn_in(conn, host, uuid, resources, image, fence, ledger)
         if failure:
-            raise BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
+            raise failure
         if guest["state"] == states.ACTIVE:
             return guest
         return self._await_boot(host, uuid, guest["ready_at"])
+
+    def _spawn_in(self, conn, host: str, uuid: str, resources: Mapping, image: str | None,
+                  fence: Mapping | None, ledger: str) -> tuple[dict | None, Exception | None]:
+        """The write of a boot that takes no time, inside the caller's transaction.
+
+        (guest, None): the guest, ACTIVE unless a slow boot of it is under way;
+        (None, BuildFailed): the injected failure, to raise once the write that
+        removed what the spawn left behind is committed.
+        """
+        guest = store.guest_before_spawn(conn, host, uuid, self._inventory(host),
+                                         resources, fence)
+        if guest is not None and not store.unbooted(guest):
+            return guest, None
+        failure = self._take_build_fault(host)
+        if failure is not None:
+            # A failed spawn leaves nothing behind, as on the slow path.
+            store.delete_guest(conn, host, uuid, unbooted_only=True)
+            return None, BuildFailed(f"{uuid} on {host}: {failure}", host=host, uuid=uuid)
+        if guest is None:
+            store.insert_guest(conn, host, uuid, states.ACTIVE, image, resources)
+        else:  # a crash came before its boot started: finish it
+            store.update_guest(conn, host, uuid, unbooted_only=True, state=states.ACTIVE)
+        store.count_spawn(conn, host, uuid, ledger)
+        return store.load_guest(conn, host, uuid), None
 
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None) -> dict:
         """Remove ``uuid`` from ``host``; a missing guest is already destroyed."""

@@ -70,6 +70,22 @@ def test_every_build_slot_of_every_host_boots_at_once(agent_conf, hosts_db):
         agent.stop()
 
 
+def test_batched_builds_boot_every_slot_at_once_and_no_more(agent_conf, hosts_db):
+    conf = agent_conf()
+    agent = compute_agent.serve_fleet(conf, hosts_db)
+    try:
+        api = ComputeAPI(conf, hosts_db)
+        count = len(HOSTS) * 4 + 3  # three builds wait for a slot
+        with futures.ThreadPoolExecutor(max_workers=count) as callers:
+            calls = [callers.submit(api.ensure_built, HOSTS[i % len(HOSTS)], f"vm-{i}", SMALL)
+                     for i in range(count)]
+            guests = [call.result(timeout=HANG_GUARD_S) for call in calls]
+        assert {g["state"] for g in guests} == {"ACTIVE"}
+        assert [agent.driver.peak_concurrent_builds(h) for h in HOSTS] == [4, 4, 4]
+    finally:
+        agent.stop()
+
+
 def test_agent_threads_set_by_the_operator_bound_the_builds(agent_conf, hosts_db):
     conf = agent_conf(agent_threads=2)
     agent = compute_agent.serve_fleet(conf, hosts_db)
