@@ -45,7 +45,15 @@ def provider_dict(row) -> dict:
             "root_provider_uuid": row.root_provider_uuid}
 
 
+# A uuid already in its canonical form (all fleetflow itself sends) is returned
+# as it is: parsing it cost 6 us, a tenth of a 10,000-consumer claim.
+_CANONICAL_UUID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+
 def canonical_uuid(value: str, what: str = "uuid") -> str:
+    if isinstance(value, str) and _CANONICAL_UUID.match(value):
+        return value
     try:
         return str(uuidlib.UUID(str(value)))
     except (ValueError, TypeError, AttributeError):
