@@ -5,8 +5,10 @@ For each operation it times, in this process (parts: bench/floor_parts.py):
 
 - reservation, per instance: one scheduler decision from the snapshot (the
   placement of N, divided by N); its share of one claim transaction of N
-  consumers (``claim_many``); one ``build_instance`` RPC round trip to an agent
-  process over ``fleetflow-ipc`` with the agent's durable write; the checkpoints
+  consumers (``claim_many``); its share of one ``build_instances`` RPC round trip
+  to an agent process over ``fleetflow-ipc`` carrying 100 builds, with the agent's
+  one durable write of them (builds in their batched form, as the agents take them
+  at their cheapest; a reservation's batches are smaller); the checkpoints
   of its atoms as the fleetflow engine stores them, in batches: its share of its
   group's one task (RUNNING then SUCCESS with every member's host) in a
   reservation of more than 100 instances, else its three (retry, claim, boot);
@@ -17,7 +19,8 @@ For each operation it times, in this process (parts: bench/floor_parts.py):
   atoms;
 - virtual cluster, per member (N servers and N volumes, shaped as
   bench/vcluster.py's): the joint placement; its share of one claim
-  transaction; a server's ``build_instance``, a volume's ``create_volume``, and
+  transaction; a server's share of a 100-build ``build_instances``, a volume's
+  ``create_volume``, and
   half an ``attach_volume``; its share of its group's one task in a run of more
   than 100 members, else the checkpoints of its two atoms (retry, boot or create).
 

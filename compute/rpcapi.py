@@ -81,7 +81,7 @@ class ComputeAPI:
                                        version=messaging.RPC_API_VERSION)
         self._client = oslo_messaging.get_rpc_client(self.transport, target,
                                                      timeout=self.timeout)
-        self._batches = build_batches.BuildQueue(self._send_builds, self._remote_error,
+        self._batches = build_batches.BuildQueue(self.send_builds, self._remote_error,
                                                  self._unanswered_build)
         # Servers of agents older than batched builds: sent one build a call.
         self._unbatched: set[str] = set()
@@ -120,8 +120,10 @@ class ComputeAPI:
             raise OutcomeUnknown(f"{method} on host {host}: {exc}", host=host,
                                  method=method) from exc
 
-    def _send_builds(self, server: str, builds: list[dict], answer_within: float,
-                     timeout: float) -> list[dict]:
+    def send_builds(self, server: str, builds: list[dict], answer_within: float,
+                    timeout: float) -> list[dict]:
+        """One ``build_instances`` call to agent ``server``: one answer a build
+        (``build_batches``); :meth:`build` is what tasks call."""
         try:
             return self._client.prepare(
                 server=server, timeout=max(0.001, timeout),
