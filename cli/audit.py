@@ -61,7 +61,7 @@ class SimulatedHosts:
     """
 
     def __init__(self, conf, database):
-        from fleetflow.compute.agent import load_inventories
+        from fleetflow.compute.agent_setup import load_inventories
         from fleetflow.compute.drivers.fake import FakeDriver
 
         self.driver = FakeDriver.from_conf(conf)

@@ -19,8 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from fleetflow.common import config
-from fleetflow.compute import agent as compute_agent
-from fleetflow.compute import agent_processes, messaging
+from fleetflow.compute import agent_processes, agent_setup, messaging
 from fleetflow.compute.rpcapi import ComputeAPI
 from fleetflow.persistence.models import Host
 
@@ -55,7 +54,7 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
 def test_shards_serve_every_host_exactly_once(count):
     names = [f"z{z}-r{r}-h{h:02d}" for z in range(2) for r in range(5) for h in range(40)]
-    owners = {name: [k for k in range(count) if compute_agent.in_shard(name, (k, count))]
+    owners = {name: [k for k in range(count) if agent_setup.in_shard(name, (k, count))]
               for name in names}
     assert all(len(found) == 1 for found in owners.values())
     sizes = [sum(found == [k] for found in owners.values()) for k in range(count)]

@@ -11,7 +11,7 @@ import pytest
 
 from fleetflow.common.exceptions import StaleFence
 from fleetflow.compute import agent as compute_agent
-from fleetflow.compute import build_batches, messaging
+from fleetflow.compute import agent_setup, build_batches, messaging
 from fleetflow.compute.exceptions import BuildFailed, CapacityExceeded
 from fleetflow.compute.rpcapi import ComputeAPI
 
@@ -129,7 +129,7 @@ def test_an_agent_older_than_batches_gets_one_build_a_call(batch_conf, hosts_db)
     agent = compute_agent.ComputeAgent(conf, _driver(conf, hosts_db), ["old-agent"],
                                        agent_name="old-agent", database=hosts_db)
     agent.endpoint = OldEndpoint(agent.driver, "old-agent", hosts_db)
-    compute_agent.write_routes(hosts_db, HOSTS, "old-agent")
+    agent_setup.write_routes(hosts_db, HOSTS, "old-agent")
     agent.start()
     try:
         api = ComputeAPI(conf, hosts_db)
@@ -156,5 +156,5 @@ def _driver(conf, database):
     from fleetflow.compute.drivers.fake import FakeDriver
 
     driver = FakeDriver.from_conf(conf)
-    driver.add_hosts(compute_agent.load_inventories(database, HOSTS))
+    driver.add_hosts(agent_setup.load_inventories(database, HOSTS))
     return driver

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from fleetflow.common import states
 from fleetflow.compute import agent as compute_agent
-from fleetflow.compute import messaging
+from fleetflow.compute import agent_setup, messaging
 from fleetflow.compute.drivers.fake import FakeDriver
 from fleetflow.compute.exceptions import (
     HostDead,
@@ -64,7 +64,7 @@ def serve(agent_conf, hosts_db):
 @pytest.fixture
 def hosts_file(agent_conf, hosts_db):
     """The hosts' state file as another process sees it (before the agent starts)."""
-    inventories = compute_agent.load_inventories(hosts_db, HOSTS)
+    inventories = agent_setup.load_inventories(hosts_db, HOSTS)
     driver = FakeDriver.from_conf(agent_conf)
     driver.add_hosts(inventories)
     yield driver

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from fleetflow.common.exceptions import StaleFence
 from fleetflow.compute import agent as compute_agent
-from fleetflow.compute import messaging
+from fleetflow.compute import agent_setup, messaging
 from fleetflow.compute.exceptions import (
     BuildFailed,
     CapacityExceeded,
@@ -92,10 +92,10 @@ def test_routes_already_written_are_not_written_again(rpc_db, fleet):
 
     sa.event.listen(rpc_db.engine, "before_cursor_execute", seen)
     try:
-        compute_agent.write_routes(rpc_db, ["h1", "h2", "h3"], fleet.agent_name)
+        agent_setup.write_routes(rpc_db, ["h1", "h2", "h3"], fleet.agent_name)
         assert statements == ["BEGIN", "SELECT HOSTS.NAME"]  # one look: no lock, no write
         statements.clear()
-        compute_agent.write_routes(rpc_db, ["h1", "p1"], "elsewhere")
+        agent_setup.write_routes(rpc_db, ["h1", "p1"], "elsewhere")
         assert "BEGIN IMMEDIATE" in statements and "UPDATE HOSTS" in statements
         with rpc_db.session() as session:
             routes = dict(session.execute(sa.select(Host.name, Host.compute_agent)).all())
@@ -103,8 +103,8 @@ def test_routes_already_written_are_not_written_again(rpc_db, fleet):
             "elsewhere", "elsewhere", fleet.agent_name)
     finally:
         sa.event.remove(rpc_db.engine, "before_cursor_execute", seen)
-        compute_agent.write_routes(rpc_db, ["h1"], fleet.agent_name)
-        compute_agent.write_routes(rpc_db, ["p1"], None)
+        agent_setup.write_routes(rpc_db, ["h1"], fleet.agent_name)
+        agent_setup.write_routes(rpc_db, ["p1"], None)
 
 
 def test_call_builds_once_and_lists(fleet, api):

@@ -436,7 +436,7 @@ def warm_start_up_queries() -> None:
     writes nothing.
     """
     from fleetflow.common import config
-    from fleetflow.compute import agent
+    from fleetflow.compute import agent_setup
     from fleetflow.engine.jobboard.boards import make_jobboard
     from fleetflow.persistence import evacuations, migrate
     from fleetflow.persistence.db import get_database
@@ -445,13 +445,13 @@ def warm_start_up_queries() -> None:
     conf = config.load(args=[])
     database = get_database(conf)
     try:
-        names = sorted(agent.load_inventories(database))
-        agent.load_storage(database, names)
+        names = sorted(agent_setup.load_inventories(database))
+        agent_setup.load_storage(database, names)
         migrate.is_current(database.engine)
         with database.session() as session:
             evacuations.hosts_with_stale_copies(session)
             route = session.scalar(sa.select(Host.compute_agent).where(Host.name == names[0]))
-        agent.write_routes(database, names[:1], route)
+        agent_setup.write_routes(database, names[:1], route)
         if conf.jobboard.backend == "sql":  # a conductor's first look for dead owners' jobs
             board = make_jobboard(conf)
             try:
