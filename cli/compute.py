@@ -9,7 +9,7 @@ import threading
 import click
 
 from fleetflow.cli.startup import check_config, start_metrics
-from fleetflow.common import gc_policy
+from fleetflow.common import gc_policy, switching
 
 
 @click.command("compute-agent")
@@ -74,6 +74,7 @@ def compute_agent(conf, host_list: str | None, all_hosts: bool, transport_url: s
         database.dispose()
         raise
     gc_policy.for_service()
+    switching.for_service(conf)
     if exit_with_parent:
         click.echo("serving")
         sys.stdout.flush()

@@ -9,7 +9,7 @@ import threading
 import click
 
 from fleetflow.cli.startup import check_config, start_metrics
-from fleetflow.common import gc_policy
+from fleetflow.common import gc_policy, switching
 from fleetflow.common.config import openstack_mode, simulates_hosts
 
 
@@ -120,6 +120,7 @@ def conductor(conf, workers: int | None, name: str | None) -> None:
     metrics_server = start_metrics(conf, get_database(conf), persistence,
                                    make_jobboard(conf, persistence))
     gc_policy.for_service()
+    switching.for_service(conf)
     click.echo(f"conductor {name or default_name(conf)}: {workers} worker(s) on the "
                f"{conf.jobboard.backend} jobboard '{conf.jobboard.board_name}'")
     # Wake up now and then: a signal handler runs only between bytecodes of

@@ -25,7 +25,7 @@ import threading
 import click
 
 from fleetflow.cli.startup import check_config, register_metrics
-from fleetflow.common import config, cpu_affinity, gc_policy
+from fleetflow.common import config, cpu_affinity, gc_policy, switching
 from fleetflow.common.config import openstack_mode, simulates_hosts
 
 LOG = logging.getLogger("fleetflow.serve")
@@ -243,6 +243,7 @@ def serve(conf, state_dir: str | None) -> None:
         listener.close()
         raise
     gc_policy.for_service()
+    switching.for_service(conf)
     # After start: the agent processes are running and keep every CPU.
     cpu = cpu_affinity.pin_threads_to_one_cpu() if conf.serve_on_one_cpu else None
     click.echo(f"fleetflow serving on {cloud.url}  (state in {conf.state_dir}, "

@@ -27,6 +27,12 @@ DEFAULT_OPTS = [
                      "threads share one interpreter lock, and spread over CPUs every "
                      "hand-over of the lock wakes a thread on another CPU (Linux; nothing "
                      "changes with a single CPU)."),
+    cfg.FloatOpt("switch_interval", default=0.02, min=0.001, max=1.0,
+                 help="Seconds a thread running Python may keep the interpreter lock "
+                      "while others wait for it, in 'fleetflow serve', 'conductor' and "
+                      "'compute-agent' (CPython's default is 0.005: with a thousand "
+                      "member threads of a big reservation, handing it over that often "
+                      "cost more than the work)."),
 ]
 
 DATABASE_OPTS = [
