@@ -110,10 +110,12 @@ CONDUCTOR_OPTS = [
                     "release fleetflow-parallel is not tested on, 'parallel' runs instead "
                     "and one warning says so."),
     cfg.IntOpt("engine_workers", default=1024, min=1,
-               help="Most threads of one flow's parallel engine. A boot holds its "
-                    "thread until the host answers, so with fewer threads than "
-                    "instances a reservation boots in waves of this many. A bound, "
-                    "not a count: "
+               help="Most threads of one flow's parallel engine, and of the pool the "
+                    "members of group tasks run on. A boot of a chain (or a member's "
+                    "retry in a group) holds its thread until the host answers, so with "
+                    "fewer threads a reservation boots in waves of this many; a group "
+                    "sends its members' first builds together from its own thread. A "
+                    "bound, not a count: "
                     "the fleetflow-parallel engine starts a thread only when no worker "
                     "is idle; the stock engine starts one per task until the bound."),
     cfg.IntOpt("instances_per_atom", default=100, min=1,

@@ -146,11 +146,11 @@ def _answer(future: futures.Future) -> dict:
 class _Build:
     __slots__ = ("request", "timeout", "deadline", "wake", "batch", "outcome", "queued")
 
-    def __init__(self, request: dict, timeout: float):
+    def __init__(self, request: dict, timeout: float, wake: threading.Event):
         self.request = request
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
-        self.wake = threading.Event()
+        self.wake = wake  # its caller's, shared by every build the caller waits for
         self.batch: list[_Build] | None = None  # set when this caller sends the next batch
         self.outcome: tuple | None = None  # (guest, None) or (None, exception)
         self.queued = False  # in its lane's queue, waiting for a batch to leave in
@@ -197,36 +197,45 @@ class BuildQueue:
 
     def build(self, server: str, request: dict, timeout: float) -> dict:
         """The guest of ``request`` once its host answered; raises the host's error."""
-        entry = _Build(request, timeout)
-        lane = self._lane(server)
-        with lane.lock:
-            entry.queued = True
-            lane.queue.append(entry)
-            batch = None
-            if lane.in_flight < IN_FLIGHT:
-                lane.in_flight += 1
-                batch = lane.take()
-        if batch:
-            self._send(server, lane, batch)
-        while entry.outcome is None:
-            if not entry.wake.wait(LINGER_S if entry.queued else None):
-                # Every batch out is held by slow builds: go anyway.
-                batch = None
-                with lane.lock:
-                    if entry.queued:
-                        lane.in_flight += 1
-                        batch = lane.take()
-                if batch:
-                    self._send(server, lane, batch)
-                continue
-            entry.wake.clear()
-            if entry.batch:
-                batch, entry.batch = entry.batch, None
-                self._send(server, lane, batch)
-        guest, error = entry.outcome
+        [(guest, error)] = self.build_all([(server, request)], timeout)
         if error is not None:
             raise error
         return guest
+
+    def build_all(self, items: list[tuple[str, dict]], timeout: float) -> list[tuple]:
+        """Outcomes of ``(server, request)`` builds, in order, once every host answered:
+        ``(guest, None)`` or ``(None, error)``. One caller waits for them all."""
+        wake = threading.Event()
+        entries = [(server, self._lane(server), _Build(request, timeout, wake))
+                   for server, request in items]
+        for _server, lane, entry in entries:
+            with lane.lock:
+                entry.queued = True
+                lane.queue.append(entry)
+        for server, lane in {server: lane for server, lane, _ in entries}.items():
+            self._send_if(server, lane, lambda lane=lane: lane.in_flight < IN_FLIGHT)
+        while any(entry.outcome is None for _, _, entry in entries):
+            queued = any(entry.queued for _, _, entry in entries)
+            if not wake.wait(LINGER_S if queued else None):
+                # Every batch out is held by slow builds: ours go anyway.
+                for server, lane, entry in entries:
+                    self._send_if(server, lane, lambda entry=entry: entry.queued)
+                continue
+            wake.clear()
+            for server, lane, entry in entries:
+                if entry.batch:
+                    batch, entry.batch = entry.batch, None
+                    self._send(server, lane, batch)
+        return [entry.outcome for _, _, entry in entries]
+
+    def _send_if(self, server: str, lane: _Lane, condition: Callable[[], bool]) -> None:
+        """Send what ``lane`` has queued, as one more batch out, if ``condition()`` holds."""
+        with lane.lock:
+            if not lane.queue or not condition():
+                return
+            lane.in_flight += 1
+            batch = lane.take()
+        self._send(server, lane, batch)
 
     def _error(self, failure: str) -> BaseException:
         try:

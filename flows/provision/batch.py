@@ -39,11 +39,13 @@ import sqlalchemy as sa
 
 from fleetflow.common import crash_points, metrics, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
+from fleetflow.compute.build_batches import UNBATCHED
+from fleetflow.compute.exceptions import OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.provision import schedule
 from fleetflow.flows.provision.retry import record_no_host
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.boot import build_on, destroy_built
+from fleetflow.flows.tasks.boot import build_on, destroy_built, record_build_failure
 from fleetflow.flows.tasks.claim import ClaimRace, claim_on, record_gave_up, release
 from fleetflow.flows.tasks.members import run_all
 from fleetflow.persistence import groups
@@ -126,13 +128,16 @@ def _any_left(group: _Group, candidates: list, excluded: set, rescheduled: int) 
 
 
 def build_member(group: _Group, name: str, index: int, uuid: str,
-                 row: tuple | None) -> str | None:
+                 row: tuple | None, build_failure: FleetflowError | None = None
+                 ) -> str | None:
     """Claim and boot one member, trying its hosts in turn; the host it is ACTIVE on.
 
     None: it gave up (best-effort: recorded ERROR), or another member of an
     all-or-nothing group gave up first. An all-or-nothing member out of hosts
     raises its last build's failure, that try left held, or NoValidHost when
-    the last host it could try was not one it could claim.
+    the last host it could try was not one it could claim. ``build_failure``:
+    the build of the try its row holds failed so (the group's first wave, which
+    recorded it); the member goes on from there.
     """
     status, task_state, host, tried = row or (None, None, None, [])
     if status == states.ACTIVE and host:
@@ -162,6 +167,9 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
                 continue
             crash_points.maybe_crash(name, crash_points.MEMBER_CLAIMED)
         try:
+            if build_failure is not None:
+                failure, build_failure = build_failure, None
+                raise failure
             build_on(host, uuid, group.request_spec, group.fence, crash_as=name)
             return host
         except StaleFence:
@@ -192,6 +200,51 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
     raise NoValidHost([], placed=0, min_count=1, index=index)
 
 
+def first_wave(group: _Group, name: str, members: dict[int, tuple[str, tuple | None]]
+               ) -> tuple[dict[int, str], dict[int, FleetflowError]]:
+    """Build at once, from this thread, every member whose row holds a claimed try
+    (claim-primaries claimed them all): ``(built, failed)`` by index.
+
+    One call for them all (``ComputeAPI.build_all``) instead of a thread and a
+    wait a member, and their rows ACTIVE in one statement. A failed build is
+    recorded as a member's own would be; its member goes on from there. A
+    build unanswered (or not sent: an agent older than batches) is left to its
+    member, whose next try asks the host first.
+    """
+    rt = runtime.get()
+    build_all = getattr(rt.compute, "build_all", None)  # Nova's client has none
+    claimed = {i: (uuid, row[2]) for i, (uuid, row) in members.items()
+               if row and row[0] == states.BUILDING and row[1] == states.TASK_SPAWNING
+               and row[2]}
+    if build_all is None or not claimed:
+        return {}, {}
+    outcomes = build_all([(host, uuid) for uuid, host in claimed.values()],
+                         group.request_spec["resources"],
+                         image=group.request_spec.get("image_id"), fence=group.fence)
+    built, failed = {}, {}
+    for (index, (_uuid, host)), (guest, error) in zip(claimed.items(), outcomes, strict=True):
+        if error is None and guest is not UNBATCHED:
+            built[index] = host
+        elif isinstance(error, StaleFence):
+            # This process no longer owns the flow: nothing of it is recorded.
+            group.stop.set()
+            raise error
+        elif isinstance(error, FleetflowError) and not isinstance(error, OutcomeUnknown):
+            failed[index] = error
+        elif error is not None and not isinstance(error, OutcomeUnknown):
+            raise error
+    if failed:
+        with rt.database.session() as session:
+            for index, error in failed.items():
+                record_build_failure(session, claimed[index][0], claimed[index][1], error)
+    if built:
+        crash_points.maybe_crash(name, crash_points.MEMBER_BUILT)
+        with rt.database.session() as session:
+            rows.update_instances(session, [claimed[i][0] for i in built],
+                                  status=states.ACTIVE, task_state=None, fault=None)
+    return built, failed
+
+
 class BuildInstances(FleetTask):
     """Claim and boot the instances ``first`` to ``last - 1`` of the reservation.
 
@@ -216,9 +269,14 @@ class BuildInstances(FleetTask):
         known = _rows([instance_uuids[i] for i in indexes])
         group = _Group(placements, request_spec, tenant_id, self.policy,
                        self.max_reschedules, fence)
+        built, failed = first_wave(group, self.name, {
+            i: (instance_uuids[i], known.get(instance_uuids[i])) for i in indexes})
+        rest = [i for i in indexes if i not in built]
         hosts = run_all(lambda i: build_member(group, self.name, i, instance_uuids[i],
-                                                known.get(instance_uuids[i])), indexes)
-        return {"hosts": {str(i): host for i, host in zip(indexes, hosts, strict=True)}}
+                                                known.get(instance_uuids[i]), failed.get(i)),
+                        rest)
+        built.update(zip(rest, hosts, strict=True))
+        return {"hosts": {str(i): built[i] for i in indexes}}
 
     def revert(self, result, instance_uuids: list, request_spec: dict, fence=None,
                **kwargs) -> None:

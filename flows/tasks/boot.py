@@ -27,6 +27,13 @@ def note_build_failure(session, host: str) -> None:
         build_failures=Host.build_failures + 1, last_build_failure_at=utcnow()))
 
 
+def record_build_failure(session, uuid: str, host: str, exc: FleetflowError) -> None:
+    """The failed build's fault on the instance row, and one more failure of the host."""
+    rows.update_instance(session, uuid, fault=rows.fault(exc.code, exc.message, step="boot",
+                                                         host=host))
+    note_build_failure(session, host)
+
+
 def build_on(host: str, uuid: str, request_spec: dict, fence=None,
              final: bool = True, crash_as: str | None = None) -> dict | None:
     """Build ``uuid`` on ``host`` and wait for ACTIVE; returns the host's guest.
@@ -44,9 +51,7 @@ def build_on(host: str, uuid: str, request_spec: dict, fence=None,
         raise  # this process lost the flow: nothing to record of the host
     except FleetflowError as exc:
         with rt.database.session() as session:
-            rows.update_instance(session, uuid, fault=rows.fault(
-                exc.code, exc.message, step="boot", host=host))
-            note_build_failure(session, host)
+            record_build_failure(session, uuid, host, exc)
         raise
     if crash_as:
         crash_points.maybe_crash(crash_as, crash_points.MEMBER_BUILT)

@@ -71,7 +71,7 @@ class ProvisionCloud:
 
     def __init__(self, workdir, good_hosts: int = 4, bad_hosts: int = 2, vcpus: int = 128,
                  claim_expiry: int = 2, keepalive: float = 0.5, boot_seconds: float = 0.0,
-                 engine_workers: int = 8):
+                 engine_workers: int = 8, builds_per_host: int = 10):
         import fleetflow.flows.provision  # noqa: F401  (registers the flow to post)
         from fleetflow.compute import agent as compute_agent
         from fleetflow.compute.rpcapi import ComputeAPI
@@ -102,6 +102,7 @@ class ProvisionCloud:
             "FLEETFLOW_COMPUTE_SIMULATE": "true",
             "FLEETFLOW_COMPUTE_STATE_PATH": os.path.join(self.workdir, "hosts.db"),
             "FLEETFLOW_COMPUTE_BOOT_SECONDS": str(boot_seconds),
+            "FLEETFLOW_COMPUTE_MAX_CONCURRENT_BUILDS": str(builds_per_host),
             "PYTHONPATH": os.pathsep.join(
                 [os.path.dirname(__file__)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
         })

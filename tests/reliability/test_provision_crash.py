@@ -200,7 +200,11 @@ def test_random_kills_in_200_instance_reservations(random_kills, provision_cloud
                                                    assert_audit_clean):
     # One bad host: each instance there fails once, then finds nothing to
     # reschedule onto (a 200-instance revert costs ~20 s of CPU as it is).
-    cloud = provision_cloud_factory(good_hosts=6, bad_hosts=1, vcpus=512, boot_seconds=0.2)
+    # Two builds at once a host: a group sends its members' builds together, so a
+    # reservation's boots come in waves of the hosts' build slots (12 here, some
+    # 3 s for 200), which keeps the builds going long enough for kills to land.
+    cloud = provision_cloud_factory(good_hosts=6, bad_hosts=1, vcpus=512, boot_seconds=0.2,
+                                    builds_per_host=2)
     seed = int(os.environ.get("FLEETFLOW_TEST_SEED", "0")) or random.randrange(1 << 30)
     rng = random.Random(seed)
     cloud.fill_bad_hosts()
@@ -218,6 +222,10 @@ def test_random_kills_in_200_instance_reservations(random_kills, provision_cloud
     while kills < random_kills:
         # Keep 200-instance reservations on the board so kills land in them.
         while len(cloud.unsettled()) < 3:
+            # The good hosts hold 15 (6 x 512 VCPU): kills that find no conductor
+            # at work must not go on until every new reservation is refused.
+            assert len(expected) < 15, (f"seed {seed}: {kills} kills in {len(expected)} "
+                                        "reservations; the builds end before kills land")
             post()
         # Kill only a conductor that holds a reservation's job (a kill of an
         # idle one tests nothing), at a random moment of its work.

@@ -124,7 +124,17 @@ def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
             # What a host answers a conductor that lost the job to another.
             raise StaleFence("host refuses job: token 1 is stale (current 2)")
         return real_build(host, uuid, *args, **kwargs)
+    real_build_all = compute.build_all
+
+    def all_refused_there(builds, *args, **kwargs):
+        answers = real_build_all([b for b in builds if b[0] != "z1-r1-h01"], *args, **kwargs)
+        answered = iter(answers)
+        refused_there = StaleFence("host refuses job: token 1 is stale (current 2)")
+        refusals.extend(uuid for host, uuid in builds if host == "z1-r1-h01")
+        return [(None, refused_there) if host == "z1-r1-h01" else next(answered)
+                for host, _uuid in builds]
     monkeypatch.setattr(compute, "ensure_built", refused)
+    monkeypatch.setattr(compute, "build_all", all_refused_there)
     cloud.run(job)
     assert refusals
     with cloud.database.session() as session:
@@ -135,3 +145,25 @@ def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
     for _uuid, _host, _state, attempts, _tried, fault in _instances(cloud, rid):
         assert fault is None or fault["code"] != StaleFence.code
         assert attempts == 1
+
+
+def test_a_build_unanswered_in_the_first_wave_is_its_members_to_finish(cloud, monkeypatch):
+    from fleetflow.compute.exceptions import OutcomeUnknown
+
+    rid, job = cloud.reserve(3)
+    compute = cloud.runtime.compute
+    real_build_all = compute.build_all
+    unanswered = []
+
+    def first_one_unanswered(builds, *args, **kwargs):
+        answers = real_build_all(builds, *args, **kwargs)
+        unanswered.append(builds[0][1])
+        # The host did build it: only the answer was lost on the way.
+        return [(None, OutcomeUnknown("no answer", host=builds[0][0]))] + answers[1:]
+    monkeypatch.setattr(compute, "build_all", first_one_unanswered)
+    assert cloud.run(job) == tf_states.SUCCESS
+    assert unanswered
+    for uuid, host, status, attempts, tried, fault in _instances(cloud, rid):
+        # Its member asked again on the same host: one spawn, no failure, no move.
+        assert (status, attempts, tried, fault) == (states.ACTIVE, 1, [host], None)
+        assert cloud.driver.spawn_count(uuid) == 1
