@@ -9,6 +9,7 @@ HTTP on 127.0.0.1 for clients that need a socket (requests, chunked bodies).
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 
@@ -115,6 +116,27 @@ def add_hosts(db):
         return db
 
     return _add
+
+
+@pytest.fixture
+def compute_conf(make_conf):
+    """``compute_conf(**compute)``: a configuration for an in-process compute agent and its
+    clients, on an RPC topic of its own (the in-memory broker is shared by the whole
+    process); its transports are closed after the test."""
+    from fleetflow.compute import messaging
+
+    made: list = []
+
+    def _make(**compute):
+        conf = make_conf(compute=compute,
+                         messaging={"topic": f"compute-{uuid.uuid4().hex[:8]}",
+                                    "rpc_timeout": 30})
+        made.append(conf)
+        return conf
+
+    yield _make
+    for conf in made:
+        messaging.forget_transport(conf)
 
 
 @pytest.fixture

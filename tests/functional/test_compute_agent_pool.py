@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from concurrent import futures
 
 import pytest
 
 from fleetflow.compute import agent as compute_agent
-from fleetflow.compute import messaging
 from fleetflow.compute.rpcapi import ComputeAPI
 
 SMALL = {"VCPU": 1, "MEMORY_MB": 256}
@@ -18,19 +16,11 @@ HANG_GUARD_S = 60
 
 
 @pytest.fixture
-def agent_conf(make_conf):
+def pool_conf(compute_conf):
     def _make(**compute):
-        conf = make_conf(compute=dict({"boot_seconds": 0.3, "max_concurrent_builds": 4},
-                                      **compute),
-                         messaging={"topic": f"compute-{uuid.uuid4().hex[:8]}",
-                                    "rpc_timeout": 30})
-        made.append(conf)
-        return conf
-
-    made: list = []
-    yield _make
-    for conf in made:
-        messaging.forget_transport(conf)
+        return compute_conf(**dict({"boot_seconds": 0.3, "max_concurrent_builds": 4},
+                                 **compute))
+    return _make
 
 
 @pytest.fixture
@@ -58,8 +48,8 @@ def build_all_at_once(conf, db, count: int) -> list[dict]:
         return [call.result(timeout=HANG_GUARD_S) for call in calls]
 
 
-def test_every_build_slot_of_every_host_boots_at_once(agent_conf, hosts_db):
-    conf = agent_conf()
+def test_every_build_slot_of_every_host_boots_at_once(pool_conf, hosts_db):
+    conf = pool_conf()
     agent = compute_agent.serve_fleet(conf, hosts_db)
     try:
         assert agent.servers[0]._work_executor._max_workers == len(HOSTS) * 4 + 64
@@ -70,8 +60,8 @@ def test_every_build_slot_of_every_host_boots_at_once(agent_conf, hosts_db):
         agent.stop()
 
 
-def test_batched_builds_boot_every_slot_at_once_and_no_more(agent_conf, hosts_db):
-    conf = agent_conf()
+def test_batched_builds_boot_every_slot_at_once_and_no_more(pool_conf, hosts_db):
+    conf = pool_conf()
     agent = compute_agent.serve_fleet(conf, hosts_db)
     try:
         api = ComputeAPI(conf, hosts_db)
@@ -86,8 +76,8 @@ def test_batched_builds_boot_every_slot_at_once_and_no_more(agent_conf, hosts_db
         agent.stop()
 
 
-def test_agent_threads_set_by_the_operator_bound_the_builds(agent_conf, hosts_db):
-    conf = agent_conf(agent_threads=2)
+def test_agent_threads_set_by_the_operator_bound_the_builds(pool_conf, hosts_db):
+    conf = pool_conf(agent_threads=2)
     agent = compute_agent.serve_fleet(conf, hosts_db)
     try:
         guests = build_all_at_once(conf, hosts_db, 6)
@@ -98,9 +88,9 @@ def test_agent_threads_set_by_the_operator_bound_the_builds(agent_conf, hosts_db
         agent.stop()
 
 
-def test_calls_start_no_thread_while_a_prestarted_one_is_idle(agent_conf, hosts_db,
+def test_calls_start_no_thread_while_a_prestarted_one_is_idle(pool_conf, hosts_db,
                                                               monkeypatch):
-    conf = agent_conf(boot_seconds=0.0)
+    conf = pool_conf(boot_seconds=0.0)
     agent = compute_agent.serve_fleet(conf, hosts_db)
     started = []
     real_start = threading.Thread.start

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from concurrent import futures
 
 import oslo_messaging
@@ -18,21 +17,6 @@ from fleetflow.compute.rpcapi import ComputeAPI
 SMALL = {"VCPU": 1, "MEMORY_MB": 256}
 HOSTS = ["b1", "b2", "b3", "b4"]
 WAIT_S = 60
-
-
-@pytest.fixture
-def batch_conf(make_conf):
-    def _make(**compute):
-        conf = make_conf(compute=compute,
-                         messaging={"topic": f"compute-{uuid.uuid4().hex[:8]}",
-                                    "rpc_timeout": 30})
-        made.append(conf)
-        return conf
-
-    made: list = []
-    yield _make
-    for conf in made:
-        messaging.forget_transport(conf)
 
 
 @pytest.fixture
@@ -66,8 +50,8 @@ def build_in_threads(api, uuids) -> list[dict]:
         return [call.result(timeout=WAIT_S) for call in calls]
 
 
-def test_many_callers_share_calls_and_each_build_spawns_once(batch_conf, hosts_db):
-    conf = batch_conf()
+def test_many_callers_share_calls_and_each_build_spawns_once(compute_conf, hosts_db):
+    conf = compute_conf()
     agent = compute_agent.serve_fleet(conf, hosts_db)
     gate = agent.endpoint.builds = Gate(agent.endpoint.builds, build_batches.IN_FLIGHT)
     try:
@@ -88,8 +72,8 @@ def test_many_callers_share_calls_and_each_build_spawns_once(batch_conf, hosts_d
         agent.stop()
 
 
-def test_a_batch_answers_each_build_with_its_own_error(batch_conf, hosts_db):
-    conf = batch_conf()
+def test_a_batch_answers_each_build_with_its_own_error(compute_conf, hosts_db):
+    conf = compute_conf()
     agent = compute_agent.serve_fleet(conf, hosts_db)
     try:
         api = ComputeAPI(conf, hosts_db)
@@ -124,8 +108,8 @@ class OldEndpoint(compute_agent.ComputeEndpoint):
     target = oslo_messaging.Target(version=messaging.RPC_API_VERSION)
 
 
-def test_an_agent_older_than_batches_gets_one_build_a_call(batch_conf, hosts_db):
-    conf = batch_conf()
+def test_an_agent_older_than_batches_gets_one_build_a_call(compute_conf, hosts_db):
+    conf = compute_conf()
     agent = compute_agent.ComputeAgent(conf, _driver(conf, hosts_db), ["old-agent"],
                                        agent_name="old-agent", database=hosts_db)
     agent.endpoint = OldEndpoint(agent.driver, "old-agent", hosts_db)
@@ -140,8 +124,8 @@ def test_an_agent_older_than_batches_gets_one_build_a_call(batch_conf, hosts_db)
         agent.stop()
 
 
-def test_batches_off_sends_one_build_a_call(batch_conf, hosts_db):
-    conf = batch_conf(batch_builds=False)
+def test_batches_off_sends_one_build_a_call(compute_conf, hosts_db):
+    conf = compute_conf(batch_builds=False)
     agent = compute_agent.serve_fleet(conf, hosts_db)
     gate = agent.endpoint.builds = Gate(agent.endpoint.builds, 0)
     try:
