@@ -201,19 +201,18 @@ class ComputeAPI:
                                        timeout=timeout)
         return guest
 
-    def build_all(self, builds: list[tuple[str, str]], resources: Mapping,
-                  image: str | None = None, fence: Mapping | None = None,
+    def build_all(self, builds: list[Mapping], fence: Mapping | None = None,
                   timeout: float | None = None) -> list[tuple]:
-        """``(host, uuid)`` builds sent together, one caller waiting for all: one outcome
-        each, ``(guest, None)`` or ``(None, error)``; an unanswered build's error is
-        OutcomeUnknown (ask the host before sending it again, as ``ensure_built``
-        does). ``(build_batches.UNBATCHED, None)``: not sent (batches off, or an
-        agent older than them); build it alone."""
+        """Builds (``host``, ``uuid``, ``resources``, ``image``) sent together, one caller
+        waiting for all: one outcome each, ``(guest, None)`` or ``(None, error)``; an
+        unanswered build's error is OutcomeUnknown (ask the host before sending it
+        again, as ``ensure_built`` does). ``(build_batches.UNBATCHED, None)``: not
+        sent (batches off, or an agent older than them); build it alone."""
         if not self.conf.compute.batch_builds:
             return [(build_batches.UNBATCHED, None)] * len(builds)
-        items = [(self.routes.server_for(host),
-                  {"host": host, "uuid": uuid, "resources": dict(resources), "image": image,
-                   "fence": fence}) for host, uuid in builds]
+        items = [(self.routes.server_for(b["host"]),
+                  {"host": b["host"], "uuid": b["uuid"], "resources": dict(b["resources"]),
+                   "image": b.get("image"), "fence": fence}) for b in builds]
         outcomes: list[tuple] = [(build_batches.UNBATCHED, None)] * len(items)
         sent = [k for k, (server, _) in enumerate(items) if server not in self._unbatched]
         answered = self._batches.build_all([items[k] for k in sent], timeout or self.timeout)

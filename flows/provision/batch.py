@@ -39,13 +39,11 @@ import sqlalchemy as sa
 
 from fleetflow.common import crash_points, metrics, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
-from fleetflow.compute.build_batches import UNBATCHED
-from fleetflow.compute.exceptions import OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.provision import schedule
 from fleetflow.flows.provision.retry import record_no_host
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.boot import build_on, destroy_built, record_build_failure
+from fleetflow.flows.tasks.boot import build_on, build_together, destroy_built
 from fleetflow.flows.tasks.claim import ClaimRace, claim_on, record_gave_up, release
 from fleetflow.flows.tasks.members import run_all
 from fleetflow.persistence import groups
@@ -203,46 +201,18 @@ def build_member(group: _Group, name: str, index: int, uuid: str,
 def first_wave(group: _Group, name: str, members: dict[int, tuple[str, tuple | None]]
                ) -> tuple[dict[int, str], dict[int, FleetflowError]]:
     """Build at once, from this thread, every member whose row holds a claimed try
-    (claim-primaries claimed them all): ``(built, failed)`` by index.
-
-    One call for them all (``ComputeAPI.build_all``) instead of a thread and a
-    wait a member, and their rows ACTIVE in one statement. A failed build is
-    recorded as a member's own would be; its member goes on from there. A
-    build unanswered (or not sent: an agent older than batches) is left to its
-    member, whose next try asks the host first.
-    """
-    rt = runtime.get()
-    build_all = getattr(rt.compute, "build_all", None)  # Nova's client has none
-    claimed = {i: (uuid, row[2]) for i, (uuid, row) in members.items()
+    (claim-primaries claimed them all): ``(built, failed)`` by index
+    (:func:`~fleetflow.flows.tasks.boot.build_together`)."""
+    claimed = {i: {"host": row[2], "uuid": uuid, "resources": group.request_spec["resources"],
+                   "image": group.request_spec.get("image_id")}
+               for i, (uuid, row) in members.items()
                if row and row[0] == states.BUILDING and row[1] == states.TASK_SPAWNING
                and row[2]}
-    if build_all is None or not claimed:
-        return {}, {}
-    outcomes = build_all([(host, uuid) for uuid, host in claimed.values()],
-                         group.request_spec["resources"],
-                         image=group.request_spec.get("image_id"), fence=group.fence)
-    built, failed = {}, {}
-    for (index, (_uuid, host)), (guest, error) in zip(claimed.items(), outcomes, strict=True):
-        if error is None and guest is not UNBATCHED:
-            built[index] = host
-        elif isinstance(error, StaleFence):
-            # This process no longer owns the flow: nothing of it is recorded.
-            group.stop.set()
-            raise error
-        elif isinstance(error, FleetflowError) and not isinstance(error, OutcomeUnknown):
-            failed[index] = error
-        elif error is not None and not isinstance(error, OutcomeUnknown):
-            raise error
-    if failed:
-        with rt.database.session() as session:
-            for index, error in failed.items():
-                record_build_failure(session, claimed[index][0], claimed[index][1], error)
-    if built:
-        crash_points.maybe_crash(name, crash_points.MEMBER_BUILT)
-        with rt.database.session() as session:
-            rows.update_instances(session, [claimed[i][0] for i in built],
-                                  status=states.ACTIVE, task_state=None, fault=None)
-    return built, failed
+    try:
+        return build_together(name, claimed, group.fence)
+    except StaleFence:
+        group.stop.set()
+        raise
 
 
 class BuildInstances(FleetTask):

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 
 from fleetflow.common import crash_points, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
+from fleetflow.compute.build_batches import UNBATCHED
+from fleetflow.compute.exceptions import OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.persistence import reservations as rows
@@ -61,6 +63,44 @@ def build_on(host: str, uuid: str, request_spec: dict, fence=None,
     # Committed before returning, with whatever other boots end now.
     rows.write_instance(rt.database, uuid, **values)
     return guest
+
+
+def build_together(name: str, tries: dict, fence=None) -> tuple[dict, dict]:
+    """Build many tries at once from this thread: ``(built, failed)``, each by the key
+    of ``tries`` (``{key: {"host", "uuid", "resources", "image"}}``, rows holding each
+    try on its host); built: its host, failed: the build's error.
+
+    One call for them all (``ComputeAPI.build_all``) instead of a thread and a wait
+    a try, and the rows of those ACTIVE written in one statement. A failed build is
+    recorded as :func:`build_on` records it; a build unanswered (or not sent: an
+    agent older than batches) is in neither, for its member to try again, asking
+    the host first. StaleFence is raised with nothing recorded.
+    """
+    rt = runtime.get()
+    build_all = getattr(rt.compute, "build_all", None)  # Nova's client has none
+    if build_all is None or not tries:
+        return {}, {}
+    outcomes = build_all(list(tries.values()), fence=fence)
+    built, failed = {}, {}
+    for (key, build), (guest, error) in zip(tries.items(), outcomes, strict=True):
+        if error is None and guest is not UNBATCHED:
+            built[key] = build["host"]
+        elif isinstance(error, StaleFence):
+            raise error  # this process lost the flow: nothing of it is recorded
+        elif isinstance(error, FleetflowError) and not isinstance(error, OutcomeUnknown):
+            failed[key] = error
+        elif error is not None and not isinstance(error, OutcomeUnknown):
+            raise error
+    if failed:
+        with rt.database.session() as session:
+            for key, error in failed.items():
+                record_build_failure(session, tries[key]["uuid"], tries[key]["host"], error)
+    if built:
+        crash_points.maybe_crash(name, crash_points.MEMBER_BUILT)
+        with rt.database.session() as session:
+            rows.update_instances(session, [tries[key]["uuid"] for key in built],
+                                  status=states.ACTIVE, task_state=None, fault=None)
+    return built, failed
 
 
 def destroy_built(uuid: str, built: str | None = None, fence=None) -> None:

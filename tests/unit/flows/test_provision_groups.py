@@ -127,12 +127,13 @@ def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
     real_build_all = compute.build_all
 
     def all_refused_there(builds, *args, **kwargs):
-        answers = real_build_all([b for b in builds if b[0] != "z1-r1-h01"], *args, **kwargs)
+        answers = real_build_all([b for b in builds if b["host"] != "z1-r1-h01"],
+                                 *args, **kwargs)
         answered = iter(answers)
         refused_there = StaleFence("host refuses job: token 1 is stale (current 2)")
-        refusals.extend(uuid for host, uuid in builds if host == "z1-r1-h01")
-        return [(None, refused_there) if host == "z1-r1-h01" else next(answered)
-                for host, _uuid in builds]
+        refusals.extend(b["uuid"] for b in builds if b["host"] == "z1-r1-h01")
+        return [(None, refused_there) if b["host"] == "z1-r1-h01" else next(answered)
+                for b in builds]
     monkeypatch.setattr(compute, "ensure_built", refused)
     monkeypatch.setattr(compute, "build_all", all_refused_there)
     cloud.run(job)
@@ -157,9 +158,9 @@ def test_a_build_unanswered_in_the_first_wave_is_its_members_to_finish(cloud, mo
 
     def first_one_unanswered(builds, *args, **kwargs):
         answers = real_build_all(builds, *args, **kwargs)
-        unanswered.append(builds[0][1])
+        unanswered.append(builds[0]["uuid"])
         # The host did build it: only the answer was lost on the way.
-        return [(None, OutcomeUnknown("no answer", host=builds[0][0]))] + answers[1:]
+        return [(None, OutcomeUnknown("no answer", host=builds[0]["host"]))] + answers[1:]
     monkeypatch.setattr(compute, "build_all", first_one_unanswered)
     assert cloud.run(job) == tf_states.SUCCESS
     assert unanswered
