@@ -11,7 +11,8 @@ calls:
   with whatever is queued; otherwise it waits, and the first batch to come
   back sends the queue, or after ``LINGER_S`` the build leaves in one more
   batch (those out may be slow boots). A lone build goes alone, and batches
-  grow with the load.
+  grow with the load. One caller may wait for many builds at once
+  (``build_all``: a group's first builds), its builds queued together.
 - the agent (:class:`BuildRunner`): the builds that take no time are written
   in one transaction (``fake_batch``); the others (slow boots, dead hosts) run
   at once on the agent's build threads, each exactly as a single
@@ -182,7 +183,7 @@ class BuildQueue:
 
     ``send(server, requests, answer_within, timeout)`` makes one batch call and
     returns one answer a request; it raises what the whole call failed with.
-    ``decode(answer)`` turns an item's failure into the exception to raise.
+    ``decode(failure)`` turns an item's serialized failure into the exception to raise.
     ``expired(request, timeout)`` is the error of an item still pending at its
     caller's deadline.
     """
