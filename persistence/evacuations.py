@@ -304,9 +304,10 @@ def hosts_with_stale_copies(session: orm.Session) -> set[str]:
     return set(rebuilt_off) | set(deleted_on)
 
 
-def effective_host_state(host: Host, service_down_time: float,
+def effective_host_state(host, service_down_time: float,
                          now: dt.datetime | None = None) -> str:
-    """``down`` for an ``up`` host whose heartbeat is older than ``service_down_time``."""
+    """``down`` for an ``up`` host whose heartbeat is older than ``service_down_time``
+    (``host``: a Host, or a row of its state and heartbeat_at)."""
     if host.state != states.HOST_UP or host.heartbeat_at is None:
         return host.state
     now = now or utcnow()

@@ -119,6 +119,17 @@ def lock(session: orm.Session, group_id: str) -> ServerGroup:
     return group
 
 
+def lock_many(session: orm.Session, group_ids: list[str]) -> dict[str, ServerGroup]:
+    """:func:`lock` for many groups in one statement, taken in id order."""
+    found = {g.id: g for g in session.scalars(
+        sa.select(ServerGroup).where(ServerGroup.id.in_(group_ids))
+        .order_by(ServerGroup.id).with_for_update())}
+    missing = sorted(set(group_ids) - set(found))
+    if missing:
+        raise NotFound(f"server group {missing[0]} not found")
+    return found
+
+
 def member_count(session: orm.Session, group_id: str) -> int:
     return session.scalar(sa.select(sa.func.count()).select_from(GroupMember)
                           .where(GroupMember.group_id == group_id)) or 0
@@ -158,18 +169,32 @@ def join(session: orm.Session, group_id: str, instance_id: str, host: str | None
     session.flush()
 
 
-def join_many(session: orm.Session, group_id: str, hosts: dict[str, str | None]) -> None:
-    """:func:`join` for many instances (``{instance_id: host}``) in two statements."""
-    known = set(session.scalars(sa.select(GroupMember.instance_id).where(
-        GroupMember.group_id == group_id, GroupMember.instance_id.in_(list(hosts)))))
-    fresh = [{"group_id": group_id, "instance_id": i, "host": h}
-             for i, h in hosts.items() if i not in known]
+def members_placed(session: orm.Session, group_ids: list[str]) -> dict[str, dict[str, str]]:
+    """Group id -> {instance id: host} of its members that have a host."""
+    found: dict[str, dict[str, str]] = {g: {} for g in group_ids}
+    for group_id, instance_id, host in session.execute(
+            sa.select(GroupMember.group_id, GroupMember.instance_id, GroupMember.host)
+            .where(GroupMember.group_id.in_(group_ids), GroupMember.host.is_not(None))):
+        found[group_id][instance_id] = host
+    return found
+
+
+def join_all(session: orm.Session, wanted: dict[str, dict[str, str | None]]) -> None:
+    """:func:`join` for many instances of many groups (``{group_id: {instance_id:
+    host}}``): one read, one insert of the new members, an update a member that moved."""
+    known = {(g, i): h for g, i, h in session.execute(
+        sa.select(GroupMember.group_id, GroupMember.instance_id, GroupMember.host)
+        .where(GroupMember.group_id.in_(list(wanted)),
+               GroupMember.instance_id.in_({i for hosts in wanted.values() for i in hosts})))}
+    fresh = [{"group_id": g, "instance_id": i, "host": h}
+             for g, hosts in wanted.items() for i, h in hosts.items() if (g, i) not in known]
     if fresh:
         session.execute(sa.insert(GroupMember), fresh)
-    for instance_id in known:
-        session.execute(sa.update(GroupMember).where(
-            GroupMember.group_id == group_id, GroupMember.instance_id == instance_id)
-            .values(host=hosts[instance_id]))
+    for (group_id, instance_id), host in known.items():
+        if wanted[group_id][instance_id] != host:
+            session.execute(sa.update(GroupMember).where(
+                GroupMember.group_id == group_id, GroupMember.instance_id == instance_id)
+                .values(host=wanted[group_id][instance_id]))
 
 
 def leave(session: orm.Session, instance_id: str, group_id: str | None = None,

@@ -216,24 +216,34 @@ def grouping_dicts(rows: Iterable[VClusterGrouping]) -> list[dict]:
 def set_groupings(session: orm.Session, vcluster: VCluster, wanted: list[dict],
                   server_names: set[str]) -> None:
     """Make the cluster's groupings exactly ``wanted`` (``{"name", "rule", "scope",
-    "members"}``), with one owned server group per grouping of two servers or more."""
+    "members"}``), with one owned server group per grouping of two servers or more.
+
+    New groupings and groups are inserted in one statement each (a create
+    writes a hundred or more)."""
     existing = {g.name: g for g in groupings(session, vcluster.id)}
+    fresh, new_groups = [], []
     for position, want in enumerate(wanted):
         row = existing.pop(want["name"], None)
+        group_id = row.server_group_id if row is not None else None
+        if len([m for m in want["members"] if m in server_names]) > 1 and group_id is None:
+            group_id = ids.new_uuid()
+            new_groups.append({
+                "id": group_id, "tenant_id": vcluster.tenant_id,
+                "name": f"{vcluster.name}/{want['name']}"[:255],
+                "policies": [GROUP_POLICY[want["rule"]]], "scope": want.get("scope") or "host",
+                "capabilities": {}, "metadata_": {"vcluster_id": vcluster.id},
+                "vcluster_id": vcluster.id})
+        values = {"position": position, "rule": want["rule"], "scope": want.get("scope"),
+                  "members": list(want["members"]), "server_group_id": group_id}
         if row is None:
-            row = VClusterGrouping(vcluster_id=vcluster.id, name=want["name"])
-            session.add(row)
-        row.position, row.rule, row.scope = position, want["rule"], want.get("scope")
-        row.members = list(want["members"])
-        servers = [m for m in row.members if m in server_names]
-        if len(servers) > 1 and row.server_group_id is None:
-            group = ServerGroup(id=ids.new_uuid(), tenant_id=vcluster.tenant_id,
-                                name=f"{vcluster.name}/{row.name}"[:255],
-                                policies=[GROUP_POLICY[row.rule]], scope=row.scope or "host",
-                                capabilities={}, metadata_={"vcluster_id": vcluster.id},
-                                vcluster_id=vcluster.id)
-            session.add(group)
-            row.server_group_id = group.id
+            fresh.append({"vcluster_id": vcluster.id, "name": want["name"], **values})
+        else:
+            for key, value in values.items():
+                setattr(row, key, value)
+    if new_groups:
+        session.execute(sa.insert(ServerGroup), new_groups)
+    if fresh:
+        session.execute(sa.insert(VClusterGrouping), fresh)
     for row in existing.values():
         _drop_grouping(session, row)
     session.flush()
@@ -256,15 +266,18 @@ def server_groups_of(session: orm.Session, vcluster_id: str) -> dict[str, list[s
     return result
 
 
-def sync_group_ids(session: orm.Session, vcluster_id: str) -> None:
+def sync_group_ids(session: orm.Session, vcluster_id: str,
+                   groups_of: dict[str, list[str]] | None = None) -> None:
     """Each server's ``group_id`` hint: its first owned group, or None.
 
     Code that reads one group per instance (the evacuation's placer, its
     fast path that leaves grouped servers to the per-server claims) sees the
     cluster's servers as grouped; the claims check every group they are in.
+    ``groups_of``: :func:`server_groups_of`, when the caller has read it.
     """
-    first = {name: group_ids[0] for name, group_ids in server_groups_of(session,
-                                                                       vcluster_id).items()}
+    if groups_of is None:
+        groups_of = server_groups_of(session, vcluster_id)
+    first = {name: group_ids[0] for name, group_ids in groups_of.items()}
     INSTANCE_ROWS.update_each(session, {m.resource_id: {"group_id": first.get(m.name)}
                                         for m in members(session, vcluster_id)
                                         if m.kind == SERVER})

@@ -158,7 +158,10 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
     # A host whose provider is gone would look empty, rank first and lose every
     # claim aimed at it: it is left out until it is registered again (the
     # audit reports it as missing_provider).
-    for row in (session.query(Host).join(ResourceProvider, ResourceProvider.uuid == Host.uuid)
+    for row in (session.query(Host.name, Host.uuid, Host.state, Host.region, Host.zone,
+                              Host.rack, Host.capabilities, Host.traits, Host.inventory,
+                              Host.evacuation_id)
+                .join(ResourceProvider, ResourceProvider.uuid == Host.uuid)
                 .order_by(Host.name)):
         hosts.append(HostState(
             name=row.name, uuid=row.uuid, state=row.state, region=row.region, zone=row.zone,
@@ -182,7 +185,8 @@ def snapshot_with_heartbeats(session: Any, usage: Mapping[str, Mapping[str, int]
     from fleetflow.persistence.models import Host
 
     snapshot = snapshot_from_db(session, usage)
-    for host in session.scalars(sa.select(Host).where(Host.heartbeat_at.is_not(None))):
+    for host in session.execute(sa.select(Host.name, Host.state, Host.heartbeat_at)
+                                .where(Host.heartbeat_at.is_not(None))):
         state = evac_rows.effective_host_state(host, service_down_time)
         if state != host.state and host.name in snapshot.by_name:
             snapshot.by_name[host.name].state = state

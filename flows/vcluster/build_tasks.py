@@ -120,16 +120,18 @@ class ScheduleVCluster(FleetTask):
         adding = None if vcluster_run == states.RUN_CREATE else {
             states.MEMBER_SERVER: servers, states.MEMBER_VOLUME: volumes}
         usage = rt.placement.usages_by_provider()
+        runs = {states.MEMBER_SERVER: set(servers), states.MEMBER_VOLUME: set(volumes)}
         with rt.database.session() as session:
-            cluster = vcluster_plan.cluster_input(session, vcluster_id, adding)
+            members = vc_rows.members(session, vcluster_id)
+            cluster = vcluster_plan.cluster_input(session, vcluster_id, adding, members)
             placement = vcluster_plan.place(session, cluster, usage, rt.conf)
             if not placement.fits:
                 raise VClusterNoValidHost(f"vcluster {vcluster_id}: {placement.explanation}",
                                           explanation=placement.explanation)
-            server_rows, volume_rows = vc_rows.members_of(session, vcluster_id, servers, volumes)
             answer = placement.to_dict()
-            answer["ids"] = {m.name: m.resource_id for m in vc_rows.members(session, vcluster_id)}
-            answer["new"] = [m.name for m in [*server_rows, *volume_rows]]
+            answer["ids"] = {m.name: m.resource_id for m in members}
+            # Servers first, then volumes, each by index (the order members are read in).
+            answer["new"] = [m.name for m in members if m.index in runs.get(m.kind, ())]
             answer["host_uuids"], answer["backend_uuids"] = vcluster_plan.provider_uuids(
                 session, placement)
             # Where each candidate backend's calls go (a create re-checks on failure).
@@ -159,29 +161,39 @@ class ScheduleRetry(FleetRetry):
 
 
 def server_groups_joined(session, vcluster_id: str, placement: dict) -> None:
-    """Every server of the cluster a member, on its host, of each group it is in.
+    """Every server of the cluster a member, on its host, of each group it is in,
+    and each server's ``group_id`` hint its first group.
 
-    Per group, under its row lock, the rule is checked once for all its
-    members where they are now (an evacuation may have moved one since the
-    schedule): ClaimRace when it no longer holds.
+    Under the groups' row locks (all taken in one statement, in id order),
+    each group's rule is checked once for all its members where they are now
+    (an evacuation may have moved one since the schedule): ClaimRace when it
+    no longer holds.
     """
     group_ids, ids = vc_rows.server_groups_of(session, vcluster_id), placement["ids"]
     by_group: dict[str, dict[str, str]] = {}
     for name, candidates in placement["hosts"].items():
         for group_id in group_ids.get(name, ()):
             by_group.setdefault(group_id, {})[ids[name]] = candidates[0]
+    if by_group:
+        _join_checked(session, by_group)
+    vc_rows.sync_group_ids(session, vcluster_id, group_ids)
+
+
+def _join_checked(session, by_group: dict[str, dict[str, str]]) -> None:
+    """Join ``{group_id: {instance_id: host}}`` once each group's rule is checked."""
+    locked = groups.lock_many(session, sorted(by_group))
+    placed = groups.members_placed(session, sorted(by_group))
+    for group_id, wanted in by_group.items():
+        placed[group_id].update(wanted)
+    places = vcluster_plan.host_places(
+        session, {h for hosts in placed.values() for h in hosts.values()})
     for group_id in sorted(by_group):
-        group = groups.lock(session, group_id)
-        wanted = by_group[group_id]
-        hosts = {m.instance_id: m.host for m in group.members if m.host}
-        hosts.update(wanted)
-        _check_group_rule(session, group, hosts)
-        groups.join_many(session, group_id, wanted)
+        _check_group_rule(locked[group_id], placed[group_id], places)
+    groups.join_all(session, by_group)
 
 
-def _check_group_rule(session, group, hosts: dict[str, str]) -> None:
+def _check_group_rule(group, hosts: dict[str, str], places: dict) -> None:
     """ClaimRace unless ``hosts`` (member -> host) keep the group's rule at its scope."""
-    places = vcluster_plan.host_places(session, hosts.values())
     scope = group.scope or "host"
     domains = [places[h].domain(scope) if h in places else h for h in hosts.values()]
     policy = (group.policies or ["anti-affinity"])[0]
@@ -220,7 +232,6 @@ class ClaimVCluster(FleetTask):
         try:
             with rt.database.session() as session:
                 server_groups_joined(session, vcluster_id, placement)
-                vc_rows.sync_group_ids(session, vcluster_id)
             if claims:
                 rt.placement.claim_many(claims, project_id=tenant_id, user_id=tenant_id,
                                         fence=fence)
@@ -274,10 +285,11 @@ def _server_resources(session, instance_ids: list[str]) -> dict[str, dict]:
 
     flavors = {}
     result = {}
-    for instance in session.scalars(sa.select(Instance).where(Instance.id.in_(instance_ids))):
-        if instance.flavor_id not in flavors:
-            flavors[instance.flavor_id] = session.get(Flavor, instance.flavor_id).resources
-        result[instance.id] = dict(flavors[instance.flavor_id])
+    for instance_id, flavor_id in session.execute(
+            sa.select(Instance.id, Instance.flavor_id).where(Instance.id.in_(instance_ids))):
+        if flavor_id not in flavors:
+            flavors[flavor_id] = session.get(Flavor, flavor_id).resources
+        result[instance_id] = dict(flavors[flavor_id])
     return result
 
 

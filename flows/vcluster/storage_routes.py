@@ -52,7 +52,8 @@ def first_routes(session, backends, conf) -> dict[str, str]:
     down_time = conf.compute.service_down_time
     living: dict[tuple, list[str]] = {}
     by_name: dict[str, bool] = {}
-    hosts = session.scalars(sa.select(Host).where(
+    hosts = session.execute(sa.select(Host.name, Host.region, Host.zone, Host.rack,
+                                      Host.state, Host.heartbeat_at).where(
         sa.tuple_(Host.region, Host.zone, Host.rack).in_(list(racks))).order_by(Host.name))
     for host in hosts:
         up = evac_rows.effective_host_state(host, down_time) == states.HOST_UP

@@ -66,14 +66,17 @@ def backend_states(session, usage: dict) -> list[BackendState]:
             for row in session.scalars(sa.select(StorageBackend).order_by(StorageBackend.name))]
 
 
-def cluster_input(session, vcluster_id: str, adding: dict[str, list[int]] | None = None
-                  ) -> ClusterInput:
+def cluster_input(session, vcluster_id: str, adding: dict[str, list[int]] | None = None,
+                  rows: list | None = None) -> ClusterInput:
     """The stored cluster; members not in ``adding`` (kind -> indexes) are pinned.
 
     ``adding`` None: a create, nothing is pinned. Members being removed are
-    left out (they will not be there).
+    left out (they will not be there). ``rows``: the cluster's member rows,
+    when the caller has read them already.
     """
-    members = [m for m in vc_rows.members(session, vcluster_id) if not m.removing]
+    if rows is None:
+        rows = vc_rows.members(session, vcluster_id)
+    members = [m for m in rows if not m.removing]
     servers = [m for m in members if m.kind == states.MEMBER_SERVER]
     volumes = [m for m in members if m.kind == states.MEMBER_VOLUME]
     instances = {row.id: row for row in session.scalars(sa.select(Instance).where(
@@ -134,7 +137,8 @@ def host_places(session, names) -> dict[str, Place]:
     if not names:
         return {}
     return {h.name: Place(h.name, h.name, h.region, h.zone, h.rack)
-            for h in session.scalars(sa.select(Host).where(Host.name.in_(names)))}
+            for h in session.execute(sa.select(Host.name, Host.region, Host.zone, Host.rack)
+                                     .where(Host.name.in_(names)))}
 
 
 def backend_places(session, names) -> dict[str, Place]:
