@@ -45,7 +45,7 @@ from fleetflow.common import crash_points, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.boot import build_on, destroy_built
+from fleetflow.flows.tasks.boot import build_on, build_together, destroy_built
 from fleetflow.flows.tasks.claim import ClaimRace
 from fleetflow.flows.tasks.members import run_all
 from fleetflow.flows.vcluster.build_tasks import VClusterNoValidHost
@@ -133,12 +133,14 @@ def _undo(run: _Run, name: str, member: _Member, where: str) -> None:
     crash_points.maybe_crash(name, crash_points.MEMBER_UNDONE)
 
 
-def build_member(run: _Run, name: str, member: _Member) -> str | None:
+def build_member(run: _Run, name: str, member: _Member,
+                 failed: FleetflowError | None = None) -> str | None:
     """Try the member on its candidates in turn; where it ended (host or backend).
 
     None: another member ran out first and this one stopped before a new
     try. Out of candidates: its last failure raised, or VClusterNoValidHost
-    when none was left to try.
+    when none was left to try. ``failed``: the try its row holds failed so
+    (the group's first wave, which recorded it); the member goes on from there.
     """
     if _done(member):
         return member.row[1]
@@ -169,6 +171,9 @@ def build_member(run: _Run, name: str, member: _Member) -> str | None:
                 crash_points.maybe_crash(name, crash_points.MEMBER_CLAIMED)
         resumed = False
         try:
+            if failed is not None:
+                failure, failed = failed, None
+                raise failure
             _try(run, name, member, where)
             return where
         except StaleFence:
@@ -187,6 +192,23 @@ def build_member(run: _Run, name: str, member: _Member) -> str | None:
         raise failure
     raise VClusterNoValidHost(f"{member.kind} {member.spec['name']}: every candidate "
                               f"failed ({', '.join(candidates) or 'none left'})")
+
+
+def first_wave(run: _Run, name: str, members: list[_Member]
+               ) -> tuple[dict[str, str], dict[str, FleetflowError]]:
+    """Build at once, from this thread, every server whose row holds its try on its
+    primary (the claim for all wrote them all): ``(built, failed)`` by member id
+    (:func:`~fleetflow.flows.tasks.boot.build_together`)."""
+    tries = {m.id: {"host": m.row[1], "uuid": m.id, "resources": m.spec["resources"],
+                    "image": m.spec["image_id"]}
+             for m in members
+             if m.kind == SERVER and m.row[0] == states.BUILDING and m.row[1]
+             and m.row[1] == next(iter(run.placement["hosts"][m.spec["name"]]), None)}
+    try:
+        return build_together(name, tries, run.fence)
+    except StaleFence:
+        run.stop.set()
+        raise
 
 
 class BuildMembers(FleetTask):
@@ -211,8 +233,11 @@ class BuildMembers(FleetTask):
         members = ([_Member(SERVER, s, known.get(s["id"], (None, None))) for s in self.servers]
                    + [_Member(VOLUME, v, known.get(v["id"], (None, None)))
                       for v in self.volumes])
-        ended = run_all(lambda m: build_member(run, self.name, m), members)
-        return {"built": {m.id: where for m, where in zip(members, ended, strict=True)}}
+        built, failed = first_wave(run, self.name, members)
+        rest = [m for m in members if m.id not in built]
+        ended = run_all(lambda m: build_member(run, self.name, m, failed.get(m.id)), rest)
+        built.update((m.id, where) for m, where in zip(rest, ended, strict=True))
+        return {"built": {m.id: built[m.id] for m in members}}
 
     def revert(self, result, fence=None, **kwargs) -> None:
         built = result.get("built", {}) if isinstance(result, dict) else {}

@@ -142,15 +142,26 @@ def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
     first = _first_choice(evac_cloud, body, "a")["host"]
     vcluster_id = chains.create(evac_cloud, body)
     compute = evac_cloud.runtime.compute
-    real_build = compute.ensure_built
+    real_build, real_build_all = compute.ensure_built, compute.build_all
+    refusals = []
+    # What a host answers a conductor that lost the job to another.
+    stale = StaleFence("host refuses job: token 1 is stale (current 2)")
 
     def refused(host, uuid, *args, **kwargs):
         if host == first:
-            # What a host answers a conductor that lost the job to another.
-            raise StaleFence("host refuses job: token 1 is stale (current 2)")
+            refusals.append(uuid)
+            raise stale
         return real_build(host, uuid, *args, **kwargs)
+
+    def all_refused_there(builds, *args, **kwargs):
+        answered = iter(real_build_all([b for b in builds if b["host"] != first],
+                                       *args, **kwargs))
+        refusals.extend(b["uuid"] for b in builds if b["host"] == first)
+        return [(None, stale) if b["host"] == first else next(answered) for b in builds]
     monkeypatch.setattr(compute, "ensure_built", refused)
+    monkeypatch.setattr(compute, "build_all", all_refused_there)
     evac_cloud.run(evac_cloud.posted[-1])
+    assert refusals
     with evac_cloud.database.session() as session:
         assert session.scalars(sa.select(Host.build_failures).where(
             Host.name == first)).one() == 0
@@ -161,3 +172,56 @@ def test_a_group_whose_owner_is_fenced_off_stops_without_touching_rows_or_hosts(
     for row in servers:
         assert row.fault is None or row.fault["code"] != StaleFence.code
         assert row.attempts == 1
+
+
+def _recording_build_all(cloud, monkeypatch, answer=None) -> list[list[str]]:
+    """Every ``build_all`` call's uuids; ``answer(builds, answers)`` may change its answers."""
+    compute = cloud.runtime.compute
+    real_build_all = compute.build_all
+    calls = []
+
+    def recording(builds, *args, **kwargs):
+        calls.append([b["uuid"] for b in builds])
+        answers = real_build_all(builds, *args, **kwargs)
+        return answer(builds, answers) if answer else answers
+    monkeypatch.setattr(compute, "build_all", recording)
+    return calls
+
+
+def test_a_groups_servers_are_sent_in_one_call(evac_cloud, monkeypatch):
+    calls = _recording_build_all(evac_cloud, monkeypatch)
+    vcluster_id = chains.create(evac_cloud, chains.TWO_SERVERS_APART)
+    assert chains.run_last(evac_cloud) == "SUCCESS"
+    found = chains.members(chains.show(evac_cloud, vcluster_id))
+    servers = sorted(m["id"] for m in found.values() if m["type"] == "server")
+    assert [sorted(call) for call in calls] == [servers]
+    for uuid in servers:
+        assert evac_cloud.driver.spawn_count(uuid) == 1
+    with evac_cloud.database.session() as session:
+        rows = session.scalars(sa.select(Instance).where(Instance.id.in_(servers))).all()
+    assert {(r.status, r.attempts, r.fault) for r in rows} == {(states.ACTIVE, 1, None)}
+    chains.assert_clean(evac_cloud)
+
+
+def test_a_build_unanswered_in_the_first_wave_is_its_members_to_finish(
+        evac_cloud, monkeypatch):
+    from fleetflow.compute.exceptions import OutcomeUnknown
+
+    lost = []
+
+    def first_one_unanswered(builds, answers):
+        # The host did build it: only the answer was lost on the way.
+        lost.append(builds[0]["uuid"])
+        return [(None, OutcomeUnknown("no answer", host=builds[0]["host"]))] + answers[1:]
+    _recording_build_all(evac_cloud, monkeypatch, first_one_unanswered)
+    vcluster_id = chains.create(evac_cloud, chains.TWO_SERVERS_APART)
+    assert chains.run_last(evac_cloud) == "SUCCESS"
+    assert lost
+    found = {m["id"]: m for m in chains.members(chains.show(evac_cloud, vcluster_id)).values()}
+    with evac_cloud.database.session() as session:
+        row = session.get(Instance, lost[0])
+        # Its member asked the same host again: one spawn, no failure, no move.
+        assert (row.status, row.attempts, row.hosts_tried, row.fault) == (
+            states.ACTIVE, 1, [found[lost[0]]["host"]], None)
+    assert evac_cloud.driver.spawn_count(lost[0]) == 1
+    chains.assert_clean(evac_cloud)
