@@ -79,10 +79,12 @@ def cluster_input(session, vcluster_id: str, adding: dict[str, list[int]] | None
     members = [m for m in rows if not m.removing]
     servers = [m for m in members if m.kind == states.MEMBER_SERVER]
     volumes = [m for m in members if m.kind == states.MEMBER_VOLUME]
-    instances = {row.id: row for row in session.scalars(sa.select(Instance).where(
-        Instance.id.in_([m.resource_id for m in servers])))}
-    volume_rows = {row.id: row for row in session.scalars(sa.select(Volume).where(
-        Volume.id.in_([m.resource_id for m in volumes])))}
+    instances = {row.id: row for row in session.execute(
+        sa.select(Instance.id, Instance.flavor_id, Instance.host)
+        .where(Instance.id.in_([m.resource_id for m in servers])))}
+    volume_rows = {row.id: row for row in session.execute(
+        sa.select(Volume.id, Volume.size_gb, Volume.volume_type, Volume.backend)
+        .where(Volume.id.in_([m.resource_id for m in volumes])))}
     flavors = {row.id: row for row in session.scalars(sa.select(Flavor).where(
         Flavor.id.in_({i.flavor_id for i in instances.values()})))}
     result = ClusterInput([], [], grouping_list(session, vcluster_id))
