@@ -162,35 +162,49 @@ def total_cpu(pids: list[int]) -> float | None:
 
 
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
-            conductors: int = 0, idle: float = 0.0) -> dict:
+            conductors: int = 0, idle: float = 0.0, again: bool = False) -> dict:
+    """One reservation of ``n`` on a fresh cloud. ``again``: then it is deleted and the
+    same reservation measured once more on the same server (``"again"``: its figures),
+    whose imports and statement caches the first one warmed."""
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
             running(workdir, hosts, env_extra, conductors) as (url, pids):
-        cpu0 = total_cpu(pids)
-        t0 = time.monotonic()
-        wall0 = time.time()
-        answer = requests.post(f"{url}/v2/bench/reservations", headers=HEADERS, json={
-            "reservation": {"name": f"bench-{n}", "count": n, "flavor_ref": flavor,
-                            "image_ref": "cirros"}}, timeout=120)
-        answer.raise_for_status()
-        accepted = time.monotonic() - t0
-        location = answer.headers["Location"]
-        reservation_id = answer.json()["reservation"]["id"]
-        while True:
-            status = listed_status(url, reservation_id)
-            if status not in ("PENDING", "SCHEDULING", "BUILDING", "REVERTING"):
-                break
-            time.sleep(poll)
-        total = time.monotonic() - t0
-        cpu1 = total_cpu(pids)
-        body = requests.get(location, headers=HEADERS, timeout=120).json()["reservation"]
-        peaks = [peak_rss_mb(pid) for pid in pids]
-        return {"peak_mb": peaks, "batches": build_batches(url),
-                "n": n, "hosts": hosts, "status": status, "accepted_s": accepted,
-                "total_s": total, "progress": body["progress"],
-                "settled_s": settled_at(body) - wall0,
-                "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                "arrivals": build_arrivals(workdir, wall0),
-                "idle_cpu_s": idle and idle_cpu(pids, idle)}
+        first = _measured(url, pids, n, flavor, poll, workdir)
+        result = {"peak_mb": [peak_rss_mb(pid) for pid in pids], "batches": build_batches(url),
+                  "n": n, "hosts": hosts, **first,
+                  "idle_cpu_s": idle and idle_cpu(pids, idle)}
+        if again:
+            requests.delete(first["location"], headers=HEADERS, timeout=120).raise_for_status()
+            while listed_status(url, first["id"]) != "DELETED":
+                time.sleep(poll)
+            result["again"] = _measured(url, pids, n, flavor, poll, workdir)
+        return result
+
+
+def _measured(url: str, pids: list[int], n: int, flavor: str, poll: float,
+              workdir: str) -> dict:
+    cpu0 = total_cpu(pids)
+    t0 = time.monotonic()
+    wall0 = time.time()
+    answer = requests.post(f"{url}/v2/bench/reservations", headers=HEADERS, json={
+        "reservation": {"name": f"bench-{n}", "count": n, "flavor_ref": flavor,
+                        "image_ref": "cirros"}}, timeout=120)
+    answer.raise_for_status()
+    accepted = time.monotonic() - t0
+    location = answer.headers["Location"]
+    reservation_id = answer.json()["reservation"]["id"]
+    while True:
+        status = listed_status(url, reservation_id)
+        if status not in ("PENDING", "SCHEDULING", "BUILDING", "REVERTING"):
+            break
+        time.sleep(poll)
+    total = time.monotonic() - t0
+    cpu1 = total_cpu(pids)
+    body = requests.get(location, headers=HEADERS, timeout=120).json()["reservation"]
+    return {"id": reservation_id, "location": location, "status": status,
+            "accepted_s": accepted, "total_s": total, "progress": body["progress"],
+            "settled_s": settled_at(body) - wall0,
+            "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+            "arrivals": build_arrivals(workdir, wall0)}
 
 
 def build_batches(url: str) -> tuple[float, float] | None:
