@@ -33,7 +33,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reservation import cpu_seconds, start_server  # noqa: E402  (the same start-up)
+from reservation import cpu_seconds, quiet, start_server  # noqa: E402  (the same start-up)
 
 from scheduler import make_fleet  # noqa: E402  (the same generated fleet)
 
@@ -91,6 +91,7 @@ def run_api(n: int, hosts: int, poll: float, again: bool = False) -> dict:
         try:
             result = _cycle(url, proc.pid, n, poll)
             if again:
+                quiet([proc.pid])
                 result["again"] = _cycle(url, proc.pid, n, poll)
             return result
         finally:
