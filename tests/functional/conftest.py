@@ -8,6 +8,7 @@ HTTP on 127.0.0.1 for clients that need a socket (requests, chunked bodies).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 
@@ -137,6 +138,22 @@ def compute_conf(make_conf):
     yield _make
     for conf in made:
         messaging.forget_transport(conf)
+
+
+@pytest.fixture
+def served_agent():
+    """``with served_agent(conf, db) as agent``: an in-process compute agent for every host
+    of ``db``'s fleet, stopped when the block ends."""
+    from fleetflow.compute import agent as compute_agent
+
+    @contextlib.contextmanager
+    def _serve(conf, database):
+        agent = compute_agent.serve_fleet(conf, database)
+        try:
+            yield agent
+        finally:
+            agent.stop()
+    return _serve
 
 
 @pytest.fixture

@@ -48,22 +48,18 @@ def build_all_at_once(conf, db, count: int) -> list[dict]:
         return [call.result(timeout=HANG_GUARD_S) for call in calls]
 
 
-def test_every_build_slot_of_every_host_boots_at_once(pool_conf, hosts_db):
+def test_every_build_slot_of_every_host_boots_at_once(pool_conf, hosts_db, served_agent):
     conf = pool_conf()
-    agent = compute_agent.serve_fleet(conf, hosts_db)
-    try:
+    with served_agent(conf, hosts_db) as agent:
         assert agent.servers[0]._work_executor._max_workers == len(HOSTS) * 4 + 64
         guests = build_all_at_once(conf, hosts_db, len(HOSTS) * 4)
         assert {g["state"] for g in guests} == {"ACTIVE"}
         assert [agent.driver.peak_concurrent_builds(h) for h in HOSTS] == [4, 4, 4]
-    finally:
-        agent.stop()
 
 
-def test_batched_builds_boot_every_slot_at_once_and_no_more(pool_conf, hosts_db):
+def test_batched_builds_boot_every_slot_at_once_and_no_more(pool_conf, hosts_db, served_agent):
     conf = pool_conf()
-    agent = compute_agent.serve_fleet(conf, hosts_db)
-    try:
+    with served_agent(conf, hosts_db) as agent:
         api = ComputeAPI(conf, hosts_db)
         count = len(HOSTS) * 4 + 3  # three builds wait for a slot
         with futures.ThreadPoolExecutor(max_workers=count) as callers:
@@ -72,26 +68,20 @@ def test_batched_builds_boot_every_slot_at_once_and_no_more(pool_conf, hosts_db)
             guests = [call.result(timeout=HANG_GUARD_S) for call in calls]
         assert {g["state"] for g in guests} == {"ACTIVE"}
         assert [agent.driver.peak_concurrent_builds(h) for h in HOSTS] == [4, 4, 4]
-    finally:
-        agent.stop()
 
 
-def test_agent_threads_set_by_the_operator_bound_the_builds(pool_conf, hosts_db):
+def test_agent_threads_set_by_the_operator_bound_the_builds(pool_conf, hosts_db, served_agent):
     conf = pool_conf(agent_threads=2)
-    agent = compute_agent.serve_fleet(conf, hosts_db)
-    try:
+    with served_agent(conf, hosts_db) as agent:
         guests = build_all_at_once(conf, hosts_db, 6)
         assert {g["state"] for g in guests} == {"ACTIVE"}
         peaks = [agent.driver.peak_concurrent_builds(h) for h in HOSTS]
         assert max(peaks) <= 2 and sum(peaks) >= 2
-    finally:
-        agent.stop()
 
 
 def test_calls_start_no_thread_while_a_prestarted_one_is_idle(pool_conf, hosts_db,
-                                                              monkeypatch):
+                                                              monkeypatch, served_agent):
     conf = pool_conf(boot_seconds=0.0)
-    agent = compute_agent.serve_fleet(conf, hosts_db)
     started = []
     real_start = threading.Thread.start
 
@@ -99,15 +89,15 @@ def test_calls_start_no_thread_while_a_prestarted_one_is_idle(pool_conf, hosts_d
         started.append(thread.name)
         real_start(thread)
 
-    try:
-        api = ComputeAPI(conf, hosts_db)
-        monkeypatch.setattr(threading.Thread, "start", counting_start)
-        for i in range(20):
-            assert api.ping(HOSTS[i % len(HOSTS)])["alive"] is True
-        monkeypatch.undo()
-        # futurist's pool (oslo.messaging's default) starts one per call: 20.
-        assert started == []
-        assert agent.servers[0]._work_executor.threads == len(HOSTS) * 4
-    finally:
-        monkeypatch.undo()
-        agent.stop()
+    with served_agent(conf, hosts_db) as agent:
+        try:
+            api = ComputeAPI(conf, hosts_db)
+            monkeypatch.setattr(threading.Thread, "start", counting_start)
+            for i in range(20):
+                assert api.ping(HOSTS[i % len(HOSTS)])["alive"] is True
+            monkeypatch.undo()
+            # futurist's pool (oslo.messaging's default) starts one per call: 20.
+            assert started == []
+            assert agent.servers[0]._work_executor.threads == len(HOSTS) * 4
+        finally:
+            monkeypatch.undo()

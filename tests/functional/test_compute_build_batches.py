@@ -50,11 +50,11 @@ def build_in_threads(api, uuids) -> list[dict]:
         return [call.result(timeout=WAIT_S) for call in calls]
 
 
-def test_many_callers_share_calls_and_each_build_spawns_once(compute_conf, hosts_db):
+def test_many_callers_share_calls_and_each_build_spawns_once(compute_conf, hosts_db,
+                                                            served_agent):
     conf = compute_conf()
-    agent = compute_agent.serve_fleet(conf, hosts_db)
-    gate = agent.endpoint.builds = Gate(agent.endpoint.builds, build_batches.IN_FLIGHT)
-    try:
+    with served_agent(conf, hosts_db) as agent:
+        gate = agent.endpoint.builds = Gate(agent.endpoint.builds, build_batches.IN_FLIGHT)
         api = ComputeAPI(conf, hosts_db)
         uuids = [f"vm-{i}" for i in range(40)]
         with futures.ThreadPoolExecutor(max_workers=1) as runner:
@@ -68,14 +68,11 @@ def test_many_callers_share_calls_and_each_build_spawns_once(compute_conf, hosts
         assert sum(gate.sizes) == 40
         assert max(gate.sizes) > 1 and len(gate.sizes) < 40
         assert {agent.driver.spawn_count(u) for u in uuids} == {1}
-    finally:
-        agent.stop()
 
 
-def test_a_batch_answers_each_build_with_its_own_error(compute_conf, hosts_db):
+def test_a_batch_answers_each_build_with_its_own_error(compute_conf, hosts_db, served_agent):
     conf = compute_conf()
-    agent = compute_agent.serve_fleet(conf, hosts_db)
-    try:
+    with served_agent(conf, hosts_db):
         api = ComputeAPI(conf, hosts_db)
         api.ensure_built("b1", "fenced", SMALL, fence={"key": "job-1", "token": 3})
         api.set_faults("b2", fail_next=1)
@@ -98,8 +95,6 @@ def test_a_batch_answers_each_build_with_its_own_error(compute_conf, hosts_db):
         assert stale.value.details["current"] == 3
         assert huge.value.details["resource_class"] == "VCPU"
         assert api.ensure_built("b2", "unlucky", SMALL)["spawn_count"] == 1
-    finally:
-        agent.stop()
 
 
 class OldEndpoint(compute_agent.ComputeEndpoint):
@@ -124,16 +119,13 @@ def test_an_agent_older_than_batches_gets_one_build_a_call(compute_conf, hosts_d
         agent.stop()
 
 
-def test_batches_off_sends_one_build_a_call(compute_conf, hosts_db):
+def test_batches_off_sends_one_build_a_call(compute_conf, hosts_db, served_agent):
     conf = compute_conf(batch_builds=False)
-    agent = compute_agent.serve_fleet(conf, hosts_db)
-    gate = agent.endpoint.builds = Gate(agent.endpoint.builds, 0)
-    try:
+    with served_agent(conf, hosts_db) as agent:
+        gate = agent.endpoint.builds = Gate(agent.endpoint.builds, 0)
         guests = build_in_threads(ComputeAPI(conf, hosts_db), [f"one-{i}" for i in range(8)])
         assert {g["state"] for g in guests} == {"ACTIVE"}
         assert gate.sizes == []
-    finally:
-        agent.stop()
 
 
 def _driver(conf, database):
