@@ -51,6 +51,10 @@ def _now() -> float:
     return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
 
 
+class ClaimLost(Exception):
+    """The conductor lost its claim on a job before its engine started: it must not run."""
+
+
 class _Held:
     __slots__ = ("key", "job", "engine", "lost", "extended_at", "replaced")
 

@@ -54,7 +54,7 @@ from taskflow.types import timing
 from fleetflow.common import metrics
 from fleetflow.common.crash_points import CRASH_ENV
 from fleetflow.engine.backend import get_backend
-from fleetflow.engine.conductor.keepalive import ClaimKeepAlive
+from fleetflow.engine.conductor.keepalive import ClaimKeepAlive, ClaimLost
 from fleetflow.engine.conductor.log import ConductorLog
 from fleetflow.engine.conductor.metrics import AtomMetricsListener
 from fleetflow.engine.conductor.pause import PauseOnErrorListener
@@ -178,6 +178,10 @@ class FleetConductor(impl_blocking.BlockingConductor):
         self._keepalive.hold(job)
         try:
             consume = super()._dispatch_job(job)
+        except ClaimLost:
+            LOG.warning("conductor %s lost its claim on job %s before running it: left to "
+                        "its new owner", self._name, job.uuid)
+            consume = False
         finally:
             current = self._keepalive.current(job)
             lost = self._keepalive.release(job)
@@ -300,6 +304,9 @@ class FleetConductor(impl_blocking.BlockingConductor):
     def _engine_from_job(self, job):
         flow_detail = self._flow_detail_from_job(job)
         self._job_options[job.uuid] = flow_meta.options(flow_detail.meta)
+        # Taking the fence from whoever holds the job now would make the true
+        # owner's side effects fail while this engine ran beside it.
+        self._refuse_if_lost(job)
         with self._database.session() as session:
             fence = fences.advance(session, flow_detail.uuid, self._name)
         LOG.info("conductor %s runs flow %s (job %s) with fence token %s",
@@ -313,8 +320,14 @@ class FleetConductor(impl_blocking.BlockingConductor):
                                 lease=functools.partial(self._keepalive.lease_valid, job.uuid))
         factory = self._engine_factory or ENGINE_FACTORY
         engine = factory(flow_detail, store, backend, self._conf)
+        # Lost while the fence advanced: an engine not yet running ignores a suspend.
+        self._refuse_if_lost(job)
         self._keepalive.attach_engine(job, engine)
         return engine
+
+    def _refuse_if_lost(self, job) -> None:
+        if self._keepalive.lost(job):
+            raise ClaimLost(f"job {job.uuid}")
 
     def _listeners_from_job(self, job, engine):
         listeners = super()._listeners_from_job(job, engine)

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import sqlalchemy as sa
 from taskflow import exceptions as tf_exc
 from taskflow import states as tf_states
 from taskflow.listeners import base as listener_base
@@ -257,6 +258,43 @@ def test_a_conductor_that_lost_its_claim_suspends_its_engine(engine_conf, board,
     assert len(effects_log("execute")) < 8
     assert effects_log("revert") == []
     assert board.find_owner(job) == "usurper"
+
+
+def test_a_claim_lost_before_the_engine_starts_runs_nothing_and_takes_no_fence(
+        engine_conf, board, memory_backend, database, effects_log):
+    flow_id = submit_mod.submit(board, memory_backend, "toy-linear", {"count": 3})
+    conductor = make_conductor(engine_conf, "late", persistence=memory_backend,
+                               wait_timeout=0.05)
+    [job] = list(board.iterjobs())
+    alive = conductor.keepalive
+    real_hold = alive.hold
+
+    def taken_over_at_once(held_job):
+        real_hold(held_job)
+        # Another owner takes the job over (as after an expiry during an outage)
+        # before this conductor has built its engine; the keep-alive notices.
+        with database.session() as session:
+            session.execute(sa.text("UPDATE jobs SET owner = 'usurper', claim_expires_at = "
+                                    "'2999-01-01' WHERE uuid = :u"), {"u": job.uuid})
+        alive.extend_now()
+        assert alive.lost(held_job)
+    alive.hold = taken_over_at_once
+    released = []
+    real_release = alive.release
+    alive.release = lambda held_job: released.append(held_job.uuid) or real_release(held_job)
+    runner = threading.Thread(target=conductor.run)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not released and time.monotonic() < deadline:
+        time.sleep(0.02)
+    conductor.stop()
+    runner.join(10)
+    conductor.close()
+    assert released == [job.uuid]
+    assert effects_log("execute") == []
+    with database.session() as session:
+        assert fences.current(session.connection(), flow_id) == (None, None)
+    assert board.find_owner(job) == "usurper"  # left to it, not trashed
 
 
 def test_fenced_backend_refuses_checkpoints_from_a_stale_owner(database, memory_backend):
