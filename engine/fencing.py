@@ -18,7 +18,10 @@ one write remains; the side-effect fences close it for the effects that
 matter, and a persistence backend that checks the fence inside its own write
 transaction can close it for checkpoints too. While the conductor's claim
 was extended less than half an expiry ago nobody else can hold the job, and
-the look-up is skipped (engine/conductor/keepalive.py ``lease_valid``).
+the look-up is skipped (engine/conductor/keepalive.py ``lease_valid``) — except
+for a checkpoint that records a failure or a revert: a task fails with
+StaleFence when a newer owner exists whatever the lease says, and reverting
+on a lease's word would undo the newer owner's work, so those always look.
 
 The look-up is a database read like the checkpoint it guards: a lost
 connection is retried within the database's outage window
@@ -32,6 +35,7 @@ import logging
 
 import sqlalchemy as sa
 from taskflow import exceptions as tf_exc
+from taskflow import states as tf_states
 from taskflow.persistence import base as tf_persistence
 
 from fleetflow.common.exceptions import StaleFence
@@ -40,6 +44,15 @@ from fleetflow.persistence.fences import Fence
 LOG = logging.getLogger(__name__)
 
 FENCE_TOKEN = sa.select(Fence.token).where(Fence.key == sa.bindparam("key"))
+# States of a run going wrong: checkpointed only after the token was looked up.
+UNDOING = frozenset({tf_states.FAILURE, tf_states.REVERTING, tf_states.REVERTED,
+                     tf_states.REVERT_FAILURE})
+
+
+def undoing(*details) -> bool:
+    """Whether any flow or atom detail records a failure or a revert."""
+    return any(d.state in UNDOING or getattr(d, "intention", None) == tf_states.REVERT
+               for d in details)
 
 
 class StaleCheckpoint(tf_exc.ExecutionFailure):
@@ -96,9 +109,13 @@ class FencedBackend(tf_persistence.Backend):
             raw.close()
         return None if row is None else row[0]
 
-    def check(self) -> None:
-        """Raise StaleCheckpoint (caused by StaleFence) if our token is no longer current."""
-        if self._lease is not None and self._lease():
+    def check(self, undoing: bool = False) -> None:
+        """Raise StaleCheckpoint (caused by StaleFence) if our token is no longer current.
+
+        ``undoing``: the write records a failure or a revert; the token is looked
+        up even under a lease.
+        """
+        if not undoing and self._lease is not None and self._lease():
             return
         current = self._current_token()
         if current is not None and current > int(self.fence["token"]):
@@ -137,12 +154,13 @@ class FencedConnection(tf_persistence.Connection):
         raise tf_exc.StorageFailure("a running engine may not clear the logbooks")
 
     def update_atom_details(self, atom_detail):
-        self._fenced_backend.check()
+        self._fenced_backend.check(undoing(atom_detail))
         return self._conn.update_atom_details(atom_detail)
 
     def update_atom_details_many(self, atom_details):
         """A batch of checkpoints (plugin.checkpoints): one fence check for all of them."""
-        self._fenced_backend.check()
+        atom_details = list(atom_details)
+        self._fenced_backend.check(undoing(*atom_details))
         many = getattr(self._conn, "update_atom_details_many", None)
         if many is not None:
             return many(atom_details)
@@ -151,12 +169,12 @@ class FencedConnection(tf_persistence.Connection):
         return None
 
     def update_flow_details(self, flow_detail):
-        self._fenced_backend.check()
+        self._fenced_backend.check(undoing(flow_detail))
         return self._conn.update_flow_details(flow_detail)
 
     def update_flow_fields(self, flow_detail):
         """The flow's own fields alone (the fleetflow engine's storage), fenced as every write."""
-        self._fenced_backend.check()
+        self._fenced_backend.check(undoing(flow_detail))
         fields = getattr(self._conn, "update_flow_fields", None)
         if fields is None:
             return self._conn.update_flow_details(flow_detail)

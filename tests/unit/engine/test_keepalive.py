@@ -97,6 +97,40 @@ def test_fenced_backend_skips_the_lookup_only_under_a_lease(database, memory_bac
         fenced.check()
 
 
+def test_a_failure_or_a_revert_is_checked_against_the_fence_even_under_a_lease(
+        database, memory_backend):
+    from taskflow import states as tf_states
+    from taskflow.persistence import models as tf_models
+
+    with database.session() as session:
+        old = fences.advance(session, "flow-z", "old")
+    fenced = FencedBackend(memory_backend, database, old, lease=lambda: True)
+    book = tf_models.LogBook("b", uuid="flow-z")
+    flow = tf_models.FlowDetail("f", uuid="flow-z")
+    task = tf_models.TaskDetail("t", uuid="task-z")
+    flow.add(task)
+    book.add(flow)
+    conn = fenced.get_connection()
+    conn.save_logbook(book)
+    # A newer owner took the fence while our claim extension still looked fresh.
+    with database.session() as session:
+        fences.advance(session, "flow-z", "new")
+    task.state, task.intention = tf_states.SUCCESS, tf_states.EXECUTE
+    conn.update_atom_details_many([task])  # progress: trusted on the lease's word
+    task.state = tf_states.FAILURE
+    with pytest.raises(StaleCheckpoint):
+        conn.update_atom_details_many([task])
+    task.state, task.intention = tf_states.PENDING, tf_states.REVERT
+    with pytest.raises(StaleCheckpoint):
+        conn.update_atom_details(task)
+    flow.state = tf_states.REVERTING
+    with pytest.raises(StaleCheckpoint):
+        conn.update_flow_details(flow)
+    stored = memory_backend.get_connection()
+    assert stored.get_atom_details("task-z").state == tf_states.SUCCESS
+    assert stored.get_flow_details("flow-z").state != tf_states.REVERTING
+
+
 class Posting:
     """A job of :class:`ForgetfulBoard`."""
 
