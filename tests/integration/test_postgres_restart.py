@@ -177,7 +177,9 @@ def _wait_active(procs, location: str) -> dict:
             (body or {}).get("status"), (body or {}).get("progress"), _logs(procs))
         time.sleep(0.5)
     assert body["status"] == "ACTIVE", (body["status"], body.get("fault"), _logs(procs))
-    assert body["progress"]["active"] == COUNT
+    others = [(i["name"], i["status"], i.get("task_state"), i.get("host"), i.get("fault"))
+              for i in body.get("instances", []) if i["status"] != "ACTIVE"]
+    assert body["progress"]["active"] == COUNT, (body["progress"], others[:5], _logs(procs))
     return body
 
 
