@@ -14,6 +14,7 @@ from sqlalchemy import orm
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, InvalidInput, NotFound
+from fleetflow.persistence import bulk
 from fleetflow.persistence.models import Flavor, Instance, Quota, Reservation, Volume, utcnow
 from fleetflow.persistence.row_writes import RowWrites
 
@@ -172,18 +173,21 @@ def create(session: orm.Session, *, tenant_id: str, user_id: str | None, name: s
 
 def create_instances(session: orm.Session, reservation: Reservation, count: int,
                      flavor_id: str, image_id: str, group_id: str | None,
-                     metadata: dict | None = None) -> None:
+                     metadata: dict | None = None) -> list[str]:
+    """Insert the reservation's ``count`` PENDING instance rows; their ids by index."""
     now = utcnow()
     label = reservation.name or reservation.id
-    session.execute(sa.insert(Instance), [
-        {"id": ids.new_uuid(), "reservation_id": reservation.id,
-         "tenant_id": reservation.tenant_id,
+    tried: list = []  # one object for every row: serialized once (``bulk``)
+    metadata = dict(metadata) if metadata else None
+    uuids = [ids.new_uuid() for _ in range(count)]
+    bulk.insert(session, _INSTANCES_TABLE, [
+        {"id": uuid, "reservation_id": reservation.id, "tenant_id": reservation.tenant_id,
          "name": INSTANCE_NAME.format(name=label, index=i), "index": i,
          "status": states.PENDING, "flavor_id": flavor_id, "image_id": image_id,
-         "group_id": group_id, "attempts": 0, "hosts_tried": [],
-         "metadata_": dict(metadata) if metadata else None,
+         "group_id": group_id, "attempts": 0, "hosts_tried": tried, "metadata": metadata,
          "created_at": now, "updated_at": now}
-        for i in range(count)])
+        for i, uuid in enumerate(uuids)])
+    return uuids
 
 
 def get(session: orm.Session, reservation_id: str,
@@ -369,9 +373,7 @@ def write_instance(database, instance_id: str, **values) -> None:
 
 def update_instances(session: orm.Session, instance_ids_: list[str], **values) -> None:
     """The same columns on many instances in one statement."""
-    values["updated_at"] = utcnow()
-    session.execute(_INSTANCES_TABLE.update()
-                    .where(_INSTANCES_TABLE.c.id.in_(instance_ids_)).values(**values))
+    bulk.update_ids(session, _INSTANCES_TABLE, instance_ids_, **values, updated_at=utcnow())
 
 
 def record_attempt(session: orm.Session, instance_id: str, host: str, **values) -> None:
@@ -402,15 +404,9 @@ def record_first_attempts(session: orm.Session, hosts_by_instance: dict[str, str
     For instances that have not been tried yet (the all-or-nothing fast path
     claims every primary in one write); writing it again is harmless.
     """
-    if not hosts_by_instance:
-        return
-    table = _INSTANCES_TABLE
-    statement = (table.update().where(table.c.id == sa.bindparam("b_id"))
-                 .values(host=sa.bindparam("b_host"),
-                         hosts_tried=sa.bindparam("b_tried", type_=table.c.hosts_tried.type),
-                         attempts=1, updated_at=utcnow(), **values))
-    session.execute(statement, [{"b_id": uuid, "b_host": host, "b_tried": [host]}
-                                for uuid, host in hosts_by_instance.items()])
+    bulk.update_each(session, _INSTANCES_TABLE, [
+        {"id": uuid, "host": host, "hosts_tried": [host]}
+        for uuid, host in hosts_by_instance.items()], attempts=1, updated_at=utcnow(), **values)
 
 
 def fault(code: str, message: str, step: str | None = None, host: str | None = None) -> dict:

@@ -35,8 +35,6 @@ import logging
 import threading
 from typing import Any
 
-import sqlalchemy as sa
-
 from fleetflow.common import crash_points, metrics, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
@@ -46,7 +44,7 @@ from fleetflow.flows.tasks.base import FleetTask
 from fleetflow.flows.tasks.boot import build_on, build_together, destroy_built
 from fleetflow.flows.tasks.claim import ClaimRace, claim_on, record_gave_up, release
 from fleetflow.flows.tasks.members import run_all
-from fleetflow.persistence import groups
+from fleetflow.persistence import bulk, groups
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance
 from fleetflow.scheduler.result import NoValidHost
@@ -76,11 +74,10 @@ def _rows(uuids: list[str]) -> dict[str, tuple]:
     table = Instance.__table__
     # A read: a hundred groups starting at once take no write lock for it.
     with rt.database.read_session() as session:
-        found = session.execute(sa.select(
-            table.c.id, table.c.status, table.c.task_state, table.c.host,
-            table.c.hosts_tried).where(table.c.id.in_(uuids)))
-        return {row.id: (row.status, row.task_state, row.host, list(row.hosts_tried or []))
-                for row in found}
+        found = bulk.select_ids(session, (table.c.id, table.c.status, table.c.task_state,
+                                          table.c.host, table.c.hosts_tried), uuids)
+    return {uuid: (status, task_state, host, list(tried or []))
+            for uuid, status, task_state, host, tried in found}
 
 
 def _undo_try(group: _Group, name: str, uuid: str, host: str) -> None:

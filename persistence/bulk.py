@@ -1,0 +1,154 @@
+"""Statements over many rows at the driver's cost: a reservation's instance rows.
+
+SQLAlchemy's ``executemany`` builds a dict of bound parameters for every row and
+runs each column's type processor on it, and an ``IN`` list is rendered anew at
+each execution: some 10 µs a row, more than SQLite's own work for the row. The
+few statements a large reservation runs over all its instance rows (their
+insert, their first try, their reads and status writes by group) go here instead
+as tuples straight to the driver, each value through its column's own bind
+processor (so what is stored is exactly what SQLAlchemy stores), a value shared
+by many rows processed once.
+
+SQLite only: elsewhere the same calls take SQLAlchemy's path, where
+PostgreSQL's driver already sends many rows per round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+
+def insert(session: orm.Session, table: sa.Table, rows: Sequence[Mapping]) -> None:
+    """INSERT ``rows`` (dicts of column name to value, the same keys in each)."""
+    if not rows:
+        return
+    conn = session.connection()
+    if not _direct(conn):
+        session.execute(table.insert(), list(rows))
+        return
+    names = list(rows[0])
+    convert = _converters(conn, table, names)
+    quoted = ", ".join(_quote(conn, name) for name in names)
+    conn.exec_driver_sql(
+        f"INSERT INTO {_quote(conn, table.name)} ({quoted}) "
+        f"VALUES ({', '.join('?' * len(names))})",
+        [tuple(c(row[n]) for n, c in zip(names, convert, strict=True)) for row in rows])
+
+
+def update_each(session: orm.Session, table: sa.Table, rows: Sequence[Mapping],
+                **values) -> None:
+    """UPDATE each row whose ``id`` a dict of ``rows`` names, with that dict's other
+    columns (the same keys in each) and ``values`` (the same for all)."""
+    if not rows:
+        return
+    conn = session.connection()
+    names = [name for name in rows[0] if name != "id"]
+    if not _direct(conn):
+        key = {name: f"b_{name}" for name in (*names, "id")}
+        session.execute(
+            table.update().where(table.c.id == sa.bindparam(key["id"]))
+            .values({**{n: sa.bindparam(key[n], type_=table.c[n].type) for n in names},
+                     **values}),
+            [{key[n]: row[n] for n in (*names, "id")} for row in rows])
+        return
+    convert = _converters(conn, table, names)
+    fixed, fixed_params = _assignments(conn, table, values)
+    assignments = ", ".join([*(f"{_quote(conn, n)} = ?" for n in names), *fixed])
+    conn.exec_driver_sql(
+        f"UPDATE {_quote(conn, table.name)} SET {assignments} WHERE id = ?",
+        [(*(c(row[n]) for n, c in zip(names, convert, strict=True)), *fixed_params, row["id"])
+         for row in rows])
+
+
+def update_ids(session: orm.Session, table: sa.Table, ids: Sequence[str], **values) -> None:
+    """UPDATE the rows whose ``id`` is in ``ids`` with ``values``, in one statement."""
+    if not ids:
+        return
+    conn = session.connection()
+    if not _direct(conn):
+        session.execute(table.update().where(table.c.id.in_(ids)).values(**values))
+        return
+    assignments, params = _assignments(conn, table, values)
+    for chunk in _chunks(ids):
+        conn.exec_driver_sql(
+            f"UPDATE {_quote(conn, table.name)} SET {', '.join(assignments)} "
+            f"WHERE id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
+
+
+def select_ids(session: orm.Session, columns: Sequence[sa.Column], ids: Sequence[str]
+               ) -> list[tuple]:
+    """The ``columns`` of the rows (of the columns' one table) whose ``id`` is in ``ids``,
+    each value as SQLAlchemy would load it."""
+    if not ids:
+        return []
+    conn = session.connection()
+    table = columns[0].table
+    if not _direct(conn):
+        return [tuple(row) for row in session.execute(
+            sa.select(*columns).where(table.c.id.in_(ids)))]
+    loads = [column.type.dialect_impl(conn.dialect).result_processor(conn.dialect, None)
+             for column in columns]
+    quoted = ", ".join(_quote(conn, column.name) for column in columns)
+    found = []
+    for chunk in _chunks(ids):
+        found.extend(conn.exec_driver_sql(
+            f"SELECT {quoted} FROM {_quote(conn, table.name)} "
+            f"WHERE id IN ({', '.join('?' * len(chunk))})", tuple(chunk)).fetchall())
+    if not any(loads):
+        return [tuple(row) for row in found]
+    return [tuple(value if load is None else load(value)
+                  for load, value in zip(loads, row, strict=True)) for row in found]
+
+
+# SQLite's default limit on bound parameters is 32,766 (250,000 on some builds);
+# a list of ids is cut well under it.
+_CHUNK = 10_000
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start:start + _CHUNK]
+
+
+def _direct(conn: sa.Connection) -> bool:
+    return conn.dialect.name == "sqlite"
+
+
+def _quote(conn: sa.Connection, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote(name)
+
+
+def _assignments(conn: sa.Connection, table: sa.Table, values: Mapping
+                 ) -> tuple[list[str], list]:
+    names = list(values)
+    convert = _converters(conn, table, names)
+    return ([f"{_quote(conn, n)} = ?" for n in names],
+            [c(values[n]) for n, c in zip(names, convert, strict=True)])
+
+
+def _converters(conn: sa.Connection, table: sa.Table, names: Iterable[str]
+                ) -> list[Callable]:
+    dialect = conn.dialect
+    return [_once_per_value(table.c[name].type.dialect_impl(dialect).bind_processor(dialect))
+            for name in names]
+
+
+def _identity(value):
+    return value
+
+
+def _once_per_value(process: Callable | None) -> Callable:
+    """``process`` remembering its last argument: rows sharing a value object (one
+    timestamp, one empty list) have it processed once."""
+    if process is None:
+        return _identity
+    last: list = [_identity, None]  # no row's value is this function
+
+    def convert(value):
+        if value is not last[0]:
+            last[0], last[1] = value, process(value)
+        return last[1]
+    return convert

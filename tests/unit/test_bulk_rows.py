@@ -1,0 +1,169 @@
+"""Statements over many rows straight to the driver (persistence.bulk): what they store
+and read is what SQLAlchemy's own statements store and read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from fleetflow.persistence import bulk
+from fleetflow.persistence.db import Database
+from fleetflow.persistence.models import Instance, Reservation
+
+TABLE = Instance.__table__
+WHEN = dt.datetime(2026, 11, 30, 12, 34, 56, 789012)
+
+
+def _reservation(session) -> str:
+    reservation_id = str(uuid.uuid4())
+    session.add(Reservation(id=reservation_id, tenant_id="t", user_id="u", name="r",
+                            status="PENDING", policy="all", request={}))
+    session.flush()
+    return reservation_id
+
+
+def _rows(reservation_id: str, count: int, start: int = 0) -> list[dict]:
+    shared: list = []  # one object in every row, as a reservation's create passes it
+    return [{"id": str(uuid.uuid4()), "reservation_id": reservation_id, "tenant_id": "t",
+             "name": f"r-{i}", "index": i, "status": "PENDING", "flavor_id": "f",
+             "image_id": "i", "group_id": None, "attempts": 0,
+             "hosts_tried": shared if i % 2 else [f"h{i}", "h0"],
+             "metadata": None if i % 3 else {"ha": i}, "created_at": WHEN,
+             "updated_at": WHEN + dt.timedelta(seconds=i)}
+            for i in range(start, start + count)]
+
+
+def _stored(session, ids) -> list[tuple]:
+    """Every column but the id, name and index, as the database holds it (not loaded)."""
+    columns = [c.name for c in TABLE.c if c.name not in ("id", "name", "index")]
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    marks = ", ".join("?" * len(ids))
+    found = session.connection().exec_driver_sql(
+        f'SELECT {quoted} FROM instances WHERE id IN ({marks}) ORDER BY "index"',
+        tuple(ids)).fetchall()
+    return [tuple(row) for row in found]
+
+
+def test_an_insert_stores_what_sqlalchemys_insert_stores(db):
+    with db.session() as session:
+        reservation_id = _reservation(session)
+        ours, theirs = _rows(reservation_id, 6), _rows(reservation_id, 6, start=6)
+        for mine, other in zip(ours, theirs, strict=True):
+            other.update({k: v for k, v in mine.items() if k not in ("id", "name", "index")})
+        bulk.insert(session, TABLE, ours)
+        session.execute(TABLE.insert(), theirs)
+        stored = _stored(session, [r["id"] for r in ours])
+        assert stored == _stored(session, [r["id"] for r in theirs])
+        assert len(stored) == 6
+        loaded = {i.id: i for i in session.scalars(sa.select(Instance))}
+    for row in ours:
+        instance = loaded[row["id"]]
+        assert (instance.hosts_tried, instance.metadata_, instance.updated_at) == (
+            row["hosts_tried"], row["metadata"], row["updated_at"])
+
+
+def test_updates_write_what_sqlalchemys_updates_write(db):
+    with db.session() as session:
+        reservation_id = _reservation(session)
+        ours, theirs = _rows(reservation_id, 5), _rows(reservation_id, 5, start=5)
+        for mine, other in zip(ours, theirs, strict=True):
+            other.update({k: v for k, v in mine.items() if k not in ("id", "name", "index")})
+        session.execute(TABLE.insert(), ours + theirs)
+        hosts = [f"host-{i}" for i in range(5)]
+        bulk.update_each(session, TABLE, [
+            {"id": row["id"], "host": host, "hosts_tried": [host]}
+            for row, host in zip(ours, hosts, strict=True)],
+            attempts=1, status="BUILDING", task_state="spawning", updated_at=WHEN)
+        session.execute(
+            TABLE.update().where(TABLE.c.id == sa.bindparam("b_id")).values(
+                host=sa.bindparam("b_host"),
+                hosts_tried=sa.bindparam("b_tried", type_=TABLE.c.hosts_tried.type),
+                attempts=1, status="BUILDING", task_state="spawning", updated_at=WHEN),
+            [{"b_id": row["id"], "b_host": host, "b_tried": [host]}
+             for row, host in zip(theirs, hosts, strict=True)])
+        assert _stored(session, [r["id"] for r in ours]) == _stored(
+            session, [r["id"] for r in theirs])
+
+        fault = {"code": "X", "message": "m"}
+        bulk.update_ids(session, TABLE, [r["id"] for r in ours[:3]], status="ERROR",
+                        fault=fault, task_state=None, updated_at=WHEN)
+        session.execute(TABLE.update().where(TABLE.c.id.in_([r["id"] for r in theirs[:3]]))
+                        .values(status="ERROR", fault=fault, task_state=None, updated_at=WHEN))
+        assert _stored(session, [r["id"] for r in ours]) == _stored(
+            session, [r["id"] for r in theirs])
+        statuses = [s for (s,) in session.execute(
+            sa.select(TABLE.c.status).where(TABLE.c.id.in_([r["id"] for r in ours]))
+            .order_by(TABLE.c.index))]
+    assert statuses == ["ERROR"] * 3 + ["BUILDING"] * 2
+
+
+def test_long_id_lists_are_cut_into_statements_sqlite_accepts(db, monkeypatch):
+    monkeypatch.setattr(bulk, "_CHUNK", 3)
+    with db.session() as session:
+        reservation_id = _reservation(session)
+        rows = _rows(reservation_id, 10)
+        bulk.insert(session, TABLE, rows)
+        ids = [r["id"] for r in rows]
+        bulk.update_ids(session, TABLE, ids[:8], status="ACTIVE")
+        found = bulk.select_ids(session, (TABLE.c.id, TABLE.c.status, TABLE.c.hosts_tried,
+                                          TABLE.c.updated_at), ids)
+        expected = session.execute(sa.select(TABLE.c.id, TABLE.c.status, TABLE.c.hosts_tried,
+                                             TABLE.c.updated_at).where(TABLE.c.id.in_(ids)))
+    assert sorted(found) == sorted(tuple(row) for row in expected)
+    assert sorted(status for _, status, _, _ in found) == ["ACTIVE"] * 8 + ["PENDING"] * 2
+    assert {uuid: tried for uuid, _, tried, _ in found} == {
+        r["id"]: r["hosts_tried"] for r in rows}
+
+
+def test_nothing_to_write_or_read_runs_no_statement(db):
+    statements = []
+    with db.session() as session:
+        sa.event.listen(session.connection(), "before_cursor_execute",
+                        lambda *args: statements.append(args[2]))
+        bulk.insert(session, TABLE, [])
+        bulk.update_each(session, TABLE, [], status="ACTIVE")
+        bulk.update_ids(session, TABLE, [], status="ACTIVE")
+        assert bulk.select_ids(session, (TABLE.c.id,), []) == []
+    assert statements == []
+
+
+def test_postgresql_takes_the_same_calls_through_sqlalchemy(pg_url):
+    database = Database(pg_url)
+    try:
+        Reservation.metadata.create_all(database.engine,
+                                        tables=[Reservation.__table__, TABLE])
+        with database.session() as session:
+            reservation_id = _reservation(session)
+            rows = _rows(reservation_id, 4)
+            bulk.insert(session, TABLE, rows)
+            ids = [r["id"] for r in rows]
+            bulk.update_each(session, TABLE, [{"id": ids[0], "host": "a", "hosts_tried": ["a"]}],
+                             attempts=1, updated_at=WHEN)
+            bulk.update_ids(session, TABLE, ids[1:3], status="ACTIVE", updated_at=WHEN)
+            found = {row[0]: row[1:] for row in bulk.select_ids(
+                session, (TABLE.c.id, TABLE.c.status, TABLE.c.host, TABLE.c.hosts_tried,
+                          TABLE.c.attempts, TABLE.c["metadata"]), ids)}
+    finally:
+        database.dispose()
+    assert found[ids[0]] == ("PENDING", "a", ["a"], 1, {"ha": 0})
+    assert found[ids[1]] == ("ACTIVE", None, [], 0, None)
+    assert found[ids[2]] == ("ACTIVE", None, ["h2", "h0"], 0, None)
+    assert found[ids[3]] == ("PENDING", None, [], 0, {"ha": 3})
+
+
+@pytest.mark.parametrize("value", [None, [], {"a": 1}])
+def test_a_shared_value_is_processed_once(value):
+    calls = []
+
+    def process(v):
+        calls.append(v)
+        return repr(v)
+
+    convert = bulk._once_per_value(process)
+    assert [convert(value) for _ in range(4)] == [repr(value)] * 4
+    assert calls == [value]
+    assert convert([]) == "[]"  # an equal but other object: processed again
+    assert len(calls) == 2
