@@ -288,7 +288,11 @@ class BuildQueue:
                 leader.batch = nxt
             else:
                 lane.in_flight -= 1
-        for entry in done:
-            entry.wake.set()
+        # Once per waiting caller, not per build: its many builds share one event,
+        # and each set() after the first only hands the lock back and forth with
+        # the caller it already woke.
+        wakes = {id(entry.wake): entry.wake for entry in done}
         if leader is not None:
-            leader.wake.set()
+            wakes[id(leader.wake)] = leader.wake
+        for wake in wakes.values():
+            wake.set()

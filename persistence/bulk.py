@@ -34,8 +34,7 @@ def insert(session: orm.Session, table: sa.Table, rows: Sequence[Mapping]) -> No
     quoted = ", ".join(_quote(conn, name) for name in names)
     conn.exec_driver_sql(
         f"INSERT INTO {_quote(conn, table.name)} ({quoted}) "
-        f"VALUES ({', '.join('?' * len(names))})",
-        [tuple(c(row[n]) for n, c in zip(names, convert, strict=True)) for row in rows])
+        f"VALUES ({', '.join('?' * len(names))})", _tuples(rows, names, convert))
 
 
 def update_each(session: orm.Session, table: sa.Table, rows: Sequence[Mapping],
@@ -59,8 +58,7 @@ def update_each(session: orm.Session, table: sa.Table, rows: Sequence[Mapping],
     assignments = ", ".join([*(f"{_quote(conn, n)} = ?" for n in names), *fixed])
     conn.exec_driver_sql(
         f"UPDATE {_quote(conn, table.name)} SET {assignments} WHERE id = ?",
-        [(*(c(row[n]) for n, c in zip(names, convert, strict=True)), *fixed_params, row["id"])
-         for row in rows])
+        _tuples(rows, names, convert, fixed_params, key="id"))
 
 
 def update_ids(session: orm.Session, table: sa.Table, ids: Sequence[str], **values) -> None:
@@ -134,6 +132,19 @@ def _converters(conn: sa.Connection, table: sa.Table, names: Iterable[str]
     dialect = conn.dialect
     return [_once_per_value(table.c[name].type.dialect_impl(dialect).bind_processor(dialect))
             for name in names]
+
+
+def _tuples(rows: Sequence[Mapping], names: list[str], convert: list[Callable],
+            fixed: Sequence = (), key: str | None = None) -> list[tuple]:
+    """The parameters of each row: its ``names`` converted, then ``fixed``, then its
+    ``key`` (an UPDATE's WHERE). Built a column at a time: a list comprehension a
+    column costs a third of a generator a row."""
+    columns = [[row[n] for row in rows] if c is _identity else [c(row[n]) for row in rows]
+               for n, c in zip(names, convert, strict=True)]
+    columns.extend([value] * len(rows) for value in fixed)
+    if key is not None:
+        columns.append([row[key] for row in rows])
+    return list(zip(*columns, strict=True))
 
 
 def _identity(value):

@@ -167,3 +167,13 @@ def test_a_shared_value_is_processed_once(value):
     assert calls == [value]
     assert convert([]) == "[]"  # an equal but other object: processed again
     assert len(calls) == 2
+
+
+def test_an_update_of_each_row_needs_no_shared_value(db):
+    with db.session() as session:
+        rows = _rows(_reservation(session), 3)
+        bulk.insert(session, TABLE, rows)
+        bulk.update_each(session, TABLE, [{"id": r["id"], "host": f"h-{r['index']}"}
+                                          for r in rows[:2]])
+        hosts = dict(session.execute(sa.select(TABLE.c.id, TABLE.c.host)).all())
+    assert hosts == {rows[0]["id"]: "h-0", rows[1]["id"]: "h-1", rows[2]["id"]: None}
