@@ -52,11 +52,13 @@ class ScheduleInstances(FleetTask):
 
     default_provides = keys.PLACEMENTS
 
-    def execute(self, reservation_id: str, request_spec: dict) -> dict:
+    def execute(self, reservation_id: str, request_spec: dict, instance_uuids: list) -> dict:
         rt = runtime.get()
         with rt.database.session() as session:
             rows.set_status(session, reservation_id, states.SCHEDULING)
-            uuids = rows.instance_ids(session, reservation_id)
+        # The reservation's instance ids by index, as its submission stored them
+        # (read from its rows then): the same list, not read again.
+        uuids = list(instance_uuids)
         admitted = request_spec.get("admitted_hosts")
         if admitted:
             return _admitted(reservation_id, uuids, admitted)
