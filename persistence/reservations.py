@@ -179,7 +179,7 @@ def create_instances(session: orm.Session, reservation: Reservation, count: int,
     label = reservation.name or reservation.id
     tried: list = []  # one object for every row: serialized once (``bulk``)
     metadata = dict(metadata) if metadata else None
-    uuids = [ids.new_uuid() for _ in range(count)]
+    uuids = ids.new_uuids(count)
     bulk.insert(session, _INSTANCES_TABLE, [
         {"id": uuid, "reservation_id": reservation.id, "tenant_id": reservation.tenant_id,
          "name": INSTANCE_NAME.format(name=label, index=i), "index": i,
@@ -299,8 +299,11 @@ def instance_view_page(session: orm.Session, reservation_id: str, limit: int,
 
 
 def instance_ids(session: orm.Session, reservation_id: str) -> list[str]:
-    return list(session.scalars(sa.select(Instance.id).where(
-        Instance.reservation_id == reservation_id).order_by(Instance.index)))
+    """The reservation's instance ids by index."""
+    table = _INSTANCES_TABLE
+    found = bulk.select_where(session, (table.c.index, table.c.id), table.c.reservation_id,
+                              reservation_id)
+    return [uuid for _, uuid in sorted(found)]
 
 
 def progress(session: orm.Session, reservation_id: str) -> dict[str, int]:

@@ -121,8 +121,9 @@ def add_members(session: orm.Session, vcluster: VCluster, servers: list[dict],
     now = utcnow()
     members, instances, volume_rows = [], [], []
     added: dict[str, list[int]] = {SERVER: [], VOLUME: []}
+    server_ids, volume_ids = ids.new_uuids(len(servers)), ids.new_uuids(len(volumes))
     for offset, server in enumerate(servers):
-        index, resource_id = start[SERVER] + offset, ids.new_uuid()
+        index, resource_id = start[SERVER] + offset, server_ids[offset]
         added[SERVER].append(index)
         members.append({"vcluster_id": vcluster.id, "name": server["name"], "kind": SERVER,
                         "index": index, "resource_id": resource_id, "spec": server["spec"],
@@ -134,7 +135,7 @@ def add_members(session: orm.Session, vcluster: VCluster, servers: list[dict],
                           "group_id": None, "attempts": 0, "hosts_tried": [],
                           "created_at": now, "updated_at": now})
     for offset, volume in enumerate(volumes):
-        index, resource_id = start[VOLUME] + offset, ids.new_uuid()
+        index, resource_id = start[VOLUME] + offset, volume_ids[offset]
         added[VOLUME].append(index)
         members.append({"vcluster_id": vcluster.id, "name": volume["name"], "kind": VOLUME,
                         "index": index, "resource_id": resource_id, "spec": volume["spec"],

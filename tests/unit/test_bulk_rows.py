@@ -4,6 +4,7 @@ and read is what SQLAlchemy's own statements store and read."""
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 import uuid
 
 import pytest
@@ -100,20 +101,24 @@ def test_updates_write_what_sqlalchemys_updates_write(db):
     assert statuses == ["ERROR"] * 3 + ["BUILDING"] * 2
 
 
-def test_long_id_lists_are_cut_into_statements_sqlite_accepts(db, monkeypatch):
-    monkeypatch.setattr(bulk, "_CHUNK", 3)
+def test_long_id_lists_are_cut_into_statements_sqlite_accepts(db):
     with db.session() as session:
         reservation_id = _reservation(session)
-        rows = _rows(reservation_id, 10)
+        rows = _rows(reservation_id, 20)
+        # One row's 14 values a statement; ids 14 (reads) and 13 (writes) at a time.
+        session.connection().connection.driver_connection.setlimit(
+            sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 14)
         bulk.insert(session, TABLE, rows)
         ids = [r["id"] for r in rows]
-        bulk.update_ids(session, TABLE, ids[:8], status="ACTIVE")
+        bulk.update_ids(session, TABLE, ids[:18], status="ACTIVE")
         found = bulk.select_ids(session, (TABLE.c.id, TABLE.c.status, TABLE.c.hosts_tried,
                                           TABLE.c.updated_at), ids)
+        session.connection().connection.driver_connection.setlimit(
+            sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
         expected = session.execute(sa.select(TABLE.c.id, TABLE.c.status, TABLE.c.hosts_tried,
                                              TABLE.c.updated_at).where(TABLE.c.id.in_(ids)))
     assert sorted(found) == sorted(tuple(row) for row in expected)
-    assert sorted(status for _, status, _, _ in found) == ["ACTIVE"] * 8 + ["PENDING"] * 2
+    assert sorted(status for _, status, _, _ in found) == ["ACTIVE"] * 18 + ["PENDING"] * 2
     assert {uuid: tried for uuid, _, tried, _ in found} == {
         r["id"]: r["hosts_tried"] for r in rows}
 
@@ -177,3 +182,40 @@ def test_an_update_of_each_row_needs_no_shared_value(db):
                                           for r in rows[:2]])
         hosts = dict(session.execute(sa.select(TABLE.c.id, TABLE.c.host)).all())
     assert hosts == {rows[0]["id"]: "h-0", rows[1]["id"]: "h-1", rows[2]["id"]: None}
+
+
+def test_many_rows_go_in_few_statements_each_one_step(db):
+    """Each statement is a single step for many rows (the interpreter's lock let go
+    once, not once a row), cut to SQLite's limit on bound parameters."""
+    executed = []
+    with db.session() as session:
+        reservation_id = _reservation(session)
+        conn = session.connection()
+        conn.connection.driver_connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 40)
+        sa.event.listen(conn, "before_cursor_execute",
+                        lambda _c, _cur, statement, _p, _ctx, many: executed.append(
+                            (statement.split()[0], many)))
+        ours = _rows(reservation_id, 10)  # 14 columns: two rows a statement
+        bulk.insert(session, TABLE, ours)
+        bulk.update_each(session, TABLE, [{"id": r["id"], "host": f"h-{r['index']}",
+                                           "hosts_tried": [f"h-{r['index']}"]} for r in ours],
+                         status="BUILDING", updated_at=WHEN)  # 3 a row + 2: 12 rows each
+        found = bulk.select_ids(session, (TABLE.c.id, TABLE.c.host, TABLE.c.hosts_tried,
+                                          TABLE.c.status), [r["id"] for r in ours])
+    assert executed == [("INSERT", False)] * 5 + [("UPDATE", False)] + [("SELECT", False)]
+    assert sorted(found) == sorted((r["id"], f"h-{r['index']}", [f"h-{r['index']}"],
+                                    "BUILDING") for r in ours)
+
+
+def test_rows_by_a_column_read_as_sqlalchemy_reads_them(db):
+    with db.session() as session:
+        reservation_id = _reservation(session)
+        rows = _rows(reservation_id, 7)
+        bulk.insert(session, TABLE, rows)
+        bulk.insert(session, TABLE, _rows(_reservation(session), 3))  # another's: not read
+        columns = (TABLE.c.index, TABLE.c.id, TABLE.c["metadata"], TABLE.c.created_at)
+        found = bulk.select_where(session, columns, TABLE.c.reservation_id, reservation_id)
+        expected = session.execute(sa.select(*columns).where(
+            TABLE.c.reservation_id == reservation_id))
+    assert sorted(found) == sorted(tuple(row) for row in expected)
+    assert [uuid for _, uuid, _, _ in sorted(found)] == [r["id"] for r in rows]
