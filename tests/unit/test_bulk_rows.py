@@ -37,6 +37,14 @@ def _rows(reservation_id: str, count: int, start: int = 0) -> list[dict]:
             for i in range(start, start + count)]
 
 
+def _twins(reservation_id: str, count: int) -> tuple[list[dict], list[dict]]:
+    """Two sets of rows alike but for their id, name and index: ours and SQLAlchemy's."""
+    ours, theirs = _rows(reservation_id, count), _rows(reservation_id, count, start=count)
+    for mine, other in zip(ours, theirs, strict=True):
+        other.update({k: v for k, v in mine.items() if k not in ("id", "name", "index")})
+    return ours, theirs
+
+
 def _stored(session, ids) -> list[tuple]:
     """Every column but the id, name and index, as the database holds it (not loaded)."""
     columns = [c.name for c in TABLE.c if c.name not in ("id", "name", "index")]
@@ -51,9 +59,7 @@ def _stored(session, ids) -> list[tuple]:
 def test_an_insert_stores_what_sqlalchemys_insert_stores(db):
     with db.session() as session:
         reservation_id = _reservation(session)
-        ours, theirs = _rows(reservation_id, 6), _rows(reservation_id, 6, start=6)
-        for mine, other in zip(ours, theirs, strict=True):
-            other.update({k: v for k, v in mine.items() if k not in ("id", "name", "index")})
+        ours, theirs = _twins(reservation_id, 6)
         bulk.insert(session, TABLE, ours)
         session.execute(TABLE.insert(), theirs)
         stored = _stored(session, [r["id"] for r in ours])
@@ -69,9 +75,7 @@ def test_an_insert_stores_what_sqlalchemys_insert_stores(db):
 def test_updates_write_what_sqlalchemys_updates_write(db):
     with db.session() as session:
         reservation_id = _reservation(session)
-        ours, theirs = _rows(reservation_id, 5), _rows(reservation_id, 5, start=5)
-        for mine, other in zip(ours, theirs, strict=True):
-            other.update({k: v for k, v in mine.items() if k not in ("id", "name", "index")})
+        ours, theirs = _twins(reservation_id, 5)
         session.execute(TABLE.insert(), ours + theirs)
         hosts = [f"host-{i}" for i in range(5)]
         bulk.update_each(session, TABLE, [
