@@ -223,3 +223,22 @@ def test_rows_by_a_column_read_as_sqlalchemy_reads_them(db):
             TABLE.c.reservation_id == reservation_id))
     assert sorted(found) == sorted(tuple(row) for row in expected)
     assert [uuid for _, uuid, _, _ in sorted(found)] == [r["id"] for r in rows]
+
+
+def test_text_of_any_kind_reads_back_as_written(db):
+    """The one-row JSON read escapes and unescapes what SQLite holds: quotes,
+    backslashes, newlines, non-ASCII text, JSON inside a column, numbers, NULL."""
+    awkward = 'q"uote \\ back\nline — ünï ☃ {"not": "json"}'
+    with db.session() as session:
+        rows = _rows(_reservation(session), 2)
+        rows[0].update(name=awkward, hosts_tried=[awkward, "h"],
+                       metadata={"note": awkward, "n": 1.5, "none": None})
+        rows[1].update(name="", hosts_tried=[], attempts=2**40)
+        bulk.insert(session, TABLE, rows)
+        columns = (TABLE.c.id, TABLE.c.name, TABLE.c.hosts_tried, TABLE.c["metadata"],
+                   TABLE.c.attempts, TABLE.c.task_state, TABLE.c.created_at)
+        found = bulk.select_ids(session, columns, [r["id"] for r in rows])
+        expected = session.execute(sa.select(*columns).where(
+            TABLE.c.id.in_([r["id"] for r in rows])))
+    assert sorted(found) == sorted(tuple(row) for row in expected)
+    assert {row[1] for row in found} == {awkward, ""}
