@@ -32,12 +32,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+# The statements run in a session's transaction or on a connection.
+SessionOrConnection = orm.Session | sa.Connection
 
-def insert(session: orm.Session, table: sa.Table, rows: Sequence[Mapping]) -> None:
+
+def insert(session: SessionOrConnection, table: sa.Table, rows: Sequence[Mapping]) -> None:
     """INSERT ``rows`` (dicts of column name to value, the same keys in each)."""
     if not rows:
         return
-    conn = session.connection()
+    conn = _connection(session)
     if not _direct(conn):
         session.execute(table.insert(), list(rows))
         return
@@ -51,13 +54,13 @@ def insert(session: orm.Session, table: sa.Table, rows: Sequence[Mapping]) -> No
             f"VALUES {', '.join([row] * len(part))}", _flat(part))
 
 
-def update_each(session: orm.Session, table: sa.Table, rows: Sequence[Mapping],
+def update_each(session: SessionOrConnection, table: sa.Table, rows: Sequence[Mapping],
                 **values) -> None:
     """UPDATE each row whose ``id`` a dict of ``rows`` names, with that dict's other
     columns (the same keys in each) and ``values`` (the same for all)."""
     if not rows:
         return
-    conn = session.connection()
+    conn = _connection(session)
     names = [name for name in rows[0] if name != "id"]
     if not _direct(conn):
         key = {name: f"b_{name}" for name in (*names, "id")}
@@ -87,11 +90,11 @@ def update_each(session: orm.Session, table: sa.Table, rows: Sequence[Mapping],
             (*fixed_params, *_flat(part)))
 
 
-def update_ids(session: orm.Session, table: sa.Table, ids: Sequence[str], **values) -> None:
+def update_ids(session: SessionOrConnection, table: sa.Table, ids: Sequence[str], **values) -> None:
     """UPDATE the rows whose ``id`` is in ``ids`` with ``values``, in one statement."""
     if not ids:
         return
-    conn = session.connection()
+    conn = _connection(session)
     if not _direct(conn):
         session.execute(table.update().where(table.c.id.in_(ids)).values(**values))
         return
@@ -102,13 +105,13 @@ def update_ids(session: orm.Session, table: sa.Table, ids: Sequence[str], **valu
             f"WHERE id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
 
 
-def select_ids(session: orm.Session, columns: Sequence[sa.Column], ids: Sequence[str]
+def select_ids(session: SessionOrConnection, columns: Sequence[sa.Column], ids: Sequence[str]
                ) -> list[tuple]:
     """The ``columns`` of the rows (of the columns' one table) whose ``id`` is in ``ids``,
     each value as SQLAlchemy would load it."""
     if not ids:
         return []
-    conn = session.connection()
+    conn = _connection(session)
     table = columns[0].table
     if not _direct(conn):
         return [tuple(row) for row in session.execute(
@@ -120,11 +123,11 @@ def select_ids(session: orm.Session, columns: Sequence[sa.Column], ids: Sequence
     return found
 
 
-def select_where(session: orm.Session, columns: Sequence[sa.Column], column: sa.Column,
+def select_where(session: SessionOrConnection, columns: Sequence[sa.Column], column: sa.Column,
                  value) -> list[tuple]:
     """The ``columns`` of the rows whose ``column`` equals ``value``, in no set order,
     each value as SQLAlchemy would load it."""
-    conn = session.connection()
+    conn = _connection(session)
     if not _direct(conn):
         return [tuple(row) for row in session.execute(
             sa.select(*columns).where(column == value))]
@@ -186,6 +189,15 @@ def _has_python_type(type_) -> bool:
     except NotImplementedError:
         return False
     return True
+
+
+def _connection(session: SessionOrConnection) -> sa.Connection:
+    return session if isinstance(session, sa.Connection) else session.connection()
+
+
+def direct(session: SessionOrConnection) -> bool:
+    """Whether these statements go straight to the driver on ``session``'s database."""
+    return _direct(_connection(session))
 
 
 def _direct(conn: sa.Connection) -> bool:

@@ -16,6 +16,7 @@ import weakref
 
 import sqlalchemy as sa
 
+from fleetflow.persistence import bulk
 from fleetflow.persistence.group_commit import GroupCommit
 from fleetflow.persistence.models import utcnow
 
@@ -65,6 +66,13 @@ class RowWrites:
     def _apply(self, connection, items) -> None:
         by_columns: dict[frozenset, list] = {}
         for row_id, values in items:
-            by_columns.setdefault(frozenset(values), []).append({"b_id": row_id, **values})
-        for columns, params in by_columns.items():
-            connection.execute(self.statement(columns), params)
+            by_columns.setdefault(frozenset(values), []).append((row_id, values))
+        direct = bulk.direct(connection)
+        for columns, writes in by_columns.items():
+            if direct and len(writes) > 1:
+                # One SQLite step for them all (``bulk``), not one a row.
+                bulk.update_each(connection, self.table,
+                                 [{"id": row_id, **values} for row_id, values in writes])
+            else:
+                connection.execute(self.statement(columns),
+                                   [{"b_id": row_id, **values} for row_id, values in writes])

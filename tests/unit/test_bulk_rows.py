@@ -242,3 +242,24 @@ def test_text_of_any_kind_reads_back_as_written(db):
             TABLE.c.id.in_([r["id"] for r in rows])))
     assert sorted(found) == sorted(tuple(row) for row in expected)
     assert {row[1] for row in found} == {awkward, ""}
+
+
+def test_row_writes_of_many_rows_store_what_one_at_a_time_stores(db):
+    from fleetflow.persistence.row_writes import RowWrites
+
+    writes = RowWrites(TABLE)
+    with db.session() as session:
+        ours, theirs = _twins(_reservation(session), 3)
+        bulk.insert(session, TABLE, ours + theirs)
+        fault = {"code": "X", "message": "it's \\ \"odd\""}
+        writes.update_each(session, {r["id"]: {"status": "ERROR", "fault": fault, "host": "h"}
+                                     for r in ours})
+        for row in theirs:
+            writes.update(session, row["id"], status="ERROR", fault=fault, host="h")
+        ours_stored = _stored(session, [r["id"] for r in ours])
+        theirs_stored = _stored(session, [r["id"] for r in theirs])
+    updated_at = [c.name for c in TABLE.c if c.name not in ("id", "name", "index")].index(
+        "updated_at")
+    assert [row[:updated_at] + row[updated_at + 1:] for row in ours_stored] == [
+        row[:updated_at] + row[updated_at + 1:] for row in theirs_stored]
+    assert {row[3] for row in ours_stored} == {"ERROR"}
