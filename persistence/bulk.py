@@ -195,6 +195,11 @@ def _connection(session: SessionOrConnection) -> sa.Connection:
     return session if isinstance(session, sa.Connection) else session.connection()
 
 
+def json_rows(session: SessionOrConnection) -> bool:
+    """Whether many rows can be read as one row of JSON (SQLite with its JSON functions)."""
+    return direct(session) and sqlite3.sqlite_version_info >= (3, 38)
+
+
 def direct(session: SessionOrConnection) -> bool:
     """Whether these statements go straight to the driver on ``session``'s database."""
     return _direct(_connection(session))

@@ -263,3 +263,30 @@ def test_row_writes_of_many_rows_store_what_one_at_a_time_stores(db):
     assert [row[:updated_at] + row[updated_at + 1:] for row in ours_stored] == [
         row[:updated_at] + row[updated_at + 1:] for row in theirs_stored]
     assert {row[3] for row in ours_stored} == {"ERROR"}
+
+
+def test_instance_pages_read_as_json_match_the_row_by_row_read(db, monkeypatch):
+    from fleetflow.persistence import reservations
+
+    with db.session() as session:
+        rows = _rows(_reservation(session), 9)
+        rows.reverse()  # stored out of index order
+        for k, row in enumerate(rows):
+            row.update(status=("ACTIVE", "ERROR", "BUILDING")[k % 3],
+                       hosts_tried=[f'h"{k}', "h\\0"] if k % 2 else [])
+        bulk.insert(session, TABLE, rows)
+        bulk.update_ids(session, TABLE, [rows[1]["id"]],
+                        fault={"code": "X", "message": 'no "room"\n'})
+        reservation_id = rows[0]["reservation_id"]
+        as_json = [reservations.instance_views(session, reservation_id),
+                   reservations.instance_view_page(session, reservation_id, 4),
+                   reservations.instance_view_page(session, reservation_id, 4,
+                                                   marker=rows[4]["id"])]
+        monkeypatch.setattr(bulk, "json_rows", lambda _session: False)
+        by_rows = [reservations.instance_views(session, reservation_id),
+                   reservations.instance_view_page(session, reservation_id, 4),
+                   reservations.instance_view_page(session, reservation_id, 4,
+                                                   marker=rows[4]["id"])]
+    assert as_json == by_rows
+    assert [view["id"] for view in as_json[0]] == [r["id"] for r in reversed(rows)]
+    assert as_json[1][1] and not as_json[2][1] and len(as_json[2][0]) == 4
