@@ -134,17 +134,24 @@ def select_where(session: SessionOrConnection, columns: Sequence[sa.Column], col
     return _select(conn, columns, f"{_quote(conn, column.name)} = ?", (value,))
 
 
+def fetch(session: SessionOrConnection, statement: sa.Select, params: Mapping) -> list[tuple]:
+    """The rows of ``statement``, each value as SQLAlchemy would load it; on SQLite in no
+    set order (read as one row of JSON: callers sort)."""
+    conn = _connection(session)
+    columns = list(statement.selected_columns)
+    if not _direct(conn) or not _as_json(columns):
+        return [tuple(row) for row in conn.execute(statement, params)]
+    page = statement.subquery()
+    text = conn.execute(sa.select(sa.func.json_group_array(sa.func.json_array(*page.c))),
+                        params).scalar_one()
+    return _loaded(conn, columns, json.loads(text))
+
+
 def _select(conn: sa.Connection, columns: Sequence[sa.Column], where: str,
             params: tuple) -> list[tuple]:
-    loads = [column.type.dialect_impl(conn.dialect).result_processor(conn.dialect, None)
-             for column in columns]
     quoted = ", ".join(_quote(conn, column.name) for column in columns)
     table = _quote(conn, columns[0].table.name)
-    # One row of JSON holding them all: bytes have no JSON form, and an old
-    # SQLite may lack its JSON functions; those are fetched a row a step.
-    if sqlite3.sqlite_version_info >= (3, 38) and not any(
-            column.type.python_type is bytes for column in columns
-            if _has_python_type(column.type)):
+    if _as_json(columns):
         [(text,)] = conn.exec_driver_sql(
             f"SELECT json_group_array(json_array({quoted})) FROM {table} WHERE {where}",
             params)
@@ -152,6 +159,21 @@ def _select(conn: sa.Connection, columns: Sequence[sa.Column], where: str,
     else:
         found = conn.exec_driver_sql(f"SELECT {quoted} FROM {table} WHERE {where}",
                                      params).fetchall()
+    return _loaded(conn, columns, found)
+
+
+def _as_json(columns) -> bool:
+    """Whether rows of ``columns`` can come as one row of JSON: bytes have no JSON form,
+    and an old SQLite may lack its JSON functions; those are fetched a row a step."""
+    return sqlite3.sqlite_version_info >= (3, 38) and not any(
+        column.type.python_type is bytes for column in columns
+        if _has_python_type(column.type))
+
+
+def _loaded(conn: sa.Connection, columns, found) -> list[tuple]:
+    """``found`` (rows as stored) with each value through its column's result processor."""
+    loads = [column.type.dialect_impl(conn.dialect).result_processor(conn.dialect, None)
+             for column in columns]
     if not any(loads):
         return [tuple(row) for row in found]
     return [tuple(value if load is None else load(value)
@@ -193,11 +215,6 @@ def _has_python_type(type_) -> bool:
 
 def _connection(session: SessionOrConnection) -> sa.Connection:
     return session if isinstance(session, sa.Connection) else session.connection()
-
-
-def json_rows(session: SessionOrConnection) -> bool:
-    """Whether many rows can be read as one row of JSON (SQLite with its JSON functions)."""
-    return direct(session) and sqlite3.sqlite_version_info >= (3, 38)
 
 
 def direct(session: SessionOrConnection) -> bool:

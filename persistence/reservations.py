@@ -269,17 +269,12 @@ def _views(rows) -> list[dict]:
 
 
 def _view_rows(session: orm.Session, statement: sa.Select, params: dict) -> list:
-    """The rows of ``statement`` (the view's columns, then the index), in its order.
+    """The rows of ``statement`` (the view's columns, then the index), by index then id.
 
-    On SQLite, one row of JSON holding them all (``bulk``): a page read while
-    the reservation builds is not held up once a row by the threads building it.
+    Read through ``bulk``: on SQLite as one row of JSON, so a page read while the
+    reservation builds is not held up once a row by the threads building it.
     """
-    if not bulk.json_rows(session):
-        return session.execute(statement, params).all()
-    page = statement.subquery()
-    text = session.execute(sa.select(sa.func.json_group_array(sa.func.json_array(*page.c))),
-                           params).scalar_one()
-    return sorted(json.loads(text), key=lambda row: (row[-1], row[0]))
+    return sorted(bulk.fetch(session, statement, params), key=lambda row: (row[-1], row[0]))
 
 
 def instance_views(session: orm.Session, reservation_id: str) -> list[dict]:

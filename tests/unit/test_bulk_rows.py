@@ -282,7 +282,7 @@ def test_instance_pages_read_as_json_match_the_row_by_row_read(db, monkeypatch):
                    reservations.instance_view_page(session, reservation_id, 4),
                    reservations.instance_view_page(session, reservation_id, 4,
                                                    marker=rows[4]["id"])]
-        monkeypatch.setattr(bulk, "json_rows", lambda _session: False)
+        monkeypatch.setattr(bulk, "_as_json", lambda _columns: False)
         by_rows = [reservations.instance_views(session, reservation_id),
                    reservations.instance_view_page(session, reservation_id, 4),
                    reservations.instance_view_page(session, reservation_id, 4,
