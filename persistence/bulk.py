@@ -142,24 +142,54 @@ def fetch(session: SessionOrConnection, statement: sa.Select, params: Mapping) -
     if not _direct(conn) or not _as_json(columns):
         return [tuple(row) for row in conn.execute(statement, params)]
     page = statement.subquery()
-    text = conn.execute(sa.select(sa.func.json_group_array(sa.func.json_array(*page.c))),
-                        params).scalar_one()
-    return _loaded(conn, columns, json.loads(text))
+
+    def read(embed: bool) -> str:
+        values = [sa.func.json(value) if embed and _embeddable(column) else value
+                  for value, column in zip(page.c, columns, strict=True)]
+        return conn.execute(sa.select(sa.func.json_group_array(sa.func.json_array(*values))),
+                            params).scalar_one()
+    return _json_rows(conn, columns, read)
 
 
 def _select(conn: sa.Connection, columns: Sequence[sa.Column], where: str,
             params: tuple) -> list[tuple]:
-    quoted = ", ".join(_quote(conn, column.name) for column in columns)
     table = _quote(conn, columns[0].table.name)
-    if _as_json(columns):
+    if not _as_json(columns):
+        quoted = ", ".join(_quote(conn, column.name) for column in columns)
+        return _loaded(conn, columns, conn.exec_driver_sql(
+            f"SELECT {quoted} FROM {table} WHERE {where}", params).fetchall())
+
+    def read(embed: bool) -> str:
+        values = ", ".join(f"json({_quote(conn, column.name)})"
+                           if embed and _embeddable(column) else _quote(conn, column.name)
+                           for column in columns)
         [(text,)] = conn.exec_driver_sql(
-            f"SELECT json_group_array(json_array({quoted})) FROM {table} WHERE {where}",
+            f"SELECT json_group_array(json_array({values})) FROM {table} WHERE {where}",
             params)
-        found = json.loads(text)
-    else:
-        found = conn.exec_driver_sql(f"SELECT {quoted} FROM {table} WHERE {where}",
-                                     params).fetchall()
-    return _loaded(conn, columns, found)
+        return text
+    return _json_rows(conn, columns, read)
+
+
+def _json_rows(conn: sa.Connection, columns: Sequence[sa.Column],
+               read: Callable[[bool], str]) -> list[tuple]:
+    """The rows that ``read(embed)`` returns as one JSON array of arrays, loaded.
+
+    Embedded, a JSON column's stored text goes into the array as JSON (``json()``),
+    so the one ``json.loads`` of the whole array decodes it: no second parse a
+    value. Text that SQLite's JSON rejects (Python writes NaN) is read as text.
+    """
+    try:
+        return _loaded(conn, columns, json.loads(read(True)), embedded=True)
+    except sa.exc.OperationalError as exc:
+        if "malformed JSON" not in str(exc):
+            raise
+    return _loaded(conn, columns, json.loads(read(False)))
+
+
+def _embeddable(column: sa.Column) -> bool:
+    """Whether the column holds JSON text that loads with the engine's plain JSON
+    parser (a type of its own may load it otherwise)."""
+    return type(column.type) is sa.JSON
 
 
 def _as_json(columns) -> bool:
@@ -170,9 +200,11 @@ def _as_json(columns) -> bool:
         if _has_python_type(column.type))
 
 
-def _loaded(conn: sa.Connection, columns, found) -> list[tuple]:
-    """``found`` (rows as stored) with each value through its column's result processor."""
-    loads = [column.type.dialect_impl(conn.dialect).result_processor(conn.dialect, None)
+def _loaded(conn: sa.Connection, columns, found, embedded: bool = False) -> list[tuple]:
+    """``found`` (rows as stored) with each value through its column's result processor;
+    ``embedded``: the JSON columns' values came already loaded."""
+    loads = [None if embedded and _embeddable(column) else
+             column.type.dialect_impl(conn.dialect).result_processor(conn.dialect, None)
              for column in columns]
     if not any(loads):
         return [tuple(row) for row in found]

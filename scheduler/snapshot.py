@@ -138,7 +138,11 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
     ``storage``: also read the storage backends, their free space and which
     hosts reach each (as the volume task picks one: the host's own, its rack's).
     """
-    from fleetflow.persistence.models import Host, StorageBackend  # the only DB dependency
+    import sqlalchemy as sa
+
+    # The only DB dependency.
+    from fleetflow.persistence import bulk
+    from fleetflow.persistence.models import Host, StorageBackend
     from fleetflow.persistence.placement.models import ResourceProvider
 
     usage, failures = usage or {}, failures or {}
@@ -158,21 +162,22 @@ def snapshot_from_db(session: Any, usage: Mapping[str, Mapping[str, int]] | None
     # A host whose provider is gone would look empty, rank first and lose every
     # claim aimed at it: it is left out until it is registered again (the
     # audit reports it as missing_provider).
-    for row in (session.query(Host.name, Host.uuid, Host.state, Host.region, Host.zone,
-                              Host.rack, Host.capabilities, Host.traits, Host.inventory,
-                              Host.evacuation_id)
-                .join(ResourceProvider, ResourceProvider.uuid == Host.uuid)
-                .order_by(Host.name)):
+    # Every host at once, as one row of JSON on SQLite: a 2,000-host fleet read row by
+    # row, its three JSON columns parsed a value at a time, cost 50 ms a schedule.
+    # The snapshot sorts its hosts by name.
+    for (name, uuid, state, region, zone, rack, capabilities, traits, inventory,
+         evacuation_id) in bulk.fetch(session, sa.select(
+            Host.name, Host.uuid, Host.state, Host.region, Host.zone, Host.rack,
+            Host.capabilities, Host.traits, Host.inventory, Host.evacuation_id)
+            .join(ResourceProvider, ResourceProvider.uuid == Host.uuid), {}):
         hosts.append(HostState(
-            name=row.name, uuid=row.uuid, state=row.state, region=row.region, zone=row.zone,
-            rack=row.rack, capabilities=dict(row.capabilities or {}),
-            traits=frozenset(row.traits or ()),
-            capacity={rc: capacity_of(rec) for rc, rec in (row.inventory or {}).items()},
-            used=dict(usage.get(row.uuid, {})), recent_failures=failures.get(row.name, 0),
+            name=name, uuid=uuid, state=state, region=region, zone=zone, rack=rack,
+            capabilities=dict(capabilities or {}), traits=frozenset(traits or ()),
+            capacity={rc: capacity_of(rec) for rc, rec in (inventory or {}).items()},
+            used=dict(usage.get(uuid, {})), recent_failures=failures.get(name, 0),
             backends=tuple(dict.fromkeys(
-                by_host.get(row.name, []) + by_rack.get((row.region, row.zone, row.rack),
-                                                        []))),
-            held_by=row.evacuation_id))
+                by_host.get(name, []) + by_rack.get((region, zone, rack), []))),
+            held_by=evacuation_id))
     return CloudSnapshot(hosts, backend_free)
 
 

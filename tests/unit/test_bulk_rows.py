@@ -244,6 +244,21 @@ def test_text_of_any_kind_reads_back_as_written(db):
     assert {row[1] for row in found} == {awkward, ""}
 
 
+def test_json_that_sqlites_json_rejects_reads_back_as_sqlalchemy_reads_it(db):
+    """JSON columns come inside the one row of JSON as JSON; Python writes NaN, which
+    SQLite's JSON refuses: those rows are read with the column as text instead."""
+    with db.session() as session:
+        rows = _rows(_reservation(session), 2)
+        rows[0].update(metadata={"ratio": float("nan"), "n": [1, 2]})
+        bulk.insert(session, TABLE, rows)
+        columns = (TABLE.c.id, TABLE.c["metadata"], TABLE.c.hosts_tried)
+        found = bulk.select_ids(session, columns, [r["id"] for r in rows])
+    by_id = {row[0]: row for row in found}
+    nan = by_id[rows[0]["id"]][1]
+    assert nan["n"] == [1, 2] and nan["ratio"] != nan["ratio"]  # NaN, loaded by Python
+    assert by_id[rows[1]["id"]][1:] == (rows[1]["metadata"], rows[1]["hosts_tried"])
+
+
 def test_row_writes_of_many_rows_store_what_one_at_a_time_stores(db):
     from fleetflow.persistence.row_writes import RowWrites
 

@@ -64,3 +64,23 @@ def test_a_host_whose_provider_is_gone_is_left_out(db):
     assert [h.name for h in snapshot.hosts] == ["h2"]
     placement = schedule(RequestSpec(count=2, resources={"VCPU": 4}), snapshot)
     assert [p.host for p in placement.instances] == ["h2", "h2"]
+
+
+def test_the_snapshot_read_as_one_row_of_json_is_the_row_by_row_one(db, monkeypatch):
+    from fleetflow.persistence import bulk
+
+    awkward = 'q"uote \\ ünï ☃ {"not": "json"}'
+    with db.session() as session:
+        add_host(session, "h2", evacuation_id="evac-1")
+        add_host(session, "h1", state="maintenance")
+        session.execute(sa.update(Host).where(Host.name == "h1").values(
+            capabilities={"note": awkward, "cores": 64, "ratio": 1.5, "none": None},
+            traits=[], inventory={"VCPU": 16}))
+    with db.session() as session:
+        as_json = snapshot_from_db(session, usage={"uuid-h1": {"VCPU": 1}}, failures={"h2": 1})
+    monkeypatch.setattr(bulk, "_as_json", lambda _columns: False)
+    with db.session() as session:
+        by_rows = snapshot_from_db(session, usage={"uuid-h1": {"VCPU": 1}}, failures={"h2": 1})
+    assert as_json.hosts == by_rows.hosts
+    assert as_json.by_name["h1"].capabilities["note"] == awkward
+    assert as_json.by_name["h2"].held_by == "evac-1"
