@@ -36,6 +36,7 @@ from fleetflow.persistence import jobs as jobs_db
 from fleetflow.persistence.jobs import Job as JobRow
 
 LOG = tf_logging.getLogger(__name__)
+JOBS = JobRow.__table__
 
 DEFAULT_CLAIM_EXPIRY = 30.0
 
@@ -43,7 +44,7 @@ DEFAULT_CLAIM_EXPIRY = 30.0
 class SqlJob(base.Job):
     """One posting of the SQL board. State is read from the row on each access."""
 
-    def __init__(self, board: SqlJobBoard, row: JobRow, backend=None, book=None):
+    def __init__(self, board: SqlJobBoard, row: sa.Row, backend=None, book=None):
         super().__init__(board, row.name, uuid=row.uuid, details=dict(row.details or {}),
                          backend=backend, book=book,
                          book_data={"uuid": row.book_uuid, "name": row.book_name}
@@ -136,9 +137,11 @@ class SqlJobBoard(base.JobBoard):
 
     # -- reading ------------------------------------------------------------
 
-    def _row(self, job_uuid: str) -> JobRow | None:
-        with self._database.session() as session:
-            return session.get(JobRow, job_uuid)
+    def _row(self, job_uuid: str) -> sa.Row | None:
+        # Polled: each job's state at every look at the board, and by keep-alives.
+        # A Core read takes no write lock and builds no ORM object.
+        with self._database.reading() as conn:
+            return conn.execute(sa.select(JOBS).where(JOBS.c.uuid == job_uuid)).first()
 
     def _job_state(self, job_uuid: str) -> str:
         row = self._row(job_uuid)
@@ -151,11 +154,11 @@ class SqlJobBoard(base.JobBoard):
         return tf_states.UNCLAIMED
 
     def _fetch_jobs(self, ensure_fresh: bool = False) -> list[SqlJob]:
-        with self._database.session() as session:
-            rows = session.scalars(
-                sa.select(JobRow)
-                .where(JobRow.board == self.name, JobRow.state == jobs_db.JOB_POSTED)
-                .order_by(JobRow.sequence, JobRow.created_at)).all()
+        with self._database.reading() as conn:
+            rows = conn.execute(
+                sa.select(JOBS)
+                .where(JOBS.c.board == self.name, JOBS.c.state == jobs_db.JOB_POSTED)
+                .order_by(JOBS.c.sequence, JOBS.c.created_at)).all()
         jobs = [SqlJob(self, row, backend=self._persistence) for row in rows]
         # Higher priorities first, posting order inside one priority.
         order = [p.value for p in (base.JobPriority.VERY_HIGH, base.JobPriority.HIGH,
@@ -169,10 +172,10 @@ class SqlJobBoard(base.JobBoard):
         age in seconds of the one waiting longest for a conductor (0: none waits), in one
         query (a metrics scrape reads it)."""
         now = jobs_db.utcnow()
-        with self._database.session() as session:
-            rows = session.execute(
-                sa.select(JobRow.owner, JobRow.claim_expires_at, JobRow.created_at)
-                .where(JobRow.board == self.name, JobRow.state == jobs_db.JOB_POSTED)).all()
+        with self._database.reading() as conn:
+            rows = conn.execute(
+                sa.select(JOBS.c.owner, JOBS.c.claim_expires_at, JOBS.c.created_at)
+                .where(JOBS.c.board == self.name, JOBS.c.state == jobs_db.JOB_POSTED)).all()
         claimed = [row for row in rows if _claim_is_live(row, now)]
         waiting = [row.created_at for row in rows if not _claim_is_live(row, now)]
         oldest = (now - min(waiting)).total_seconds() if waiting else 0.0
@@ -201,10 +204,10 @@ class SqlJobBoard(base.JobBoard):
 
     @property
     def job_count(self) -> int:
-        with self._database.session() as session:
-            return session.scalar(
-                sa.select(sa.func.count()).select_from(JobRow)
-                .where(JobRow.board == self.name, JobRow.state == jobs_db.JOB_POSTED))
+        with self._database.reading() as conn:
+            return conn.scalar(
+                sa.select(sa.func.count()).select_from(JOBS)
+                .where(JOBS.c.board == self.name, JOBS.c.state == jobs_db.JOB_POSTED))
 
     def job_exists(self, job) -> bool:
         """True while ``job`` is on the board (posted, not consumed or trashed).

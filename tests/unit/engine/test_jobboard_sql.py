@@ -163,3 +163,27 @@ def test_two_boards_racing_from_threads_claim_each_job_exactly_once(database):
     assert {posting.find_owner(j) for j in jobs} <= {"red", "blue"}
     for who, won in wins.items():
         assert all(posting.find_owner(j) == who for j in jobs if j.uuid in won)
+
+
+def test_looking_at_the_board_waits_for_no_writer(database):
+    """The board is read many times a second (each conductor's look, each job's state,
+    each keep-alive): a read that took the write lock would queue behind every write,
+    up to the busy timeout, and hold writers back in turn."""
+    if database.dialect != "sqlite":
+        pytest.skip("SQLite's write lock")
+    board = _board(database)
+    job = board.post("flow-1", details={"flow_uuid": "flow-1"})
+    seen = {}
+
+    def look():
+        [listed] = list(board.iterjobs())
+        seen["job"], seen["state"] = listed.uuid, listed.state
+        seen["count"], seen["unclaimed"] = board.job_count, board.depth()["unclaimed"]
+    with database.engine.begin():  # a writer holding SQLite's write lock
+        reader = threading.Thread(target=look, daemon=True)
+        reader.start()
+        reader.join(10)  # a reader queued behind the lock waits 30 s (busy timeout)
+        finished = not reader.is_alive()
+    reader.join()
+    assert finished
+    assert seen == {"job": job.uuid, "state": tf_states.UNCLAIMED, "count": 1, "unclaimed": 1}
