@@ -99,7 +99,7 @@ def update_ids(session: SessionOrConnection, table: sa.Table, ids: Sequence[str]
         session.execute(table.update().where(table.c.id.in_(ids)).values(**values))
         return
     assignments, params = _assignments(conn, table, values)
-    for chunk in _chunks(conn, ids, len(params)):
+    for chunk in _parts(conn, ids, fixed=len(params)):
         conn.exec_driver_sql(
             f"UPDATE {_quote(conn, table.name)} SET {', '.join(assignments)} "
             f"WHERE id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
@@ -117,7 +117,7 @@ def select_ids(session: SessionOrConnection, columns: Sequence[sa.Column], ids: 
         return [tuple(row) for row in session.execute(
             sa.select(*columns).where(table.c.id.in_(ids)))]
     found = []
-    for chunk in _chunks(conn, ids):
+    for chunk in _parts(conn, ids):
         found.extend(_select(conn, columns, f"id IN ({', '.join('?' * len(chunk))})",
                              tuple(chunk)))
     return found
@@ -212,25 +212,17 @@ def _loaded(conn: sa.Connection, columns, found, embedded: bool = False) -> list
                   for load, value in zip(loads, row, strict=True)) for row in found]
 
 
-def _chunks(conn: sa.Connection, ids: Sequence[str], fixed: int = 0
-            ) -> Iterable[Sequence[str]]:
-    """``ids`` cut so no statement binds more than SQLite accepts (``fixed`` more)."""
-    size = max(1, _limit(conn) - fixed)
-    for start in range(0, len(ids), size):
-        yield ids[start:start + size]
-
-
 def _limit(conn: sa.Connection) -> int:
     return conn.connection.driver_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
 
 
-def _parts(conn: sa.Connection, params: list[tuple], per_row: int, fixed: int = 0
-           ) -> Iterable[list[tuple]]:
-    """``params`` (``per_row`` values a row, ``fixed`` more a statement) cut so no
+def _parts(conn: sa.Connection, items: Sequence, per_item: int = 1, fixed: int = 0
+           ) -> Iterable[Sequence]:
+    """``items`` (``per_item`` bound values each, ``fixed`` more a statement) cut so no
     statement binds more than SQLite accepts."""
-    rows = max(1, (_limit(conn) - fixed) // per_row)
-    for start in range(0, len(params), rows):
-        yield params[start:start + rows]
+    size = max(1, (_limit(conn) - fixed) // per_item)
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 def _flat(part: list[tuple]) -> tuple:

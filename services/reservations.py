@@ -93,7 +93,9 @@ def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None
     stmt = sa.select(Reservation).where(*scope)
     if status:
         stmt = stmt.where(Reservation.status == status)
-    with database.session() as session:
+    # A read: clients poll the list while reservations build, and must not queue
+    # behind (nor hold back) their writes.
+    with database.read_session() as session:
         page, more = paging.newest_first(session, stmt, Reservation, limit, marker, scope)
         progress = rows.progress_by_reservation(session, [r.id for r in page])
         return [(r, progress[r.id]) for r in page], more
