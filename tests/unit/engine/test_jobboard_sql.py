@@ -187,3 +187,33 @@ def test_looking_at_the_board_waits_for_no_writer(database):
     reader.join()
     assert finished
     assert seen == {"job": job.uuid, "state": tf_states.UNCLAIMED, "count": 1, "unclaimed": 1}
+
+
+def test_a_look_at_the_board_is_one_read_and_a_stale_listing_loses_its_claim(database):
+    """Each listed job's state comes from the listing (one query for the whole board,
+    not one more a job); a job claimed after the listing is still offered, and the
+    claim that follows fails, as a claim lost to a race does."""
+    import sqlalchemy as sa
+
+    board = _board(database)
+    jobs = [board.post(f"flow-{i}") for i in range(5)]
+    board.claim(jobs[1], "alice", expiry=60)
+    selects = []
+
+    def count(conn, cursor, statement, *_args):
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append(statement)
+    sa.event.listen(database.engine, "before_cursor_execute", count)
+    try:
+        listing = board.iterjobs(only_unclaimed=True)
+        first = next(listing)
+    finally:
+        sa.event.remove(database.engine, "before_cursor_execute", count)
+    assert len(selects) == 1
+    board.claim(jobs[2], "bob", expiry=60)  # after the listing
+    rest = list(listing)
+    assert [j.uuid for j in [first, *rest]] == [jobs[i].uuid for i in (0, 2, 3, 4)]
+    assert rest[0].state == tf_states.CLAIMED  # asked again, the row answers
+    with pytest.raises(tf_exc.UnclaimableJob):
+        board.claim(rest[0], "carol")
+    assert board.find_owner(jobs[2]) == "bob"
