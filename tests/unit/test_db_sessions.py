@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import sqlalchemy as sa
 
-from fleetflow.persistence.db import Database
+from fleetflow.persistence.db import SQLITE_CONNECTIONS, Database
 
 
 def test_a_read_session_reads_while_a_writer_holds_the_lock(tmp_path):
@@ -54,3 +56,32 @@ def test_a_core_transaction_commits_or_rolls_back_as_one(tmp_path):
     with db.read_session() as reader:
         assert reader.execute(sa.text("SELECT v FROM t")).scalar() == 1
     db.dispose()
+
+
+def test_a_sqlite_database_keeps_every_connection_it_opened(tmp_path):
+    """Threads that read at once each take a connection; once they are back, the next
+    round opens none (each new SQLite connection parses the whole schema again)."""
+    db = Database(f"sqlite:///{tmp_path}/t.db")
+    db.upgrade()
+    opened = []
+    sa.event.listen(db.engine, "connect", lambda *_args: opened.append(1))
+    threads = 8
+    together = threading.Barrier(threads)
+
+    def read():
+        with db.read_session() as session:
+            session.execute(sa.text("SELECT count(*) FROM instances")).scalar()
+            together.wait(timeout=30)  # every thread holds its connection at once
+
+    rounds = []
+    for _ in range(2):
+        before = len(opened)
+        workers = [threading.Thread(target=read) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        rounds.append(len(opened) - before)
+    db.dispose()
+    assert threads <= SQLITE_CONNECTIONS
+    assert rounds[1] == 0 and rounds[0] <= threads
