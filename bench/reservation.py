@@ -24,6 +24,10 @@ times the resolution of ``fleetflow reserve --watch``'s 1 s).
     python bench/reservation.py --n 1000 --hosts 100 --boot-seconds 2 --builds-per-host 10
     python bench/reservation.py --n 1000 --hosts 2000 --idle 20   # then 20 s idle
     python bench/reservation.py --n 10000 --hosts 2000 --memory   # peak RSS of each process
+    python bench/reservation.py --n 1 1000 --again 3 --cpuacct    # 3 more on each serve, CPU in ns
+
+``--cpuacct`` (root, embedded) reads the CPU from a cpuacct cgroup of serve and its
+agents, to the nanosecond, instead of /proc's 10 ms clock ticks.
 
 ``--distributed 3`` runs the same request on PostgreSQL, Redis's board and RabbitMQ's RPC
 with three ``fleetflow conductor`` processes, the hosts simulated by ``compute-agent``
@@ -45,6 +49,7 @@ import tempfile
 import time
 
 import cluster
+import cpuacct
 import requests
 
 HEADERS = {"X-Project-Id": "bench", "X-Roles": "member"}
@@ -139,12 +144,22 @@ def settled_at(reservation: dict) -> float:
     return when.replace(tzinfo=datetime.UTC).timestamp()
 
 
+# Set by --cpuacct: the embedded serve's and its agents' CPU read from their cpuacct
+# group (to the nanosecond) instead of /proc's clock ticks.
+CPU_GROUP: cpuacct.Group | None = None
+
+
 @contextlib.contextmanager
 def running(workdir: str, hosts: int, env_extra: dict, conductors: int):
     """Yield ``(url, pids)``: a fresh embedded serve, or a distributed run of ``conductors``."""
     if not conductors:
         proc, url = start_server(workdir, hosts, env_extra)
         try:
+            if CPU_GROUP is not None:
+                with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as children:
+                    agents = [int(child) for child in children.read().split()]
+                for pid in [proc.pid, *agents]:
+                    CPU_GROUP.add(pid)
             yield url, [proc.pid]
         finally:
             cluster.stop([proc])
@@ -157,27 +172,36 @@ def running(workdir: str, hosts: int, env_extra: dict, conductors: int):
 
 
 def total_cpu(pids: list[int]) -> float | None:
+    if CPU_GROUP is not None:
+        return CPU_GROUP.seconds()
     seconds = [cpu_seconds(pid) for pid in pids]
     return None if None in seconds else sum(seconds)
 
 
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
-            conductors: int = 0, idle: float = 0.0, again: bool = False) -> dict:
+            conductors: int = 0, idle: float = 0.0, again: bool = False,
+            repeats: int = 0) -> dict:
     """One reservation of ``n`` on a fresh cloud. ``again``: then it is deleted and the
     same reservation measured once more on the same server (``"again"``: its figures),
-    whose imports and statement caches the first one warmed."""
+    whose imports and statement caches the first one warmed; ``repeats``: that many
+    times (``"repeats"``: their figures)."""
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
             running(workdir, hosts, env_extra, conductors) as (url, pids):
         first = _measured(url, pids, n, flavor, poll, workdir)
         result = {"peak_mb": [peak_rss_mb(pid) for pid in pids], "batches": build_batches(url),
                   "n": n, "hosts": hosts, **first,
                   "idle_cpu_s": idle and idle_cpu(pids, idle)}
-        if again:
-            requests.delete(first["location"], headers=HEADERS, timeout=120).raise_for_status()
-            while listed_status(url, first["id"]) != "DELETED":
+        runs, last = [], first
+        for _ in range(max(int(again), repeats)):
+            requests.delete(last["location"], headers=HEADERS, timeout=120).raise_for_status()
+            while listed_status(url, last["id"]) != "DELETED":
                 time.sleep(poll)
             quiet(pids)
-            result["again"] = _measured(url, pids, n, flavor, poll, workdir)
+            last = _measured(url, pids, n, flavor, poll, workdir)
+            runs.append(last)
+        if again:
+            result["again"] = runs[0]
+        result["repeats"] = runs
         return result
 
 
@@ -262,7 +286,20 @@ def main() -> None:
                         help="print each process's peak resident memory (VmHWM) after the run")
     parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
                         help="then measure the CPU of the idle cloud over SECONDS")
+    parser.add_argument("--again", type=int, default=0, metavar="K",
+                        help="then delete it and run the same reservation K more times on "
+                             "the same serve, each on its own line (past the serve's first "
+                             "operation)")
+    parser.add_argument("--cpuacct", action="store_true",
+                        help="read the CPU of serve and its agents from a cpuacct cgroup, to "
+                             "the nanosecond (root; embedded only) instead of /proc's 10 ms "
+                             "ticks")
     args = parser.parse_args()
+    if args.cpuacct:
+        if not cpuacct.available() or args.distributed:
+            sys.exit("--cpuacct: needs a writable cpuacct cgroup (v1) and an embedded run")
+        global CPU_GROUP
+        CPU_GROUP = cpuacct.Group("fleetflow-bench")
     env = {"FLEETFLOW_COMPUTE_BOOT_SECONDS": str(args.boot_seconds),
            "FLEETFLOW_COMPUTE_MAX_CONCURRENT_BUILDS": str(args.builds_per_host)}
     if args.engine_workers:
@@ -272,14 +309,26 @@ def main() -> None:
     print(f"{'N':>6} {'hosts':>6} {'boot s':>6} {'status':>8} {'202 in s':>9} "
           f"{'ACTIVE in s':>12} {'recorded s':>11} {'server CPU s':>13} "
           f"{'builds reach hosts s':>21}")
+    try:
+        report(args, env)
+    finally:
+        if CPU_GROUP is not None:
+            CPU_GROUP.close()
+
+
+def report(args, env: dict) -> None:
+    digits = 3 if args.cpuacct else 2
     for n in args.n:
-        r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed, args.idle)
-        cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s']:.2f}"
-        arrivals = "-" if r["arrivals"] is None else "{:.2f}-{:.2f}".format(*r["arrivals"])
-        print(f"{r['n']:>6} {r['hosts']:>6} {args.boot_seconds:>6} {r['status']:>8} "
-              f"{r['accepted_s']:>9.2f} {r['total_s']:>12.2f} {r['settled_s']:>11.2f} {cpu:>13} "
-              f"{arrivals:>21}",
-              flush=True)
+        r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed, args.idle,
+                    repeats=args.again)
+        for run in [r, *r["repeats"]]:
+            cpu = "-" if run["cpu_s"] is None else f"{run['cpu_s']:.{digits}f}"
+            arrivals = ("-" if run["arrivals"] is None
+                        else "{:.2f}-{:.2f}".format(*run["arrivals"]))
+            print(f"{r['n']:>6} {r['hosts']:>6} {args.boot_seconds:>6} {run['status']:>8} "
+                  f"{run['accepted_s']:>9.2f} {run['total_s']:>12.2f} {run['settled_s']:>11.2f} "
+                  f"{cpu:>13} {arrivals:>21}{'  (again)' if run is not r else ''}",
+                  flush=True)
         if r["status"] != "ACTIVE":
             print(f"       progress: {r['progress']}")
         if r["batches"] and r["batches"][0]:
