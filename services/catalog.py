@@ -13,12 +13,12 @@ from fleetflow.persistence.models import Flavor, Image
 
 
 def _page(database, model, what: str, limit: int, marker: str | None) -> tuple[list, bool]:
-    with database.session() as session:
+    with database.read_session() as session:
         return paging.keyset_page(session, sa.select(model), model.name, limit, marker, what)
 
 
 def _find(database, model, ref: str):
-    with database.session() as session:
+    with database.read_session() as session:
         row = session.get(model, ref)
         if row is None:
             row = session.scalars(sa.select(model).where(model.name == ref)).first()

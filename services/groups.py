@@ -38,7 +38,7 @@ def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None
     stmt = sa.select(ServerGroup).where(*scope)
     if name is not None:
         stmt = stmt.where(ServerGroup.name == name)
-    with database.session() as session:
+    with database.read_session() as session:
         groups, more = paging.newest_first(session, stmt, ServerGroup, limit, marker, scope)
         return [_loaded(g) for g in groups], more
 
@@ -54,7 +54,7 @@ def create(database, tenant_id: str, fields: dict) -> ServerGroup:
 
 def get(database, tenant_id: str, group_id: str) -> ServerGroup:
     """The project's group ``group_id`` with its members (NotFound otherwise)."""
-    with database.session() as session:
+    with database.read_session() as session:
         return _loaded(group_rows.get(session, group_id, tenant_id))
 
 

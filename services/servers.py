@@ -40,7 +40,7 @@ def list_page(database, *, limit: int, marker: str | None = None,
         stmt = stmt.where(Instance.status != states.DELETED)
     if host is not None:
         stmt = stmt.where(Instance.host == host)
-    with database.session() as session:
+    with database.read_session() as session:
         return paging.newest_first(session, stmt, Instance, limit, marker, scope)
 
 
@@ -48,7 +48,7 @@ def get(database, tenant_id: str, server_id: str) -> Instance | None:
     """The project's server ``server_id`` (a uuid) whatever its status; None otherwise."""
     if not ids.is_uuid(server_id):
         return None
-    with database.session() as session:
+    with database.read_session() as session:
         instance = session.get(Instance, server_id)
     if instance is None or instance.tenant_id != tenant_id:
         return None

@@ -1,0 +1,39 @@
+"""The lists and views clients poll read in read-only transactions: on SQLite they
+neither take nor wait for the write lock that a building operation holds."""
+
+from __future__ import annotations
+
+import threading
+
+from fleetflow.persistence.models import Flavor, Image
+from fleetflow.services import catalog, groups, servers
+from fleetflow.services import reservations as reservation_service
+
+
+def test_lists_and_views_read_while_a_writer_holds_the_lock(db):
+    with db.session() as session:
+        session.add_all([Flavor(id="f-1", name="m1.tiny", vcpus=1, ram_mb=512, disk_gb=1),
+                         Image(id="i-1", name="cirros")])
+    group = groups.create(db, "t", {"name": "g", "policies": ["anti-affinity"],
+                                    "scope": "host"})
+    seen = {}
+
+    def read():
+        seen["flavors"] = [f.name for f in catalog.flavor_page(db, limit=1)[0]]
+        seen["flavor"] = catalog.find_flavor(db, "m1.tiny").id
+        seen["images"] = len(catalog.image_page(db, limit=5)[0])
+        seen["groups"] = [g.id for g in groups.list_page(db, "t", limit=5)[0]]
+        seen["group"] = groups.get(db, "t", group.id).name
+        seen["servers"] = servers.list_page(db, limit=5, tenant_id="t")[0]
+        seen["server"] = servers.get(db, "t", "00000000-0000-4000-8000-000000000000")
+        seen["reservations"] = reservation_service.list_page(db, "t", limit=5)[0]
+    with db.engine.begin():  # a writer holding SQLite's write lock
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(10)  # a reader queued behind the lock waits 30 s (busy timeout)
+        finished = not reader.is_alive()
+    reader.join()
+    assert finished
+    assert seen == {"flavors": ["m1.tiny"], "flavor": "f-1", "images": 1,
+                    "groups": [group.id], "group": "g", "servers": [], "server": None,
+                    "reservations": []}
