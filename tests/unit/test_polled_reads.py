@@ -3,11 +3,10 @@ neither take nor wait for the write lock that a building operation holds."""
 
 from __future__ import annotations
 
-import threading
-
 from fleetflow.persistence.models import Flavor, Image
 from fleetflow.services import catalog, groups, servers
 from fleetflow.services import reservations as reservation_service
+from fleetflow.testing.locks import ends_while_locked
 
 
 def test_lists_and_views_read_while_a_writer_holds_the_lock(db):
@@ -27,13 +26,7 @@ def test_lists_and_views_read_while_a_writer_holds_the_lock(db):
         seen["servers"] = servers.list_page(db, limit=5, tenant_id="t")[0]
         seen["server"] = servers.get(db, "t", "00000000-0000-4000-8000-000000000000")
         seen["reservations"] = reservation_service.list_page(db, "t", limit=5)[0]
-    with db.engine.begin():  # a writer holding SQLite's write lock
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(10)  # a reader queued behind the lock waits 30 s (busy timeout)
-        finished = not reader.is_alive()
-    reader.join()
-    assert finished
+    assert ends_while_locked(db, read)
     assert seen == {"flavors": ["m1.tiny"], "flavor": "f-1", "images": 1,
                     "groups": [group.id], "group": "g", "servers": [], "server": None,
                     "reservations": []}

@@ -11,6 +11,7 @@ from taskflow import states as tf_states
 from taskflow.persistence import models as tf_models
 
 from fleetflow.engine.jobboard.sql import SqlJobBoard
+from fleetflow.testing.locks import ends_while_locked
 
 
 def _board(database, name="b", expiry=2.0):
@@ -179,13 +180,7 @@ def test_looking_at_the_board_waits_for_no_writer(database):
         [listed] = list(board.iterjobs())
         seen["job"], seen["state"] = listed.uuid, listed.state
         seen["count"], seen["unclaimed"] = board.job_count, board.depth()["unclaimed"]
-    with database.engine.begin():  # a writer holding SQLite's write lock
-        reader = threading.Thread(target=look, daemon=True)
-        reader.start()
-        reader.join(10)  # a reader queued behind the lock waits 30 s (busy timeout)
-        finished = not reader.is_alive()
-    reader.join()
-    assert finished
+    assert ends_while_locked(database, look)
     assert seen == {"job": job.uuid, "state": tf_states.UNCLAIMED, "count": 1, "unclaimed": 1}
 
 
