@@ -76,7 +76,7 @@ def end_to_end(operation: str, n: int, hosts: int) -> list[tuple[float, float, s
     on it."""
     if operation == "reservation":
         r = reservation.run_one(n, hosts, {"FLEETFLOW_COMPUTE_BOOT_SECONDS": "0"}, "m1.tiny",
-                                poll=0.1, again=True)
+                                poll=0.1, again=1)
         members = n
     elif operation == "evacuation":
         sources = -(-n // floor_parts.SERVERS_PER_SOURCE)

@@ -14,20 +14,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
+
+import thread_cpu
 
 from fleetflow.engine.jobboard.sql import SqlJobBoard
 from fleetflow.persistence.db import Database
 
 
 def median_us(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        cpu = time.thread_time()
-        fn()
-        times.append(1e6 * (time.thread_time() - cpu))
-    return statistics.median(times)
+    return 1e6 * statistics.median(thread_cpu.runs(fn, repeat))
 
 
 def main() -> None:

@@ -179,12 +179,11 @@ def total_cpu(pids: list[int]) -> float | None:
 
 
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
-            conductors: int = 0, idle: float = 0.0, again: bool = False,
-            repeats: int = 0) -> dict:
+            conductors: int = 0, idle: float = 0.0, again: int = 0) -> dict:
     """One reservation of ``n`` on a fresh cloud. ``again``: then it is deleted and the
-    same reservation measured once more on the same server (``"again"``: its figures),
-    whose imports and statement caches the first one warmed; ``repeats``: that many
-    times (``"repeats"``: their figures)."""
+    same reservation measured that many times more on the same server, whose imports
+    and statement caches the first one warmed (``"repeats"``: their figures,
+    ``"again"``: the first of them)."""
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
             running(workdir, hosts, env_extra, conductors) as (url, pids):
         first = _measured(url, pids, n, flavor, poll, workdir)
@@ -192,14 +191,14 @@ def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
                   "n": n, "hosts": hosts, **first,
                   "idle_cpu_s": idle and idle_cpu(pids, idle)}
         runs, last = [], first
-        for _ in range(max(int(again), repeats)):
+        for _ in range(int(again)):
             requests.delete(last["location"], headers=HEADERS, timeout=120).raise_for_status()
             while listed_status(url, last["id"]) != "DELETED":
                 time.sleep(poll)
             quiet(pids)
             last = _measured(url, pids, n, flavor, poll, workdir)
             runs.append(last)
-        if again:
+        if runs:
             result["again"] = runs[0]
         result["repeats"] = runs
         return result
@@ -320,7 +319,7 @@ def report(args, env: dict) -> None:
     digits = 3 if args.cpuacct else 2
     for n in args.n:
         r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed, args.idle,
-                    repeats=args.again)
+                    again=args.again)
         for run in [r, *r["repeats"]]:
             cpu = "-" if run["cpu_s"] is None else f"{run['cpu_s']:.{digits}f}"
             arrivals = ("-" if run["arrivals"] is None

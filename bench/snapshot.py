@@ -15,7 +15,8 @@ import os
 import statistics
 import subprocess
 import tempfile
-import time
+
+import thread_cpu
 
 from fleetflow.common import config
 from fleetflow.persistence import fleet
@@ -45,11 +46,7 @@ def measure(hosts: int, repeat: int) -> list[float]:
             with database.session() as session:
                 return snapshot_from_db(session, usage, recent_failures(session))
         assert len(read()) == hosts
-        times = []
-        for _ in range(repeat):
-            cpu = time.thread_time()
-            read()
-            times.append(1000 * (time.thread_time() - cpu))
+        times = [1000 * seconds for seconds in thread_cpu.runs(read, repeat)]
         database.dispose()
         return times
 

@@ -362,7 +362,7 @@ class _ListedJobs(base.JobBoardIterator):
         return None
 
 
-def _claim_is_live(row: JobRow, now: dt.datetime) -> bool:
+def _claim_is_live(row: sa.Row, now: dt.datetime) -> bool:
     if row.owner is None:
         return False
     return row.claim_expires_at is None or row.claim_expires_at > now
