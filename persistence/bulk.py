@@ -34,6 +34,8 @@ from sqlalchemy import orm
 
 # The statements run in a session's transaction or on a connection.
 SessionOrConnection = orm.Session | sa.Connection
+# The key of a row's expected value in :func:`update_each`'s compare-and-set.
+EXPECTED = "expected"
 
 
 def insert(session: SessionOrConnection, table: sa.Table, rows: Sequence[Mapping]) -> None:
@@ -55,39 +57,55 @@ def insert(session: SessionOrConnection, table: sa.Table, rows: Sequence[Mapping
 
 
 def update_each(session: SessionOrConnection, table: sa.Table, rows: Sequence[Mapping],
-                **values) -> None:
-    """UPDATE each row whose ``id`` a dict of ``rows`` names, with that dict's other
-    columns (the same keys in each) and ``values`` (the same for all)."""
+                key: str = "id", expect: str | None = None, **values) -> int:
+    """UPDATE each row whose ``key`` column a dict of ``rows`` names, with that dict's
+    other columns (the same keys in each) and ``values`` (the same for all); how many
+    rows changed.
+
+    ``expect``: a compare-and-set, a row changes only while its ``expect`` column
+    still holds the dict's :data:`EXPECTED` value.
+    """
     if not rows:
-        return
+        return 0
     conn = _connection(session)
-    names = [name for name in rows[0] if name != "id"]
+    where = [key, *([EXPECTED] if expect else [])]
+    names = [name for name in rows[0] if name not in where]
+    columns = {key: key, EXPECTED: expect}
     if not _direct(conn):
-        key = {name: f"b_{name}" for name in (*names, "id")}
-        session.execute(
-            table.update().where(table.c.id == sa.bindparam(key["id"]))
-            .values({**{n: sa.bindparam(key[n], type_=table.c[n].type) for n in names},
-                     **values}),
-            [{key[n]: row[n] for n in (*names, "id")} for row in rows])
-        return
+        bound = {name: f"b_{name}" for name in (*names, *where)}
+        statement = table.update().where(*(table.c[columns[w]] == sa.bindparam(bound[w])
+                                           for w in where))
+        return session.execute(
+            statement.values({**{n: sa.bindparam(bound[n], type_=table.c[n].type)
+                                 for n in names}, **values}),
+            [{bound[n]: row[n] for n in (*names, *where)} for row in rows]).rowcount
     convert = _converters(conn, table, names)
     fixed, fixed_params = _assignments(conn, table, values)
     name = _quote(conn, table.name)
+    matched = [_quote(conn, columns[w]) for w in where]
     if sqlite3.sqlite_version_info < (3, 33):  # no UPDATE ... FROM: a step a row
         assignments = ", ".join([*(f"{_quote(conn, n)} = ?" for n in names), *fixed])
-        conn.exec_driver_sql(f"UPDATE {name} SET {assignments} WHERE id = ?",
-                             _tuples(rows, names, convert, fixed_params, key="id"))
-        return
-    # VALUES' columns are column1, column2, ...: the id first, then ``names``.
+        params = [(*assigned, *matched_values) for assigned, matched_values in zip(
+            _tuples(rows, names, convert, fixed_params),
+            _tuples(rows, where, [_identity] * len(where)), strict=True)]
+        return conn.exec_driver_sql(
+            f"UPDATE {name} SET {assignments} WHERE "
+            + " AND ".join(f"{m} = ?" for m in matched), params).rowcount
+    # VALUES' columns are column1, column2, ...: the WHERE's first, then ``names``.
     assignments = ", ".join([*(f"{_quote(conn, n)} = v.column{k}"
-                               for k, n in enumerate(names, start=2)), *fixed])
-    row = f"({', '.join('?' * (len(names) + 1))})"
-    for part in _parts(conn, _tuples(rows, ["id", *names], [_identity, *convert]),
-                       len(names) + 1, len(fixed_params)):
-        conn.exec_driver_sql(
+                               for k, n in enumerate(names, start=len(where) + 1)), *fixed])
+    condition = " AND ".join(f"{name}.{m} = v.column{k}"
+                             for k, m in enumerate(matched, start=1))
+    row = f"({', '.join('?' * (len(names) + len(where)))})"
+    changed = 0
+    for part in _parts(conn, _tuples(rows, [*where, *names],
+                                     [*[_identity] * len(where), *convert]),
+                       len(names) + len(where), len(fixed_params)):
+        changed += conn.exec_driver_sql(
             f"UPDATE {name} SET {assignments} "
-            f"FROM (VALUES {', '.join([row] * len(part))}) AS v WHERE {name}.id = v.column1",
-            (*fixed_params, *_flat(part)))
+            f"FROM (VALUES {', '.join([row] * len(part))}) AS v WHERE {condition}",
+            (*fixed_params, *_flat(part))).rowcount
+    return changed
 
 
 def update_ids(session: SessionOrConnection, table: sa.Table, ids: Sequence[str], **values) -> None:

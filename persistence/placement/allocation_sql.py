@@ -31,9 +31,6 @@ LOCK_PROVIDERS = (
     sa.select(RP.c.uuid, RP.c.generation)
     .where(RP.c.uuid.in_(sa.bindparam("uuids", expanding=True)))
     .order_by(RP.c.uuid).with_for_update(key_share=True))
-BUMP_CONSUMER = (
-    C.update().where(C.c.uuid == sa.bindparam("match_uuid"),
-                     C.c.generation == sa.bindparam("match_generation")))
 # A claim's new consumers, created unless they exist; RETURNING names the created
 # ones (SQLite 3.35+ and PostgreSQL both have ON CONFLICT DO NOTHING ... RETURNING).
 CREATE_IF_ABSENT = {

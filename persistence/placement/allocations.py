@@ -37,7 +37,7 @@ from collections import defaultdict
 import sqlalchemy as sa
 from sqlalchemy import orm
 
-from fleetflow.persistence import fences
+from fleetflow.persistence import bulk, fences
 from fleetflow.persistence.placement import allocation_sql as sql
 from fleetflow.persistence.placement import errors
 from fleetflow.persistence.placement.models import (
@@ -252,36 +252,54 @@ def _check_consumer_generations(writes, consumers, held) -> None:
 
 
 def _write_consumers(conn, writes, consumers) -> None:
-    table = C
-    new = []
+    """Create the new consumers; bump each known one's generation, a compare-and-set
+    on the generation read (ConsumerGenerationConflict, or LostRace for a write of
+    any generation, when another writer moved it)."""
+    new, known = [], []
     for w in sorted(writes, key=lambda w: w.consumer_uuid):
         row = consumers.get(w.consumer_uuid)
-        values = {"project_id": w.project_id, "user_id": w.user_id}
-        if w.consumer_type:
-            values["consumer_type"] = w.consumer_type
         if row is None:
             if w.allocations:  # writing nothing for nobody creates nobody
-                new.append(dict(values, uuid=w.consumer_uuid, generation=1,
-                                consumer_type=w.consumer_type or DEFAULT_CONSUMER_TYPE))
+                new.append({"uuid": w.consumer_uuid, "generation": 1,
+                            "project_id": w.project_id, "user_id": w.user_id,
+                            "consumer_type": w.consumer_type or DEFAULT_CONSUMER_TYPE})
             continue
-        result = conn.execute(sql.BUMP_CONSUMER.values(generation=row + 1, **values),
-                              {"match_uuid": w.consumer_uuid, "match_generation": row})
-        if result.rowcount != 1:
-            conflict = errors.ConsumerGenerationConflict(
-                f"consumer {w.consumer_uuid} was changed by another writer")
-            if w.generation is ANY_GENERATION:
-                raise LostRace(conflict)
-            raise conflict
+        known.append(w)
+    # One statement for all of them (a release of a hundred is a hundred consumers);
+    # a write without a consumer type keeps the stored one.
+    for typed in (True, False):
+        bumps = [w for w in known if bool(w.consumer_type) is typed]
+        rows = [{"uuid": w.consumer_uuid, bulk.EXPECTED: consumers[w.consumer_uuid],
+                 "generation": consumers[w.consumer_uuid] + 1, "project_id": w.project_id,
+                 "user_id": w.user_id, **({"consumer_type": w.consumer_type} if typed else {})}
+                for w in bumps]
+        if bulk.update_each(conn, C, rows, key="uuid", expect="generation",
+                            updated_at=_utcnow()) != len(rows):
+            _raise_moved(conn, bumps, consumers)
     if new:
         # One bulk insert: the provision flow claims thousands of new consumers at once.
         try:
-            conn.execute(table.insert(), new)
+            conn.execute(C.insert(), new)
         except sa.exc.IntegrityError:
             # A concurrent first writer created the same consumer: the caller's
             # "I am first" (null generation) belief was wrong.
             raise errors.ConsumerGenerationConflict(
                 "consumer generation conflict - a concurrent writer created "
                 "the consumer first") from None
+
+
+def _raise_moved(conn, writes, consumers) -> None:
+    """The conflict of the first of ``writes`` whose consumer another writer moved."""
+    now = dict(conn.execute(sa.select(C.c.uuid, C.c.generation).where(
+        C.c.uuid.in_([w.consumer_uuid for w in writes]))).all())
+    for w in writes:
+        if now.get(w.consumer_uuid) != consumers[w.consumer_uuid] + 1:
+            conflict = errors.ConsumerGenerationConflict(
+                f"consumer {w.consumer_uuid} was changed by another writer")
+            if w.generation is ANY_GENERATION:
+                raise LostRace(conflict)
+            raise conflict
+    raise AssertionError("a consumer's generation moved, but none differs")
 
 
 def _check_capacity(conn, writes, rps) -> None:

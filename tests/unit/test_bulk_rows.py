@@ -188,6 +188,48 @@ def test_an_update_of_each_row_needs_no_shared_value(db):
     assert hosts == {rows[0]["id"]: "h-0", rows[1]["id"]: "h-1", rows[2]["id"]: None}
 
 
+def _compare_and_set(session, rows) -> tuple[int, dict]:
+    """Attempts 0 -> 1 on every row, expecting 0; the second row was moved to 5
+    first: ``(rows changed, {id: (attempts, host)})``."""
+    ids = [r["id"] for r in rows]
+    bulk.update_ids(session, TABLE, ids[1:2], attempts=5)
+    changed = bulk.update_each(session, TABLE, [
+        {"id": i, bulk.EXPECTED: 0, "attempts": 1, "host": f"h-{k}"} for k, i in enumerate(ids)],
+        expect="attempts", updated_at=WHEN)
+    found = {row[0]: row[1:] for row in bulk.select_ids(
+        session, (TABLE.c.id, TABLE.c.attempts, TABLE.c.host), ids)}
+    return changed, found
+
+
+def test_a_compare_and_set_changes_only_the_rows_still_as_expected(db):
+    with db.session() as session:
+        rows = _rows(_reservation(session), 7)
+        bulk.insert(session, TABLE, rows)
+        # Two rows a statement: the statements' counts add up.
+        session.connection().connection.driver_connection.setlimit(
+            sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 10)
+        changed, found = _compare_and_set(session, rows)
+    assert changed == 6
+    assert found.pop(rows[1]["id"]) == (5, None)
+    assert found == {r["id"]: (1, f"h-{k}") for k, r in enumerate(rows) if k != 1}
+
+
+def test_postgresql_compares_and_sets_through_sqlalchemy(pg_url):
+    database = Database(pg_url)
+    try:
+        Reservation.metadata.create_all(database.engine,
+                                        tables=[Reservation.__table__, TABLE])
+        with database.session() as session:
+            rows = _rows(_reservation(session), 3)
+            bulk.insert(session, TABLE, rows)
+            changed, found = _compare_and_set(session, rows)
+    finally:
+        database.dispose()
+    assert changed == 2
+    assert found == {rows[0]["id"]: (1, "h-0"), rows[1]["id"]: (5, None),
+                     rows[2]["id"]: (1, "h-2")}
+
+
 def test_many_rows_go_in_few_statements_each_one_step(db):
     """Each statement is a single step for many rows (the interpreter's lock let go
     once, not once a row), cut to SQLite's limit on bound parameters."""
