@@ -25,6 +25,7 @@ times the resolution of ``fleetflow reserve --watch``'s 1 s).
     python bench/reservation.py --n 1000 --hosts 2000 --idle 20   # then 20 s idle
     python bench/reservation.py --n 10000 --hosts 2000 --memory   # peak RSS of each process
     python bench/reservation.py --n 1 1000 --again 3 --cpuacct    # 3 more on each serve, CPU in ns
+    python bench/reservation.py --n 1000 --again 2 --delete       # and each delete's figures
 
 ``--cpuacct`` (root, embedded) reads the CPU from a cpuacct cgroup of serve and its
 agents, to the nanosecond, instead of /proc's 10 ms clock ticks.
@@ -179,29 +180,42 @@ def total_cpu(pids: list[int]) -> float | None:
 
 
 def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
-            conductors: int = 0, idle: float = 0.0, again: int = 0) -> dict:
+            conductors: int = 0, idle: float = 0.0, again: int = 0,
+            delete: bool = False) -> dict:
     """One reservation of ``n`` on a fresh cloud. ``again``: then it is deleted and the
     same reservation measured that many times more on the same server, whose imports
     and statement caches the first one warmed (``"repeats"``: their figures,
-    ``"again"``: the first of them)."""
+    ``"again"``: the first of them). ``delete``: the last one is deleted too.
+    ``"deletes"``: each delete's figures, from the DELETE to the list's DELETED."""
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
             running(workdir, hosts, env_extra, conductors) as (url, pids):
         first = _measured(url, pids, n, flavor, poll, workdir)
         result = {"peak_mb": [peak_rss_mb(pid) for pid in pids], "batches": build_batches(url),
                   "n": n, "hosts": hosts, **first,
                   "idle_cpu_s": idle and idle_cpu(pids, idle)}
-        runs, last = [], first
+        runs, deletes, last = [], [], first
         for _ in range(int(again)):
-            requests.delete(last["location"], headers=HEADERS, timeout=120).raise_for_status()
-            while listed_status(url, last["id"]) != "DELETED":
-                time.sleep(poll)
-            quiet(pids)
+            deletes.append(_deleted(url, pids, last, poll))
             last = _measured(url, pids, n, flavor, poll, workdir)
             runs.append(last)
+        if delete:
+            deletes.append(_deleted(url, pids, last, poll))
         if runs:
             result["again"] = runs[0]
-        result["repeats"] = runs
+        result["repeats"], result["deletes"] = runs, deletes
         return result
+
+
+def _deleted(url: str, pids: list[int], run: dict, poll: float) -> dict:
+    """DELETE the reservation of ``run`` and poll the list until it is DELETED; the
+    time and CPU to then, and back to quiet for the next run."""
+    cpu0, t0 = total_cpu(pids), time.monotonic()
+    requests.delete(run["location"], headers=HEADERS, timeout=120).raise_for_status()
+    while listed_status(url, run["id"]) != "DELETED":
+        time.sleep(poll)
+    total, cpu1 = time.monotonic() - t0, total_cpu(pids)
+    quiet(pids)
+    return {"total_s": total, "cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0}
 
 
 def quiet(pids: list[int], limit: float = 30.0) -> None:
@@ -289,6 +303,9 @@ def main() -> None:
                         help="then delete it and run the same reservation K more times on "
                              "the same serve, each on its own line (past the serve's first "
                              "operation)")
+    parser.add_argument("--delete", action="store_true",
+                        help="then delete the last reservation too (each delete's time and "
+                             "CPU are printed)")
     parser.add_argument("--cpuacct", action="store_true",
                         help="read the CPU of serve and its agents from a cpuacct cgroup, to "
                              "the nanosecond (root; embedded only) instead of /proc's 10 ms "
@@ -319,7 +336,7 @@ def report(args, env: dict) -> None:
     digits = 3 if args.cpuacct else 2
     for n in args.n:
         r = run_one(n, args.hosts, env, args.flavor, args.poll, args.distributed, args.idle,
-                    again=args.again)
+                    again=args.again, delete=args.delete)
         for run in [r, *r["repeats"]]:
             cpu = "-" if run["cpu_s"] is None else f"{run['cpu_s']:.{digits}f}"
             arrivals = ("-" if run["arrivals"] is None
@@ -328,6 +345,10 @@ def report(args, env: dict) -> None:
                   f"{run['accepted_s']:>9.2f} {run['total_s']:>12.2f} {run['settled_s']:>11.2f} "
                   f"{cpu:>13} {arrivals:>21}{'  (again)' if run is not r else ''}",
                   flush=True)
+        for deleted in r["deletes"]:
+            cpu = "-" if deleted["cpu_s"] is None else f"{deleted['cpu_s']:.{digits}f}"
+            print(f"       deleted: DELETE to DELETED in {deleted['total_s']:.2f} s, "
+                  f"server CPU {cpu} s", flush=True)
         if r["status"] != "ACTIVE":
             print(f"       progress: {r['progress']}")
         if r["batches"] and r["batches"][0]:

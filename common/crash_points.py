@@ -34,8 +34,12 @@ MEMBER_CLAIMED = "member-claimed"
 MEMBER_BUILT = "member-built"
 MEMBER_MOVED = "member-moved"
 MEMBER_UNDONE = "member-undone"
+# Inside a task that deletes a group of instances (flows/provision/teardown_tasks.py):
+# every member's guest destroyed, no claim released, no row DELETED yet.
+MEMBERS_DESTROYED = "members-destroyed"
 CRASH_POINTS = (BEFORE_EXECUTE, AFTER_EFFECT, AFTER_CHECKPOINT, DURING_REVERT, AFTER_COMMIT,
-                DURING_ADMISSION, MEMBER_CLAIMED, MEMBER_BUILT, MEMBER_MOVED, MEMBER_UNDONE)
+                DURING_ADMISSION, MEMBER_CLAIMED, MEMBER_BUILT, MEMBER_MOVED, MEMBER_UNDONE,
+                MEMBERS_DESTROYED)
 
 
 def crash_targets(environ=None) -> set[tuple[str, str]]:

@@ -124,7 +124,9 @@ CONDUCTOR_OPTS = [
                     "task each; an evacuation of more servers moves each lane's servers "
                     "in groups of this many, instead of five tasks a server; a vcluster "
                     "run of more members builds them in groups of this many, instead "
-                    "of two tasks a member: the engine's cost per atom is then paid "
+                    "of two tasks a member; a reservation's teardown of more instances "
+                    "deletes them in groups of this many, instead of a task each: the "
+                    "engine's cost per atom is then paid "
                     "once a group. Read when a run is submitted; its flow keeps the "
                     "shape it was submitted with (docs/provision.md, docs/evacuation.md "
                     "and docs/vcluster.md)."),

@@ -206,3 +206,11 @@ def leave(session: orm.Session, instance_id: str, group_id: str | None = None,
     if host is not None:
         query = query.where(GroupMember.host == host)
     return session.execute(query).rowcount or 0
+
+
+def leave_all(session: orm.Session, instance_ids: list[str]) -> int:
+    """:func:`leave` of every group for many instances, in one statement."""
+    if not instance_ids:
+        return 0
+    return session.execute(sa.delete(GroupMember).where(
+        GroupMember.instance_id.in_(list(instance_ids)))).rowcount or 0

@@ -335,10 +335,14 @@ class ReservationOps:
             # Its servers first: one an evacuation moves refuses the whole delete.
             evac_rows.hold_for_delete(session, instance_ids)
             reservation.status = states.DELETING
+            args = {"instance_ids": instance_ids, "reservation_id": reservation_id}
+            if len(instance_ids) > self.conf.conductor.instances_per_atom:
+                # Only then, as for the build: a small teardown stays one a
+                # conductor of the release before could run.
+                args["batch"] = self.conf.conductor.instances_per_atom
             # NOTE: pause, not revert: a deletion is finished by resuming it once
             # its cause is dealt with; a reverted teardown could never be resumed.
-            self.submit(TEARDOWN, {"instance_ids": instance_ids,
-                                   "reservation_id": reservation_id},
+            self.submit(TEARDOWN, args,
                         store={keys.TENANT_ID: reservation.tenant_id},
                         tenant_id=reservation.tenant_id, flow_id=None,
                         on_error=ON_ERROR_PAUSE, session=session)
