@@ -23,6 +23,7 @@ from sqlalchemy import orm
 
 from fleetflow.common import ids, states
 from fleetflow.common.exceptions import Conflict, NotFound
+from fleetflow.persistence import bulk
 from fleetflow.persistence.models import (
     GroupMember,
     Instance,
@@ -110,21 +111,24 @@ def next_indexes(session: orm.Session, vcluster_id: str) -> dict[str, int]:
 
 
 def add_members(session: orm.Session, vcluster: VCluster, servers: list[dict],
-                volumes: list[dict], flow_id: str | None) -> dict[str, list[int]]:
-    """Member rows plus their PENDING instances and CREATING volumes.
+                volumes: list[dict], flow_id: str | None
+                ) -> dict[str, list[tuple[int, str, str]]]:
+    """Member rows plus their PENDING instances and CREATING volumes, each table's
+    rows in one statement (``bulk``: a create writes hundreds).
 
     ``servers``: ``{"name", "flavor_id", "image_id", "spec"}``; ``volumes``:
-    ``{"name", "size_gb", "volume_type", "attach_to", "spec"}``. Returns the
-    new indexes per kind (the flow's atom names derive from them).
+    ``{"name", "size_gb", "volume_type", "attach_to", "spec"}``. Returns the new
+    members per kind, in the order given, as ``(index, name, resource id)`` (the
+    flow's atom names derive from the indexes).
     """
     start = next_indexes(session, vcluster.id)
     now = utcnow()
     members, instances, volume_rows = [], [], []
-    added: dict[str, list[int]] = {SERVER: [], VOLUME: []}
+    added: dict[str, list[tuple[int, str, str]]] = {SERVER: [], VOLUME: []}
     server_ids, volume_ids = ids.new_uuids(len(servers)), ids.new_uuids(len(volumes))
     for offset, server in enumerate(servers):
         index, resource_id = start[SERVER] + offset, server_ids[offset]
-        added[SERVER].append(index)
+        added[SERVER].append((index, server["name"], resource_id))
         members.append({"vcluster_id": vcluster.id, "name": server["name"], "kind": SERVER,
                         "index": index, "resource_id": resource_id, "spec": server["spec"],
                         "attach_to": None, "added_by": flow_id, "removing": False})
@@ -136,7 +140,7 @@ def add_members(session: orm.Session, vcluster: VCluster, servers: list[dict],
                           "created_at": now, "updated_at": now})
     for offset, volume in enumerate(volumes):
         index, resource_id = start[VOLUME] + offset, volume_ids[offset]
-        added[VOLUME].append(index)
+        added[VOLUME].append((index, volume["name"], resource_id))
         members.append({"vcluster_id": vcluster.id, "name": volume["name"], "kind": VOLUME,
                         "index": index, "resource_id": resource_id, "spec": volume["spec"],
                         "attach_to": volume.get("attach_to"), "added_by": flow_id,
@@ -147,12 +151,9 @@ def add_members(session: orm.Session, vcluster: VCluster, servers: list[dict],
                             "status": states.VOLUME_CREATING, "instance_id": None,
                             "reservation_id": None, "vcluster_id": vcluster.id,
                             "created_at": now, "updated_at": now})
-    if members:
-        session.execute(sa.insert(VClusterMember), members)
-    if instances:
-        session.execute(sa.insert(Instance), instances)
-    if volume_rows:
-        session.execute(sa.insert(Volume), volume_rows)
+    bulk.insert(session, VClusterMember.__table__, members)
+    bulk.insert(session, Instance.__table__, instances)
+    bulk.insert(session, Volume.__table__, volume_rows)
     return added
 
 
@@ -219,10 +220,10 @@ def set_groupings(session: orm.Session, vcluster: VCluster, wanted: list[dict],
     """Make the cluster's groupings exactly ``wanted`` (``{"name", "rule", "scope",
     "members"}``), with one owned server group per grouping of two servers or more.
 
-    New groupings and groups are inserted in one statement each (a create
-    writes a hundred or more)."""
+    New groupings and groups are inserted in one statement each (``bulk``: a
+    create writes a hundred or more)."""
     existing = {g.name: g for g in groupings(session, vcluster.id)}
-    fresh, new_groups = [], []
+    fresh, new_groups, now = [], [], utcnow()
     for position, want in enumerate(wanted):
         row = existing.pop(want["name"], None)
         group_id = row.server_group_id if row is not None else None
@@ -232,8 +233,8 @@ def set_groupings(session: orm.Session, vcluster: VCluster, wanted: list[dict],
                 "id": group_id, "tenant_id": vcluster.tenant_id,
                 "name": f"{vcluster.name}/{want['name']}"[:255],
                 "policies": [GROUP_POLICY[want["rule"]]], "scope": want.get("scope") or "host",
-                "capabilities": {}, "metadata_": {"vcluster_id": vcluster.id},
-                "vcluster_id": vcluster.id})
+                "capabilities": {}, "metadata": {"vcluster_id": vcluster.id},
+                "vcluster_id": vcluster.id, "created_at": now, "updated_at": now})
         values = {"position": position, "rule": want["rule"], "scope": want.get("scope"),
                   "members": list(want["members"]), "server_group_id": group_id}
         if row is None:
@@ -241,10 +242,8 @@ def set_groupings(session: orm.Session, vcluster: VCluster, wanted: list[dict],
         else:
             for key, value in values.items():
                 setattr(row, key, value)
-    if new_groups:
-        session.execute(sa.insert(ServerGroup), new_groups)
-    if fresh:
-        session.execute(sa.insert(VClusterGrouping), fresh)
+    bulk.insert(session, ServerGroup.__table__, new_groups)
+    bulk.insert(session, VClusterGrouping.__table__, fresh)
     for row in existing.values():
         _drop_grouping(session, row)
     session.flush()

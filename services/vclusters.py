@@ -230,17 +230,15 @@ class VClusterOps:
         added = rows.add_members(session, vcluster, checked.servers, checked.volumes, flow_id)
         server_names = {s.name for s in checked.cluster.servers}
         rows.set_groupings(session, vcluster, groupings or checked.groupings, server_names)
-        idx = {SERVER: added[SERVER], VOLUME: added[VOLUME]}
-        server_rows, volume_rows = rows.members_of(session, vcluster.id, idx[SERVER],
-                                                   idx[VOLUME])
         by_name = {s["name"]: s for s in checked.servers}
-        servers = [{"index": m.index, "name": m.name, "id": m.resource_id,
-                    "resources": by_name[m.name]["resources"],
-                    "image_id": by_name[m.name]["image_id"]} for m in server_rows]
+        servers = [{"index": index, "name": name, "id": resource_id,
+                    "resources": by_name[name]["resources"],
+                    "image_id": by_name[name]["image_id"]}
+                   for index, name, resource_id in added[SERVER]]
         sizes = {v["name"]: v for v in checked.volumes}
-        volumes = [{"index": m.index, "name": m.name, "id": m.resource_id,
-                    "size_gb": sizes[m.name]["size_gb"],
-                    "volume_type": sizes[m.name]["volume_type"]} for m in volume_rows]
+        volumes = [{"index": index, "name": name, "id": resource_id,
+                    "size_gb": sizes[name]["size_gb"], "volume_type": sizes[name]["volume_type"]}
+                   for index, name, resource_id in added[VOLUME]]
         return servers, volumes
 
     def _post(self, session, flow_name: str, vcluster: VCluster, run: str, flow_id: str,
@@ -361,7 +359,9 @@ class VClusterOps:
 
     def list(self, tenant_id: str | None, status: str | None = None, limit: int = 100,
              marker: str | None = None) -> list[dict]:
-        with self.database.session() as session:
+        # A read: clients poll the list while clusters build, and must not queue
+        # behind (nor hold back) their writes.
+        with self.database.read_session() as session:
             return views.summaries(session, tenant_id, status, limit, marker)
 
 

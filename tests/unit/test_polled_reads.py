@@ -6,10 +6,11 @@ from __future__ import annotations
 from fleetflow.persistence.models import Flavor, Image
 from fleetflow.services import catalog, groups, servers
 from fleetflow.services import reservations as reservation_service
+from fleetflow.services.vclusters import VClusterOps
 from fleetflow.testing.locks import ends_while_locked
 
 
-def test_lists_and_views_read_while_a_writer_holds_the_lock(db):
+def test_lists_and_views_read_while_a_writer_holds_the_lock(db, conf):
     with db.session() as session:
         session.add_all([Flavor(id="f-1", name="m1.tiny", vcpus=1, ram_mb=512, disk_gb=1),
                          Image(id="i-1", name="cirros")])
@@ -26,7 +27,8 @@ def test_lists_and_views_read_while_a_writer_holds_the_lock(db):
         seen["servers"] = servers.list_page(db, limit=5, tenant_id="t")[0]
         seen["server"] = servers.get(db, "t", "00000000-0000-4000-8000-000000000000")
         seen["reservations"] = reservation_service.list_page(db, "t", limit=5)[0]
+        seen["vclusters"] = VClusterOps(conf, db, submit=None).list("t")
     assert ends_while_locked(db, read)
     assert seen == {"flavors": ["m1.tiny"], "flavor": "f-1", "images": 1,
                     "groups": [group.id], "group": "g", "servers": [], "server": None,
-                    "reservations": []}
+                    "reservations": [], "vclusters": []}
