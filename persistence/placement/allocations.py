@@ -265,17 +265,21 @@ def _write_consumers(conn, writes, consumers) -> None:
                             "consumer_type": w.consumer_type or DEFAULT_CONSUMER_TYPE})
             continue
         known.append(w)
-    # One statement for all of them (a release of a hundred is a hundred consumers);
-    # a write without a consumer type keeps the stored one.
+    # One statement for all of them (a release of a hundred is a hundred consumers),
+    # or a few: a write without a consumer type keeps the stored one, and a lost
+    # compare-and-set raises by the kind of generation the writes hold.
     for typed in (True, False):
-        bumps = [w for w in known if bool(w.consumer_type) is typed]
-        rows = [{"uuid": w.consumer_uuid, bulk.EXPECTED: consumers[w.consumer_uuid],
-                 "generation": consumers[w.consumer_uuid] + 1, "project_id": w.project_id,
-                 "user_id": w.user_id, **({"consumer_type": w.consumer_type} if typed else {})}
-                for w in bumps]
-        if bulk.update_each(conn, C, rows, key="uuid", expect="generation",
-                            updated_at=_utcnow()) != len(rows):
-            _raise_moved(conn, bumps, consumers)
+        for any_generation in (True, False):
+            bumps = [w for w in known if bool(w.consumer_type) is typed
+                     and (w.generation is ANY_GENERATION) is any_generation]
+            rows = [{"uuid": w.consumer_uuid, bulk.EXPECTED: consumers[w.consumer_uuid],
+                     "generation": consumers[w.consumer_uuid] + 1,
+                     "project_id": w.project_id, "user_id": w.user_id,
+                     **({"consumer_type": w.consumer_type} if typed else {})}
+                    for w in bumps]
+            if bulk.update_each(conn, C, rows, key="uuid", expect="generation",
+                                updated_at=_utcnow()) != len(rows):
+                _raise_moved(bumps)
     if new:
         # One bulk insert: the provision flow claims thousands of new consumers at once.
         try:
@@ -288,18 +292,20 @@ def _write_consumers(conn, writes, consumers) -> None:
                 "the consumer first") from None
 
 
-def _raise_moved(conn, writes, consumers) -> None:
-    """The conflict of the first of ``writes`` whose consumer another writer moved."""
-    now = dict(conn.execute(sa.select(C.c.uuid, C.c.generation).where(
-        C.c.uuid.in_([w.consumer_uuid for w in writes]))).all())
-    for w in writes:
-        if now.get(w.consumer_uuid) != consumers[w.consumer_uuid] + 1:
-            conflict = errors.ConsumerGenerationConflict(
-                f"consumer {w.consumer_uuid} was changed by another writer")
-            if w.generation is ANY_GENERATION:
-                raise LostRace(conflict)
-            raise conflict
-    raise AssertionError("a consumer's generation moved, but none differs")
+def _raise_moved(writes) -> None:
+    """The conflict of ``writes`` (all of one kind of generation) when another writer
+    moved one of their consumers since it was read. Which one the count does not
+    say, and a read afterwards cannot tell: the other writer bumped it to the same
+    generation."""
+    if len(writes) == 1:
+        message = f"consumer {writes[0].consumer_uuid} was changed by another writer"
+    else:
+        message = ("one of consumers " + ", ".join(w.consumer_uuid for w in writes)
+                   + " was changed by another writer")
+    conflict = errors.ConsumerGenerationConflict(message)
+    if writes[0].generation is ANY_GENERATION:
+        raise LostRace(conflict)
+    raise conflict
 
 
 def _check_capacity(conn, writes, rps) -> None:
