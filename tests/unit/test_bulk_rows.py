@@ -3,6 +3,7 @@ and read is what SQLAlchemy's own statements store and read."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sqlite3
 import uuid
@@ -139,24 +140,31 @@ def test_nothing_to_write_or_read_runs_no_statement(db):
     assert statements == []
 
 
-def test_postgresql_takes_the_same_calls_through_sqlalchemy(pg_url):
+@contextlib.contextmanager
+def _postgresql_session(pg_url):
+    """A session on PostgreSQL with the reservation and instance tables."""
     database = Database(pg_url)
     try:
         Reservation.metadata.create_all(database.engine,
                                         tables=[Reservation.__table__, TABLE])
         with database.session() as session:
-            reservation_id = _reservation(session)
-            rows = _rows(reservation_id, 4)
-            bulk.insert(session, TABLE, rows)
-            ids = [r["id"] for r in rows]
-            bulk.update_each(session, TABLE, [{"id": ids[0], "host": "a", "hosts_tried": ["a"]}],
-                             attempts=1, updated_at=WHEN)
-            bulk.update_ids(session, TABLE, ids[1:3], status="ACTIVE", updated_at=WHEN)
-            found = {row[0]: row[1:] for row in bulk.select_ids(
-                session, (TABLE.c.id, TABLE.c.status, TABLE.c.host, TABLE.c.hosts_tried,
-                          TABLE.c.attempts, TABLE.c["metadata"]), ids)}
+            yield session
     finally:
         database.dispose()
+
+
+def test_postgresql_takes_the_same_calls_through_sqlalchemy(pg_url):
+    with _postgresql_session(pg_url) as session:
+        reservation_id = _reservation(session)
+        rows = _rows(reservation_id, 4)
+        bulk.insert(session, TABLE, rows)
+        ids = [r["id"] for r in rows]
+        bulk.update_each(session, TABLE, [{"id": ids[0], "host": "a", "hosts_tried": ["a"]}],
+                         attempts=1, updated_at=WHEN)
+        bulk.update_ids(session, TABLE, ids[1:3], status="ACTIVE", updated_at=WHEN)
+        found = {row[0]: row[1:] for row in bulk.select_ids(
+            session, (TABLE.c.id, TABLE.c.status, TABLE.c.host, TABLE.c.hosts_tried,
+                      TABLE.c.attempts, TABLE.c["metadata"]), ids)}
     assert found[ids[0]] == ("PENDING", "a", ["a"], 1, {"ha": 0})
     assert found[ids[1]] == ("ACTIVE", None, [], 0, None)
     assert found[ids[2]] == ("ACTIVE", None, ["h2", "h0"], 0, None)
@@ -215,16 +223,10 @@ def test_a_compare_and_set_changes_only_the_rows_still_as_expected(db):
 
 
 def test_postgresql_compares_and_sets_through_sqlalchemy(pg_url):
-    database = Database(pg_url)
-    try:
-        Reservation.metadata.create_all(database.engine,
-                                        tables=[Reservation.__table__, TABLE])
-        with database.session() as session:
-            rows = _rows(_reservation(session), 3)
-            bulk.insert(session, TABLE, rows)
-            changed, found = _compare_and_set(session, rows)
-    finally:
-        database.dispose()
+    with _postgresql_session(pg_url) as session:
+        rows = _rows(_reservation(session), 3)
+        bulk.insert(session, TABLE, rows)
+        changed, found = _compare_and_set(session, rows)
     assert changed == 2
     assert found == {rows[0]["id"]: (1, "h-0"), rows[1]["id"]: (5, None),
                      rows[2]["id"]: (1, "h-2")}
