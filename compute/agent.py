@@ -32,7 +32,7 @@ import oslo_messaging
 from oslo_messaging.rpc import server as rpc_server
 
 from fleetflow.common.exceptions import FleetflowError
-from fleetflow.compute import build_batches, messaging
+from fleetflow.compute import build_batches, destroy_batches, messaging
 from fleetflow.compute.agent_setup import (
     destroy_all_evacuated_copies,
     destroy_evacuated_copies,
@@ -110,7 +110,7 @@ def _remotable(method):
 
 
 class ComputeEndpoint:
-    """RPC methods of the compute hosts (API version 1.1)."""
+    """RPC methods of the compute hosts (API version 1.2)."""
 
     target = oslo_messaging.Target(version=messaging.AGENT_API_VERSION)
 
@@ -132,6 +132,10 @@ class ComputeEndpoint:
     @_remotable
     def destroy_instance(self, ctxt, host, uuid, fence=None):
         return self.driver.destroy_instance(host, uuid, fence=fence)
+
+    def destroy_instances(self, ctxt, destroys):
+        """Many ``destroy_instance`` at once; one answer each (``destroy_batches``)."""
+        return destroy_batches.run(self.driver, destroys)
 
     @_remotable
     def attach_volume(self, ctxt, host, uuid, volume_id, fence=None):

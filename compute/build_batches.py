@@ -38,10 +38,13 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent import futures
 
+import oslo_messaging
 from oslo_messaging._drivers import common as rpc_common
 
 from fleetflow.common import metrics
 from fleetflow.common.exceptions import FleetflowError
+from fleetflow.compute import messaging
+from fleetflow.compute.exceptions import ComputeError
 
 # Batches out to one agent server at once: enough to keep its threads busy
 # while the next batch forms, few enough that batches do form under load.
@@ -68,6 +71,15 @@ def failure(exc: BaseException) -> str:
     if isinstance(exc, FleetflowError):
         exc.kwargs = dict(exc.details)
     return rpc_common.serialize_remote_exception((type(exc), exc, exc.__traceback__))
+
+
+def remote_error(failure_: str, method: str) -> Exception:
+    """The error :func:`failure` sent, as the caller raises it: fleetflow's and the
+    compute errors with their class, any other a ComputeError of ``method``."""
+    error = rpc_common.deserialize_remote_exception(failure_, messaging.ALLOWED_REMOTE_EXMODS)
+    if isinstance(error, oslo_messaging.RemoteError):
+        return ComputeError(f"{method} failed: {error.exc_type}: {error.value}", method=method)
+    return error
 
 
 class BuildRunner:

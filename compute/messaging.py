@@ -33,11 +33,13 @@ from fleetflow.common.log_throttle import RepeatFilter, install_repeat_filter
 # Exceptions whose class crosses the wire: the client gets the same class back.
 ALLOWED_REMOTE_EXMODS = ["fleetflow.common.exceptions", "fleetflow.compute.exceptions"]
 # What the client's calls ask of an agent, and the newest an agent implements:
-# 1.1 added ``build_instances`` (batched builds), asked only by those calls,
-# so a 1.0 agent still takes every other call.
+# 1.1 added ``build_instances`` (batched builds), 1.2 ``destroy_instances``
+# (batched destroys), each asked only by those calls, so a 1.0 agent still
+# takes every other call.
 RPC_API_VERSION = "1.0"
 BUILD_BATCH_VERSION = "1.1"
-AGENT_API_VERSION = BUILD_BATCH_VERSION
+DESTROY_BATCH_VERSION = "1.2"
+AGENT_API_VERSION = DESTROY_BATCH_VERSION
 
 # Threads beyond the engines' and agents' that may call or reply at once: API
 # requests, the audit's parallel host queries, heartbeats.

@@ -20,11 +20,10 @@ from collections.abc import Mapping
 
 import oslo_messaging
 import sqlalchemy as sa
-from oslo_messaging._drivers import common as rpc_common
 from oslo_messaging.rpc import dispatcher
 
 from fleetflow.common import states
-from fleetflow.compute import build_batches, messaging
+from fleetflow.compute import build_batches, destroy_batches, messaging
 from fleetflow.compute.exceptions import ComputeError, OutcomeUnknown
 from fleetflow.persistence.models import Host
 
@@ -157,12 +156,7 @@ class ComputeAPI:
 
     @staticmethod
     def _remote_error(failure: str) -> Exception:
-        error = rpc_common.deserialize_remote_exception(failure,
-                                                        messaging.ALLOWED_REMOTE_EXMODS)
-        if isinstance(error, oslo_messaging.RemoteError):
-            return ComputeError(f"build_instance failed: {error.exc_type}: {error.value}",
-                                method="build_instance")
-        return error
+        return build_batches.remote_error(failure, "build_instance")
 
     def _unanswered_build(self, build: dict, timeout: float) -> Exception:
         self.routes.invalidate(build["host"])
@@ -223,6 +217,14 @@ class ComputeAPI:
     def destroy_instance(self, host: str, uuid: str, fence: Mapping | None = None,
                          timeout: float | None = None, cast: bool = False) -> dict | None:
         return self._send(host, "destroy_instance", timeout, cast, uuid=uuid, fence=fence)
+
+    def destroy_all(self, destroys: list[tuple[str, str]], fence: Mapping | None = None,
+                    timeout: float | None = None) -> list:
+        """``(host, uuid)`` destroys sent together (``destroy_batches``): an outcome
+        each, None (destroyed), the error, or ``build_batches.UNBATCHED`` (not sent:
+        an agent older than batched destroys; destroy it alone)."""
+        return destroy_batches.destroy_all(self._client, self.routes, destroys, fence,
+                                           timeout or self.timeout)
 
     def attach_volume(self, host: str, uuid: str, volume_id: str,
                       fence: Mapping | None = None, timeout: float | None = None,

@@ -1,11 +1,12 @@
-"""Many builds in one write: what a batch of builds costs the simulated hosts.
+"""Many builds, or many destroys, in one write: what a batch costs the simulated hosts.
 
 A boot that takes no time is one write transaction (checks, the guest's row,
 the spawn ledger). A batch of them takes the state file's write lock once and
 runs each build's write in a savepoint of the same transaction, so one build
 refused (stale fence, no capacity) undoes its own writes and none of the
 others'. What would wait inside a build (a dead host's hang, a slot for a slow
-boot, a boot under way) is left for the caller to run alone.
+boot, a boot under way) is left for the caller to run alone. A batch of destroys
+is the same: one write for all of them, a dead host's (which may hang) left alone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import contextlib
 from collections.abc import Mapping, Sequence
 
 from fleetflow.common import states
+from fleetflow.common.exceptions import FleetflowError
+from fleetflow.compute.drivers import fake_store as store
 
 
 class BatchCalls:
@@ -46,6 +49,37 @@ class BatchCalls:
             guest = outcomes[index]
             if isinstance(guest, dict) and guest["state"] != states.ACTIVE:
                 outcomes[index] = None  # a slow boot of it under way: waited for alone
+        return outcomes
+
+    def destroy_at_once(self, destroys: Sequence[Mapping]) -> list:
+        """One outcome a destroy of ``destroys`` (``destroy_instance``'s arguments), in
+        order: what ``destroy_instance`` returns, the exception it raised (a stale
+        fence), or None where it must run alone (a dead host's, which may hang)."""
+        outcomes: list = [None] * len(destroys)
+        dead = self.dead_hosts() if destroys else set()
+        mine = [k for k, d in enumerate(destroys)
+                if d["host"] in self._inventories and d["host"] not in dead]
+        if not mine:
+            return outcomes
+        refused: dict[tuple, FleetflowError | None] = {}
+        with self.store.write() as conn:
+            for k in mine:
+                host, uuid, fence = destroys[k]["host"], destroys[k]["uuid"], \
+                    destroys[k].get("fence")
+                key = (fence or {}).get("key"), (fence or {}).get("token")
+                if key not in refused:  # a batch's destroys share their job's fence
+                    try:
+                        store.check_fence(conn, fence)
+                        refused[key] = None
+                    except FleetflowError as exc:
+                        refused[key] = exc
+                if refused[key] is not None:
+                    outcomes[k] = refused[key]
+                    continue
+                removed = store.delete_guest(conn, host, uuid)
+                outcomes[k] = {"uuid": uuid, "host": host, "destroyed": bool(removed)}
+            self._release_volumes(conn, [destroys[k]["uuid"] for k in mine
+                                         if isinstance(outcomes[k], dict)])
         return outcomes
 
     def _spawn_saved(self, conn, build: Mapping):

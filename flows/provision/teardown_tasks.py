@@ -8,9 +8,9 @@ A teardown of more than ``[conductor] instances_per_atom`` instances deletes
 them in groups (:class:`DeleteInstances`): an atom an instance cost the engine,
 and the instance its own transactions and claim release, many times what the
 delete itself costs. A group reads its rows in one statement, marks them
-DELETING in one, destroys the guests at once on the member pool, releases the
-claims in one write and says DELETED in one statement; its re-run skips what
-is DELETED already.
+DELETING in one, destroys the guests in one call an agent, releases the claims
+in one write and says DELETED in one statement; its re-run skips what is
+DELETED already.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import sqlalchemy as sa
 
 from fleetflow.common import crash_points, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
-from fleetflow.compute.exceptions import HostDead
+from fleetflow.compute.build_batches import UNBATCHED
+from fleetflow.compute.exceptions import HostDead, OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.provision.volume import detach_and_delete, volume_id_for
 from fleetflow.flows.tasks.base import FleetTask
@@ -74,13 +75,49 @@ def _delete_guest(rt, instance_id: str, host: str | None, has_volume: bool, fenc
     if has_volume:
         detach_and_delete(rt, host, instance_id, volume_id_for(instance_id), fence)
     if host:
-        try:
-            rt.compute.ensure_destroyed(host, instance_id, fence=fence)
-        except HostDead:
-            # The row says DELETED afterwards, and a host that comes back
-            # destroys the guests the database says are deleted: the
-            # deletion need not wait for a dead host.
-            LOG.info("%s: host %s is dead; its copy goes when it returns", instance_id, host)
+        _destroy_alone(rt, host, instance_id, fence)
+
+
+def _destroy_alone(rt, host: str, instance_id: str, fence) -> None:
+    try:
+        rt.compute.ensure_destroyed(host, instance_id, fence=fence)
+    except HostDead:
+        _dead(instance_id, host)
+
+
+def _dead(instance_id: str, host: str) -> None:
+    # The row says DELETED afterwards, and a host that comes back destroys the
+    # guests the database says are deleted: the deletion need not wait for it.
+    LOG.info("%s: host %s is dead; its copy goes when it returns", instance_id, host)
+
+
+def _on_pool(work, items) -> dict:
+    """``work(item)`` for every item at once on the member pool: ``{item: error}``
+    of those that failed."""
+    pending = {item: member_pool().submit(work, item) for item in items}
+    futures.wait(pending.values())
+    return {item: future.exception() for item, future in pending.items()
+            if future.exception() is not None}
+
+
+def _destroy(rt, hosts: dict[str, str], fence) -> dict:
+    """The guests ``{uuid: host}`` destroyed, together where the compute API sends
+    them so (``destroy_all``), else each alone: ``{uuid: error}`` of those that
+    failed (a dead host's is not a failure)."""
+    uuids = list(hosts)
+    destroy_all = getattr(rt.compute, "destroy_all", None)  # Nova's client has none
+    outcomes = (destroy_all([(hosts[u], u) for u in uuids], fence=fence)
+                if destroy_all is not None and uuids else [UNBATCHED] * len(uuids))
+    failed, alone = {}, []
+    for uuid, outcome in zip(uuids, outcomes, strict=True):
+        if outcome is UNBATCHED or isinstance(outcome, OutcomeUnknown):
+            alone.append(uuid)  # sent alone, asking the host again: it is idempotent
+        elif isinstance(outcome, HostDead):
+            _dead(uuid, hosts[uuid])
+        elif outcome is not None:
+            failed[uuid] = outcome
+    failed.update(_on_pool(lambda uuid: _destroy_alone(rt, hosts[uuid], uuid, fence), alone))
+    return failed
 
 
 def _record_failure(session, instance_id: str, host: str | None, exc: FleetflowError) -> None:
@@ -91,7 +128,9 @@ def _record_failure(session, instance_id: str, host: str | None, exc: FleetflowE
 class DeleteInstances(FleetTask):
     """:class:`DeleteInstance` for a group of instances (``instance_ids``).
 
-    Every member's guest is destroyed before the group fails: a member whose
+    The guests go in one call an agent (``compute/destroy_batches.py``), each
+    data volume on its own first. Every member's guest is destroyed before the
+    group fails: a member whose
     delete fails is left ERROR with its fault (its claim kept), the others are
     DELETED, then the first failure is raised; resuming deletes what is left.
     StaleFence (this process lost the flow) is raised with nothing recorded.
@@ -111,19 +150,19 @@ class DeleteInstances(FleetTask):
             volumes = {row[0] for row in bulk.select_ids(
                 session, (Volume.__table__.c.id,), [volume_id_for(row[0]) for row in live])}
             evac_rows.hold_for_delete(session, [row[0] for row in live], statuses=None)
-        pending = {row[0]: member_pool().submit(
-            _delete_guest, rt, row[0], row[2], volume_id_for(row[0]) in volumes, fence)
-            for row in live}
-        futures.wait(pending.values())
-        failed = {uuid: future.exception() for uuid, future in pending.items()
-                  if future.exception() is not None}
+        hosts = {row[0]: row[2] for row in live}
+        # Volumes first (detached, then deleted), each on its own; then the guests.
+        failed = _on_pool(lambda uuid: detach_and_delete(
+            rt, hosts[uuid], uuid, volume_id_for(uuid), fence),
+            [uuid for uuid in hosts if volume_id_for(uuid) in volumes])
+        failed.update(_destroy(rt, {uuid: host for uuid, host in hosts.items()
+                                    if host and uuid not in failed}, fence))
         for error in failed.values():
             if isinstance(error, StaleFence) or not isinstance(error, FleetflowError):
                 raise error
         crash_points.maybe_crash(self.name, crash_points.MEMBERS_DESTROYED)
         gone = [row for row in live if row[0] not in failed]
         rt.placement.release_many([row[0] for row in gone], fence=fence)
-        hosts = {row[0]: row[2] for row in live}
         with rt.database.session() as session:
             # A vcluster's server may be in several groups: it leaves them all.
             groups.leave_all(session, [row[0] for row in gone if row[3] or row[4]])

@@ -221,3 +221,24 @@ def test_a_hanging_host_holds_its_item_only_and_a_resend_joins_its_build(driver,
     assert answers[0]["guest"]["uuid"] == "vm-2"
     # One build ran for both sends: the host spawned the guest once.
     assert driver.spawn_count("vm-2") == 1
+
+
+def test_destroys_are_written_at_once_a_stale_fence_refused_and_a_dead_host_alone(driver,
+                                                                                   runner):
+    from fleetflow.compute import destroy_batches
+
+    runner.run([item("h1", "vm-1", fence={"key": "job", "token": 5}), item("h1", "vm-2"),
+                item("h2", "vm-3"), item("dead", "vm-4")], 1)
+    driver.set_faults("dead", dead=True)
+    answers = destroy_batches.run(driver, [
+        {"host": "h1", "uuid": "vm-1", "fence": {"key": "job", "token": 4}},
+        {"host": "h1", "uuid": "vm-2", "fence": {"key": "job", "token": 5}},
+        {"host": "h2", "uuid": "vm-3", "fence": {"key": "job", "token": 5}},
+        {"host": "h2", "uuid": "gone"},
+        {"host": "dead", "uuid": "vm-4"},
+    ])
+    assert "StaleFence" in answers[0]["failure"]
+    assert [a.get("guest", {}).get("destroyed") for a in answers[1:4]] == [True, True, False]
+    assert "HostDead" in answers[4]["failure"]
+    assert [g["uuid"] for g in driver.list_instances("h1")] == ["vm-1"]
+    assert driver.list_instances("h2") == []

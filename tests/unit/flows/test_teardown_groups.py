@@ -93,19 +93,20 @@ def test_a_member_whose_delete_fails_stops_the_teardown_and_keeps_its_claim(clou
                                                                              monkeypatch):
     rid, hosts = _built(cloud, 4)
     failing = sorted(hosts)[1]
-    compute = cloud.runtime.compute
-    destroy = compute.ensure_destroyed
+    at_once = cloud.driver.destroy_at_once
 
-    def refuse(host, uuid, **kwargs):
-        if uuid == failing:
-            raise ComputeError(f"{uuid}: the host refused")
-        return destroy(host, uuid, **kwargs)
-    monkeypatch.setattr(compute, "ensure_destroyed", refuse)
+    def refuse(destroys):
+        # The agent's batch answers a refusal for this one guest and destroys the rest.
+        done = iter(at_once([d for d in destroys if d["uuid"] != failing]))
+        return [ComputeError(f"{d['uuid']}: the host refused") if d["uuid"] == failing
+                else next(done) for d in destroys]
+    monkeypatch.setattr(cloud.driver, "destroy_at_once", refuse)
     job = _delete(cloud, rid)
     assert cloud.run(job) != tf_states.SUCCESS
     found = {uuid: (status, fault) for uuid, _h, status, _a, _t, fault in _instances(cloud, rid)}
     assert found[failing][0] == states.ERROR
     assert found[failing][1]["step"] == "delete"
+    assert "the host refused" in found[failing][1]["message"]
     assert _allocations(cloud, failing) != {}
     assert cloud.runtime.compute.get_instance(hosts[failing], failing) is not None
     # Every other member of the failed group, and of the other group, is gone.
@@ -114,6 +115,32 @@ def test_a_member_whose_delete_fails_stops_the_teardown_and_keeps_its_claim(clou
         assert _allocations(cloud, uuid) == {}
     assert _status(cloud, rid)[0] != states.DELETED
     # The cause dealt with, the same teardown deletes what is left.
-    monkeypatch.setattr(compute, "ensure_destroyed", destroy)
+    monkeypatch.setattr(cloud.driver, "destroy_at_once", at_once)
     assert cloud.run(job) == tf_states.SUCCESS
     _assert_gone(cloud, rid, hosts)
+
+
+def test_the_guests_of_a_group_go_in_one_call_an_agent(cloud, monkeypatch):
+    rid, hosts = _built(cloud, 4)
+    batches, alone = [], []
+    at_once, destroy = cloud.driver.destroy_at_once, cloud.runtime.compute.ensure_destroyed
+    monkeypatch.setattr(cloud.driver, "destroy_at_once",
+                        lambda destroys: batches.append(len(destroys)) or at_once(destroys))
+    monkeypatch.setattr(cloud.runtime.compute, "ensure_destroyed",
+                        lambda host, uuid, **kw: alone.append(uuid) or destroy(host, uuid, **kw))
+    assert cloud.run(_delete(cloud, rid)) == tf_states.SUCCESS
+    _assert_gone(cloud, rid, hosts)
+    assert sorted(batches) == [2, 2] and alone == []
+
+
+def test_an_agent_older_than_batched_destroys_gets_one_call_a_guest(cloud, monkeypatch):
+    from fleetflow.compute.agent import ComputeEndpoint
+
+    rid, hosts = _built(cloud, 4)
+    monkeypatch.delattr(ComputeEndpoint, "destroy_instances")
+    alone, destroy = [], cloud.runtime.compute.ensure_destroyed
+    monkeypatch.setattr(cloud.runtime.compute, "ensure_destroyed",
+                        lambda host, uuid, **kw: alone.append(uuid) or destroy(host, uuid, **kw))
+    assert cloud.run(_delete(cloud, rid)) == tf_states.SUCCESS
+    _assert_gone(cloud, rid, hosts)
+    assert sorted(alone) == sorted(hosts)
