@@ -116,12 +116,14 @@ def _cycle(url: str, pid: int, n: int, poll: float) -> dict:
     built = {"status": entry["status"], "accepted_s": accepted,
              "cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0,
              "total_s": time.monotonic() - t0, "recorded_s": _recorded(entry, wall0)}
-    t0, wall0 = time.monotonic(), time.time()
+    cpu0, t0, wall0 = cpu_seconds(pid), time.monotonic(), time.time()
     requests.delete(f"{url}/v2/bench/vclusters/{vcluster_id}", headers=TENANT,
                     timeout=300).raise_for_status()
     entry = _wait(url, vcluster_id, poll, ("DELETED", "PAUSED", "ERROR"))
+    cpu = cpu_seconds(pid)
     return built | {"deleted": entry["status"], "delete_s": time.monotonic() - t0,
-                    "delete_recorded_s": _recorded(entry, wall0)}
+                    "delete_recorded_s": _recorded(entry, wall0),
+                    "delete_cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0}
 
 
 def run_placement(n: int, hosts: int) -> dict:
@@ -169,7 +171,8 @@ def main() -> None:
                       f"(202 in {r['accepted_s']:.2f} s, recorded {r['recorded_s']:.2f} s, "
                       f"server CPU {r['cpu_s'] or 0:.2f} s); "
                       f"{r['deleted']} in {r['delete_s']:.2f} s "
-                      f"(recorded {r['delete_recorded_s']:.2f} s)", flush=True)
+                      f"(recorded {r['delete_recorded_s']:.2f} s, "
+                      f"server CPU {r['delete_cpu_s'] or 0:.2f} s)", flush=True)
             else:
                 print(f"{name}: {n}+{n} on {hosts} hosts: {r['status']} in "
                       f"{r['total_s']:.3f} s", flush=True)

@@ -247,9 +247,9 @@ class VClusterOps:
         on_error = ON_ERROR_PAUSE if flow_name == TEARDOWN else ON_ERROR_REVERT
         args = {"vcluster_id": vcluster.id, "run": run, "servers": servers, "volumes": volumes}
         per_atom = self.conf.conductor.instances_per_atom
-        if flow_name == BUILD and len(servers) + len(volumes) > per_atom:
-            # Members in groups (flows/vcluster/batch.py): two atoms a member
-            # cost the engine about as much as the members' own work.
+        if len(servers) + len(volumes) > per_atom:
+            # Members in groups (flows/vcluster/batch.py, teardown.py): atoms a
+            # member cost the engine about as much as the members' own work.
             args["batch"] = per_atom
         self.submit(flow_name, args,
                     store={keys.VCLUSTER_ID: vcluster.id, keys.TENANT_ID: vcluster.tenant_id,

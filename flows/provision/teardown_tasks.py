@@ -15,25 +15,18 @@ DELETED already.
 
 from __future__ import annotations
 
-import logging
-from concurrent import futures
-
 import sqlalchemy as sa
 
 from fleetflow.common import crash_points, states
 from fleetflow.common.exceptions import FleetflowError, StaleFence
-from fleetflow.compute.build_batches import UNBATCHED
-from fleetflow.compute.exceptions import HostDead, OutcomeUnknown
 from fleetflow.flows import runtime
 from fleetflow.flows.provision.volume import detach_and_delete, volume_id_for
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.members import member_pool
+from fleetflow.flows.tasks.destroy import destroy_alone, destroy_guests, on_pool
 from fleetflow.persistence import bulk, groups
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Instance, Reservation, Volume
-
-LOG = logging.getLogger(__name__)
 
 
 class DeleteInstance(FleetTask):
@@ -75,49 +68,7 @@ def _delete_guest(rt, instance_id: str, host: str | None, has_volume: bool, fenc
     if has_volume:
         detach_and_delete(rt, host, instance_id, volume_id_for(instance_id), fence)
     if host:
-        _destroy_alone(rt, host, instance_id, fence)
-
-
-def _destroy_alone(rt, host: str, instance_id: str, fence) -> None:
-    try:
-        rt.compute.ensure_destroyed(host, instance_id, fence=fence)
-    except HostDead:
-        _dead(instance_id, host)
-
-
-def _dead(instance_id: str, host: str) -> None:
-    # The row says DELETED afterwards, and a host that comes back destroys the
-    # guests the database says are deleted: the deletion need not wait for it.
-    LOG.info("%s: host %s is dead; its copy goes when it returns", instance_id, host)
-
-
-def _on_pool(work, items) -> dict:
-    """``work(item)`` for every item at once on the member pool: ``{item: error}``
-    of those that failed."""
-    pending = {item: member_pool().submit(work, item) for item in items}
-    futures.wait(pending.values())
-    return {item: future.exception() for item, future in pending.items()
-            if future.exception() is not None}
-
-
-def _destroy(rt, hosts: dict[str, str], fence) -> dict:
-    """The guests ``{uuid: host}`` destroyed, together where the compute API sends
-    them so (``destroy_all``), else each alone: ``{uuid: error}`` of those that
-    failed (a dead host's is not a failure)."""
-    uuids = list(hosts)
-    destroy_all = getattr(rt.compute, "destroy_all", None)  # Nova's client has none
-    outcomes = (destroy_all([(hosts[u], u) for u in uuids], fence=fence)
-                if destroy_all is not None and uuids else [UNBATCHED] * len(uuids))
-    failed, alone = {}, []
-    for uuid, outcome in zip(uuids, outcomes, strict=True):
-        if outcome is UNBATCHED or isinstance(outcome, OutcomeUnknown):
-            alone.append(uuid)  # sent alone, asking the host again: it is idempotent
-        elif isinstance(outcome, HostDead):
-            _dead(uuid, hosts[uuid])
-        elif outcome is not None:
-            failed[uuid] = outcome
-    failed.update(_on_pool(lambda uuid: _destroy_alone(rt, hosts[uuid], uuid, fence), alone))
-    return failed
+        destroy_alone(rt, host, instance_id, fence)
 
 
 def _record_failure(session, instance_id: str, host: str | None, exc: FleetflowError) -> None:
@@ -152,10 +103,10 @@ class DeleteInstances(FleetTask):
             evac_rows.hold_for_delete(session, [row[0] for row in live], statuses=None)
         hosts = {row[0]: row[2] for row in live}
         # Volumes first (detached, then deleted), each on its own; then the guests.
-        failed = _on_pool(lambda uuid: detach_and_delete(
+        failed = on_pool(lambda uuid: detach_and_delete(
             rt, hosts[uuid], uuid, volume_id_for(uuid), fence),
             [uuid for uuid in hosts if volume_id_for(uuid) in volumes])
-        failed.update(_destroy(rt, {uuid: host for uuid, host in hosts.items()
+        failed.update(destroy_guests(rt, {uuid: host for uuid, host in hosts.items()
                                     if host and uuid not in failed}, fence))
         for error in failed.values():
             if isinstance(error, StaleFence) or not isinstance(error, FleetflowError):

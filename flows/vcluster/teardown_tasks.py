@@ -1,6 +1,9 @@
 """Taking members out of a vcluster, or the whole cluster down.
 
-detach -> delete each volume and destroy each server -> release -> finish.
+detach -> delete each volume and destroy each server -> release -> finish;
+a teardown of more than ``[conductor] instances_per_atom`` members deletes its
+volumes and destroys its servers in groups of that many, a task a group (its
+servers' guests in one call an agent).
 The per-member atoms only act on the hosts and the storage (idempotent by
 id); ``release`` then frees every allocation of the leaving members in one
 placement write and records them DELETED in a few statements, so a
@@ -20,12 +23,14 @@ import logging
 import sqlalchemy as sa
 
 from fleetflow.common import states
-from fleetflow.common.exceptions import FleetflowError
+from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.compute.exceptions import HostDead, InstanceNotFound
 from fleetflow.flows import runtime
 from fleetflow.flows.tasks.base import FleetTask
+from fleetflow.flows.tasks.destroy import destroy_guests
 from fleetflow.flows.vcluster import storage_routes
 from fleetflow.flows.vcluster.members import each
+from fleetflow.persistence import bulk
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as rows
 from fleetflow.persistence import vclusters as vc_rows
@@ -129,6 +134,48 @@ class DestroyMemberServer(FleetTask):
                                          exc.code, exc.message, step="delete", host=host))
             raise
         return None
+
+
+class DeleteMemberVolumes(FleetTask):
+    """:class:`DeleteMemberVolume` for a group of volumes (``volume_ids``), several at
+    once; the first failure is raised once every one has ended. Revert: nothing."""
+
+    def execute(self, volume_ids: list, fence=None) -> int:
+        rt = runtime.get()
+        table = Volume.__table__
+        with rt.database.session() as session:
+            live = [(volume_id, backend) for volume_id, status, backend in bulk.select_ids(
+                session, (table.c.id, table.c.status, table.c.backend), volume_ids)
+                if status != states.VOLUME_DELETED]
+        each(lambda volume: storage_routes.delete_volume(rt, volume[1], volume[0], fence),
+             live)
+        return len(live)
+
+
+class DestroyMemberServers(FleetTask):
+    """:class:`DestroyMemberServer` for a group of servers (``instance_ids``), their
+    guests in one call an agent (``flows/tasks/destroy.py``). A server whose destroy
+    fails is written ERROR with its fault; the first failure is raised once every
+    guest of the group was tried. Revert: nothing."""
+
+    def execute(self, instance_ids: list, fence=None) -> int:
+        rt = runtime.get()
+        table = Instance.__table__
+        with rt.database.session() as session:
+            hosts = {uuid: host for uuid, status, host in bulk.select_ids(
+                session, (table.c.id, table.c.status, table.c.host), instance_ids)
+                if status != states.DELETED and host}
+        failed = destroy_guests(rt, hosts, fence)
+        if failed:
+            with rt.database.session() as session:
+                for uuid, error in failed.items():
+                    if not isinstance(error, FleetflowError) or isinstance(error, StaleFence):
+                        raise error
+                    rows.update_instance(session, uuid, status=states.ERROR, task_state=None,
+                                         fault=rows.fault(error.code, error.message,
+                                                          step="delete", host=hosts[uuid]))
+            raise next(iter(failed.values()))
+        return len(hosts)
 
 
 class ReleaseLeaving(FleetTask):
