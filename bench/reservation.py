@@ -189,24 +189,24 @@ def run_one(n: int, hosts: int, env_extra: dict, flavor: str, poll: float,
     ``"deletes"``: each delete's figures, from the DELETE to the list's DELETED."""
     with tempfile.TemporaryDirectory(prefix="ff-bench-") as workdir, \
             running(workdir, hosts, env_extra, conductors) as (url, pids):
-        first = _measured(url, pids, n, flavor, poll, workdir)
+        first = reserve_measured(url, pids, n, flavor, poll, workdir)
         result = {"peak_mb": [peak_rss_mb(pid) for pid in pids], "batches": build_batches(url),
                   "n": n, "hosts": hosts, **first,
                   "idle_cpu_s": idle and idle_cpu(pids, idle)}
         runs, deletes, last = [], [], first
         for _ in range(int(again)):
-            deletes.append(_deleted(url, pids, last, poll))
-            last = _measured(url, pids, n, flavor, poll, workdir)
+            deletes.append(delete_measured(url, pids, last, poll))
+            last = reserve_measured(url, pids, n, flavor, poll, workdir)
             runs.append(last)
         if delete:
-            deletes.append(_deleted(url, pids, last, poll))
+            deletes.append(delete_measured(url, pids, last, poll))
         if runs:
             result["again"] = runs[0]
         result["repeats"], result["deletes"] = runs, deletes
         return result
 
 
-def _deleted(url: str, pids: list[int], run: dict, poll: float) -> dict:
+def delete_measured(url: str, pids: list[int], run: dict, poll: float) -> dict:
     """DELETE the reservation of ``run`` and poll the list until it is DELETED; the
     time and CPU to then, and back to quiet for the next run."""
     cpu0, t0 = total_cpu(pids), time.monotonic()
@@ -230,7 +230,7 @@ def quiet(pids: list[int], limit: float = 30.0) -> None:
             return
 
 
-def _measured(url: str, pids: list[int], n: int, flavor: str, poll: float,
+def reserve_measured(url: str, pids: list[int], n: int, flavor: str, poll: float,
               workdir: str) -> dict:
     cpu0 = total_cpu(pids)
     t0 = time.monotonic()

@@ -43,3 +43,29 @@ def test_polls_of_a_building_reservation_share_one_count_per_tenth_of_a_second(
         session.execute(sa.update(Reservation).where(Reservation.id == rid)
                         .values(status=states.ACTIVE))
     assert _progress(cloud, rid) == {**_progress(cloud, rid), "active": 4, "building": 0}
+
+
+def test_the_list_counts_a_deleted_reservations_progress_once(fleetflow_cloud, monkeypatch):
+    from fleetflow.persistence import reservations as rows
+
+    cloud = fleetflow_cloud
+    gone, job = cloud.reserve(3)
+    assert cloud.run(job) == "SUCCESS"
+    reservations.ReservationOps(cloud.conf, cloud.database, submit=cloud.submit
+                                ).delete_reservation("t1", gone)
+    assert cloud.run(cloud.posted[-1]) == "SUCCESS"
+    building, _job = cloud.reserve(2)
+    asked, count = [], rows.progress_by_reservation
+    monkeypatch.setattr(rows, "progress_by_reservation",
+                        lambda session, ids: asked.append(sorted(ids)) or count(session, ids))
+
+    def listed() -> dict:
+        return {r.id: (r.status, p) for r, p in
+                reservations.list_page(cloud.database, "t1", limit=10)[0]}
+    first, second = listed(), listed()
+    assert first == second
+    assert first[gone] == (states.DELETED, {"total": 3, "active": 0, "building": 0,
+                                            "error": 0, "reverted": 0, "deleted": 3})
+    assert first[building][1]["building"] == 2
+    # Counted once, then only the reservation whose instances can still change.
+    assert asked == [sorted([gone, building]), [building]]
