@@ -22,7 +22,8 @@ from fleetflow.common.exceptions import FleetflowError, StaleFence
 from fleetflow.flows import runtime
 from fleetflow.flows.provision.volume import detach_and_delete, volume_id_for
 from fleetflow.flows.tasks.base import FleetTask
-from fleetflow.flows.tasks.destroy import destroy_alone, destroy_guests, on_pool
+from fleetflow.flows.tasks.destroy import destroy_alone, destroy_guests
+from fleetflow.flows.tasks.members import failures
 from fleetflow.persistence import bulk, groups
 from fleetflow.persistence import evacuations as evac_rows
 from fleetflow.persistence import reservations as rows
@@ -81,9 +82,9 @@ class DeleteInstances(FleetTask):
 
     The guests go in one call an agent (``compute/destroy_batches.py``), each
     data volume on its own first. Every member's guest is destroyed before the
-    group fails: a member whose
-    delete fails is left ERROR with its fault (its claim kept), the others are
-    DELETED, then the first failure is raised; resuming deletes what is left.
+    group fails: a member whose delete fails is left ERROR with its fault (its
+    claim kept), the others are DELETED, then the first failure is raised;
+    resuming deletes what is left.
     StaleFence (this process lost the flow) is raised with nothing recorded.
 
     Revert: nothing, as for :class:`DeleteInstance`.
@@ -103,7 +104,7 @@ class DeleteInstances(FleetTask):
             evac_rows.hold_for_delete(session, [row[0] for row in live], statuses=None)
         hosts = {row[0]: row[2] for row in live}
         # Volumes first (detached, then deleted), each on its own; then the guests.
-        failed = on_pool(lambda uuid: detach_and_delete(
+        failed = failures(lambda uuid: detach_and_delete(
             rt, hosts[uuid], uuid, volume_id_for(uuid), fence),
             [uuid for uuid in hosts if volume_id_for(uuid) in volumes])
         failed.update(destroy_guests(rt, {uuid: host for uuid, host in hosts.items()

@@ -9,11 +9,10 @@ that comes back destroys the guests the database says are deleted.
 from __future__ import annotations
 
 import logging
-from concurrent import futures
 
 from fleetflow.compute.build_batches import UNBATCHED
 from fleetflow.compute.exceptions import HostDead, OutcomeUnknown
-from fleetflow.flows.tasks.members import member_pool
+from fleetflow.flows.tasks.members import failures
 
 LOG = logging.getLogger(__name__)
 
@@ -28,15 +27,6 @@ def destroy_alone(rt, host: str, instance_id: str, fence) -> None:
 
 def _dead(instance_id: str, host: str) -> None:
     LOG.info("%s: host %s is dead; its copy goes when it returns", instance_id, host)
-
-
-def on_pool(work, items) -> dict:
-    """``work(item)`` for every item at once on the member pool: ``{item: error}``
-    of those that failed, once every one has ended."""
-    pending = {item: member_pool().submit(work, item) for item in items}
-    futures.wait(pending.values())
-    return {item: future.exception() for item, future in pending.items()
-            if future.exception() is not None}
 
 
 def destroy_guests(rt, hosts: dict[str, str], fence) -> dict:
@@ -55,5 +45,5 @@ def destroy_guests(rt, hosts: dict[str, str], fence) -> dict:
             _dead(uuid, hosts[uuid])
         elif outcome is not None:
             failed[uuid] = outcome
-    failed.update(on_pool(lambda uuid: destroy_alone(rt, hosts[uuid], uuid, fence), alone))
+    failed.update(failures(lambda uuid: destroy_alone(rt, hosts[uuid], uuid, fence), alone))
     return failed

@@ -46,9 +46,22 @@ def run_all(work, items) -> list:
     Waits for every one before raising the first failure: a member still
     running when the group's revert starts would race it.
     """
-    pending = [member_pool().submit(work, item) for item in items]
-    futures.wait(pending)
-    for future in pending:
+    pending = _ended(work, items)
+    for _item, future in pending:
         if future.exception() is not None:
             raise future.exception()
-    return [future.result() for future in pending]
+    return [future.result() for _item, future in pending]
+
+
+def failures(work, items) -> dict:
+    """``work(item)`` for every item on the member pool: ``{item: its error}`` of
+    those that failed, once every one has ended (items hashable)."""
+    return {item: future.exception() for item, future in _ended(work, items)
+            if future.exception() is not None}
+
+
+def _ended(work, items) -> list[tuple]:
+    """``(item, future)`` of ``work(item)`` on the member pool, once every one has ended."""
+    pending = [(item, member_pool().submit(work, item)) for item in items]
+    futures.wait([future for _item, future in pending])
+    return pending

@@ -166,11 +166,12 @@ class DestroyMemberServers(FleetTask):
                 session, (table.c.id, table.c.status, table.c.host), instance_ids)
                 if status != states.DELETED and host}
         failed = destroy_guests(rt, hosts, fence)
+        for error in failed.values():
+            if isinstance(error, StaleFence) or not isinstance(error, FleetflowError):
+                raise error  # this process lost the flow, or a bug: nothing recorded
         if failed:
             with rt.database.session() as session:
                 for uuid, error in failed.items():
-                    if not isinstance(error, FleetflowError) or isinstance(error, StaleFence):
-                        raise error
                     rows.update_instance(session, uuid, status=states.ERROR, task_state=None,
                                          fault=rows.fault(error.code, error.message,
                                                           step="delete", host=hosts[uuid]))
