@@ -68,7 +68,7 @@ def cluster_body(n: int) -> dict:
     return {"vcluster": {"name": f"bench-{n}", "instances": instances, "groupings": groupings}}
 
 
-def _wait(url: str, vcluster_id: str, poll: float, until: tuple[str, ...]) -> dict:
+def wait_for(url: str, vcluster_id: str, poll: float, until: tuple[str, ...]) -> dict:
     while True:
         page = requests.get(f"{url}/v2/bench/vclusters", headers=TENANT, timeout=60).json()
         entry = next(v for v in page["vclusters"] if v["id"] == vcluster_id)
@@ -111,7 +111,7 @@ def _cycle(url: str, pid: int, n: int, poll: float) -> dict:
     answer.raise_for_status()
     accepted = time.monotonic() - t0
     vcluster_id = answer.json()["vcluster"]["id"]
-    entry = _wait(url, vcluster_id, poll, SETTLED)
+    entry = wait_for(url, vcluster_id, poll, SETTLED)
     cpu = cpu_seconds(pid)
     built = {"status": entry["status"], "accepted_s": accepted,
              "cpu_s": None if cpu0 is None or cpu is None else cpu - cpu0,
@@ -119,7 +119,7 @@ def _cycle(url: str, pid: int, n: int, poll: float) -> dict:
     cpu0, t0, wall0 = cpu_seconds(pid), time.monotonic(), time.time()
     requests.delete(f"{url}/v2/bench/vclusters/{vcluster_id}", headers=TENANT,
                     timeout=300).raise_for_status()
-    entry = _wait(url, vcluster_id, poll, ("DELETED", "PAUSED", "ERROR"))
+    entry = wait_for(url, vcluster_id, poll, ("DELETED", "PAUSED", "ERROR"))
     cpu = cpu_seconds(pid)
     return built | {"deleted": entry["status"], "delete_s": time.monotonic() - t0,
                     "delete_recorded_s": _recorded(entry, wall0),

@@ -31,6 +31,7 @@ from fleetflow.persistence import reservations as rows
 from fleetflow.persistence.models import Flavor, Image, Instance, Reservation
 from fleetflow.plugin.flow_meta import ON_ERROR_CHOICES, ON_ERROR_PAUSE, ON_ERROR_REVERT
 from fleetflow.services import servers, volumes
+from fleetflow.services.final_progress import FinalProgress
 from fleetflow.services.queue import limits as queue_limits
 
 PROVISION = "provision"
@@ -95,19 +96,15 @@ def list_page(database, tenant_id: str, *, limit: int, marker: str | None = None
         stmt = stmt.where(Reservation.status == status)
     # A read: clients poll the list while reservations build, and must not queue
     # behind (nor hold back) their writes.
+    final = _final_progress.setdefault(id(database), FinalProgress())
     with database.read_session() as session:
         page, more = paging.newest_first(session, stmt, Reservation, limit, marker, scope)
-        final = {r.id: _final_progress.get((id(database), r.id)) for r in page
-                 if r.status == states.DELETED}
+        known = final.known(r.id for r in page if r.status == states.DELETED)
         progress = rows.progress_by_reservation(
-            session, [r.id for r in page if final.get(r.id) is None])
-    for rid, known in final.items():
-        if known is None:
-            if len(_final_progress) > 4096:
-                _final_progress.clear()
-            _final_progress[(id(database), rid)] = progress[rid]
-        else:
-            progress[rid] = known
+            session, [r.id for r in page if r.id not in known])
+    final.remember({r.id: progress[r.id] for r in page
+                    if r.status == states.DELETED and r.id in progress})
+    progress.update(known)
     return [(r, dict(progress[r.id])) for r in page], more
 
 
@@ -134,10 +131,9 @@ def show(database, tenant_id: str, reservation_id: str, *, instance_limit: int |
         return reservation, progress, page, more
 
 
-# A DELETED reservation's progress never changes again (none of its instances is
-# left to change): the list counts it once per process, not at every poll, so a
-# project's deleted history does not weigh on every look at its reservations.
-_final_progress: dict[tuple[int, str], dict] = {}
+# The list's DELETED reservations, counted once (services/final_progress.py), by
+# database: a process may open more than one.
+_final_progress: dict[int, FinalProgress] = {}
 
 # A building reservation's progress is a count over every one of its instance
 # rows; the clients polling it (eight, ten times a second each) share one count

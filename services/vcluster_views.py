@@ -23,6 +23,7 @@ from fleetflow.persistence.models import (
 )
 from fleetflow.scheduler.vcluster.check import holds
 from fleetflow.scheduler.vcluster.plan import backend_places, host_places
+from fleetflow.services.final_progress import FinalProgress
 
 SERVER, VOLUME = states.MEMBER_SERVER, states.MEMBER_VOLUME
 ACTIVE_VOLUME = (states.VOLUME_AVAILABLE, states.VOLUME_IN_USE)
@@ -104,10 +105,11 @@ def _queue(session, vcluster: VCluster) -> dict | None:
 
 
 def summaries(session, tenant_id: str | None, status: str | None, limit: int,
-              marker: str | None) -> list[dict]:
+              marker: str | None, final: FinalProgress | None = None) -> list[dict]:
     """A page of clusters, newest first, with their progress (no members).
 
-    NotFound when ``marker`` names no cluster of the tenant.
+    ``final``: the progress of DELETED clusters counted before, which is kept
+    there. NotFound when ``marker`` names no cluster of the tenant.
     """
     # Not the request body nor the runs: a cluster of thousands carries them
     # as large JSON documents that no summary shows.
@@ -119,26 +121,31 @@ def summaries(session, tenant_id: str | None, status: str | None, limit: int,
     if marker:
         rows.get(session, marker, tenant_id)
     clusters, _more = paging.newest_first(session, query, VCluster, limit, marker)
-    counts: dict[str, Counter] = {c.id: Counter() for c in clusters}
-    if clusters:
-        for vcluster_id, status_, members in _member_statuses(session, list(counts)):
+    final = final if final is not None else FinalProgress()
+    known = final.known(c.id for c in clusters if c.status == states.DELETED)
+    counts: dict[str, Counter] = {c.id: Counter() for c in clusters if c.id not in known}
+    if counts:
+        for vcluster_id, status_, members in session.execute(
+                _MEMBER_STATUSES, {"ids": list(counts)}):
             counts[vcluster_id][status_] += members
+    progress = {vcluster_id: _progress(c) for vcluster_id, c in counts.items()}
+    final.remember({c.id: progress[c.id] for c in clusters
+                    if c.status == states.DELETED and c.id in progress})
+    progress.update(known)
     return [{"id": c.id, "name": c.name, "status": c.status, "flow_id": c.flow_id,
              "created_at": c.created_at, "updated_at": c.updated_at,
-             "progress": _progress(counts[c.id]), "fault": c.fault} for c in clusters]
+             "progress": progress[c.id], "fault": c.fault} for c in clusters]
 
 
-def _member_statuses(session, vcluster_ids: list[str]):
-    """``(cluster id, status, members)``: counted by the database, for a list
-    polled while a cluster of thousands builds."""
-    found = []
-    for model in (Instance, Volume):
-        found += session.execute(
-            sa.select(VClusterMember.vcluster_id, model.status, sa.func.count())
-            .join(model, model.id == VClusterMember.resource_id)
-            .where(VClusterMember.vcluster_id.in_(vcluster_ids))
-            .group_by(VClusterMember.vcluster_id, model.status)).all()
-    return found
+# ``(cluster id, status, members)`` of the clusters ``ids``, servers and volumes:
+# counted by the database, for a list polled while a cluster of thousands builds.
+# Built once: a poll pays neither its construction nor its cache key.
+_MEMBER_STATUSES = sa.union_all(*(
+    sa.select(VClusterMember.vcluster_id, model.status, sa.func.count())
+    .join(model, model.id == VClusterMember.resource_id)
+    .where(VClusterMember.vcluster_id.in_(sa.bindparam("ids", expanding=True)))
+    .group_by(VClusterMember.vcluster_id, model.status)
+    for model in (Instance, Volume)))
 
 
 def dry_run_view(session, checked, placement) -> dict:

@@ -39,6 +39,7 @@ from fleetflow.scheduler.vcluster import plan as vcluster_plan
 from fleetflow.scheduler.vcluster.place import VolumeMember, check_groupings
 from fleetflow.services import vcluster_views as views
 from fleetflow.services import volumes as volumes_service
+from fleetflow.services.final_progress import FinalProgress
 from fleetflow.services.queue import limits as queue_limits
 from fleetflow.services.reservations import resolve_flavor, resolve_image
 
@@ -89,6 +90,8 @@ class VClusterOps:
         self.conf = conf
         self.database = database
         self.submit = intents.joining(submit)
+        # The list's DELETED clusters, counted once (services/final_progress.py).
+        self._final_progress = FinalProgress()
 
     # -- validation ----------------------------------------------------------------
 
@@ -362,7 +365,8 @@ class VClusterOps:
         # A read: clients poll the list while clusters build, and must not queue
         # behind (nor hold back) their writes.
         with self.database.read_session() as session:
-            return views.summaries(session, tenant_id, status, limit, marker)
+            return views.summaries(session, tenant_id, status, limit, marker,
+                                   self._final_progress)
 
 
 def _merge_groupings(before: list[dict], new: list[dict]) -> list[dict]:

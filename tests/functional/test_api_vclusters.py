@@ -571,6 +571,33 @@ def test_delete_takes_the_cluster_down(build, client, member_headers, small_clou
     assert [v["id"] for v in deleted] == [view["id"]]
 
 
+def test_the_list_counts_a_deleted_clusters_progress_once(build, post, client,
+                                                          member_headers, small_cloud, db):
+    gone = build(SERVER_WITH_VOLUME)["id"]
+    assert client.delete(f"{URL}/{gone}", headers=member_headers).status_code == 202
+    assert wait(small_cloud, client, member_headers, f"{URL}/{gone}")["status"] == "DELETED"
+    pending = post({**SERVER_WITH_VOLUME, "name": "next"}).json["vcluster"]["id"]
+    asked = []
+
+    def count_asks(conn, cursor, statement, parameters, context, executemany):
+        if "count(" in statement and "vcluster_members" in statement:
+            asked.append(sorted({p for p in parameters if str(p).startswith("vc-")}))
+    sa.event.listen(db.engine, "before_cursor_execute", count_asks)
+    try:
+        first, second = (client.get(URL, headers=member_headers).json["vclusters"]
+                         for _ in range(2))
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", count_asks)
+
+    assert first == second
+    progress = {v["id"]: v["progress"] for v in first}
+    # The deleted cluster's members were counted: they are DELETED, none active.
+    assert progress[gone] == {"total": 2, "active": 0, "building": 0, "error": 0}
+    assert progress[pending] == {"total": 2, "active": 0, "building": 2, "error": 0}
+    # Counted once, then only the cluster whose members can still change.
+    assert asked == [sorted([gone, pending]), [pending]]
+
+
 # -- OpenAPI ------------------------------------------------------------------------
 
 

@@ -69,3 +69,21 @@ def test_the_list_counts_a_deleted_reservations_progress_once(fleetflow_cloud, m
     assert first[building][1]["building"] == 2
     # Counted once, then only the reservation whose instances can still change.
     assert asked == [sorted([gone, building]), [building]]
+
+
+def test_final_progress_keeps_copies_and_forgets_everything_past_its_limit():
+    from fleetflow.services.final_progress import FinalProgress
+
+    final = FinalProgress(limit=2)
+    counted = {"total": 3, "deleted": 3}
+    final.remember({"a": counted})
+    counted["total"] = 99  # the caller's dict is not the one kept
+    shown = final.known(["a", "b"])
+    assert shown == {"a": {"total": 3, "deleted": 3}}
+    shown["a"]["total"] = 0  # nor is the one handed out
+    assert final.known(["a"]) == {"a": {"total": 3, "deleted": 3}}
+    final.remember({"b": {"total": 1}})
+    assert set(final.known(["a", "b"])) == {"a", "b"}
+    # One more than the limit: everything is forgotten and counted again later.
+    final.remember({"c": {"total": 2}})
+    assert final.known(["a", "b", "c"]) == {"c": {"total": 2}}
