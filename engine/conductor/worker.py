@@ -102,26 +102,50 @@ class WakeableTimeout(timing.Timeout):
     def __init__(self, value):
         super().__init__(value)
         self._poke = threading.Event()
+        self._waiting = False
 
     def wake(self) -> None:
         self._poke.set()
+
+    def wake_if_idle(self) -> bool:
+        """End the wait if one is under way and nobody ended it yet: whether it did."""
+        if not self._waiting or self._poke.is_set():
+            return False
+        self._poke.set()
+        return True
 
     def interrupt(self):
         super().interrupt()
         self._poke.set()
 
     def wait(self):
-        self._poke.wait(self._value)
-        self._poke.clear()
+        self._waiting = True
+        try:
+            self._poke.wait(self._value)
+        finally:
+            self._waiting = False
+            self._poke.clear()
 
 
 _local_conductors: weakref.WeakSet = weakref.WeakSet()
+_waking = threading.Lock()
 
 
 def wake_local_conductors() -> None:
-    """Have this process's idle conductors look at the board now (a job was posted)."""
-    for conductor in list(_local_conductors):
-        conductor.wake()
+    """Have one of this process's idle conductors look at the board now (a job was
+    posted); every one of them when none is idle.
+
+    One is enough for one job: waking every idle conductor had each list the
+    board and all but one lose the race for the claim. When none is idle, a busy
+    one lists the board once its job is done, and one between a listing and its
+    wait must not sleep through the job (its next wait returns at once).
+    """
+    with _waking:
+        conductors = list(_local_conductors)
+        if any(conductor.wake_if_idle() for conductor in conductors):
+            return
+        for conductor in conductors:
+            conductor.wake()
 
 
 class FleetConductor(impl_blocking.BlockingConductor):
@@ -158,6 +182,10 @@ class FleetConductor(impl_blocking.BlockingConductor):
     def wake(self) -> None:
         """End an idle wait now: there may be a job on the board."""
         self._wait_timeout.wake()
+
+    def wake_if_idle(self) -> bool:
+        """End this conductor's idle wait if it is in one nobody ended: whether it was."""
+        return self._wait_timeout.wake_if_idle()
 
     def run(self, max_dispatches=None):
         self._keepalive.start()

@@ -336,6 +336,57 @@ def test_a_job_posted_in_process_wakes_an_idle_conductor(engine_conf, board, mem
         _wait_state(memory_backend, flow_id, tf_states.SUCCESS, timeout=120)
 
 
+class _Waiting:
+    """A conductor as the wake-up sees it: its idle wait (a thread in it once started)."""
+
+    def __init__(self):
+        from fleetflow.engine.conductor.worker import WakeableTimeout
+
+        self.timeout = WakeableTimeout(600)
+        self.thread = threading.Thread(target=self.timeout.wait, daemon=True)
+
+    def wake(self):
+        self.timeout.wake()
+
+    def wake_if_idle(self):
+        return self.timeout.wake_if_idle()
+
+
+def _until(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.01)
+
+
+def test_a_posted_job_wakes_one_idle_conductor_and_every_one_when_none_idles(monkeypatch):
+    import weakref
+
+    from fleetflow.engine.conductor import worker
+
+    conductors = [_Waiting() for _ in range(3)]
+    monkeypatch.setattr(worker, "_local_conductors", weakref.WeakSet(conductors))
+    for conductor in conductors[:2]:
+        conductor.thread.start()
+    _until(lambda: all(c.timeout._waiting for c in conductors[:2]), "two conductors idle")
+
+    worker.wake_local_conductors()
+    _until(lambda: sum(not c.thread.is_alive() for c in conductors[:2]) == 1,
+           "exactly one idle conductor woken")
+    time.sleep(0.2)
+    # One job, one conductor: the other idle one still waits.
+    assert sum(c.thread.is_alive() for c in conductors[:2]) == 1
+    worker.wake_local_conductors()  # a second job takes the second idle conductor
+    _until(lambda: not any(c.thread.is_alive() for c in conductors[:2]), "both woken")
+
+    # None idle (the third is between a look at the board and its wait): every
+    # conductor is poked, so the next wait of each returns at once.
+    worker.wake_local_conductors()
+    conductors[2].thread.start()
+    conductors[2].thread.join(30)
+    assert not conductors[2].thread.is_alive()
+
+
 def test_the_idle_wait_ends_on_wake_and_on_stop():
     from fleetflow.engine.conductor.worker import WakeableTimeout
 
