@@ -56,9 +56,9 @@ from sqlalchemy import orm
 
 from fleetflow.common import states
 from fleetflow.persistence import fleet, models
+from fleetflow.persistence.placement import allocation_reads, providers
 from fleetflow.persistence.placement import allocations as allocs
 from fleetflow.persistence.placement import fleet as placement_fleet
-from fleetflow.persistence.placement import providers
 from fleetflow.persistence.placement.models import Allocation, Inventory, ProviderTrait
 
 RACK_KEY = "fleetflow_rack"
@@ -277,7 +277,7 @@ def _write_external(session: orm.Session, view, synced: list[dict],
                    for rc, used in sorted(cloud.items())}
         amounts = {rc: n for rc, n in amounts.items() if n > 0}
         wanted[consumers[host["name"]]] = {host["uuid"]: amounts} if amounts else {}
-    held = allocs.get_many(session, consumers.values())
+    held = allocation_reads.get_many(session, consumers.values())
     writes = [allocs.ConsumerWrite(consumer, wanted.get(consumer, {}), EXTERNAL_OWNER,
                                    EXTERNAL_OWNER, allocs.ANY_GENERATION, EXTERNAL_TYPE)
               for consumer in sorted(consumers.values())

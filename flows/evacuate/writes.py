@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from fleetflow.persistence import fences
 from fleetflow.persistence.group_commit import GroupCommit
 from fleetflow.persistence.models import Instance, Move, utcnow
-from fleetflow.persistence.placement import allocations
+from fleetflow.persistence.placement import allocation_reads, allocations
 from fleetflow.persistence.placement.allocations import ConsumerWrite
 
 _lock = threading.Lock()
@@ -76,7 +76,7 @@ def _apply_releases(session, items) -> None:
         key = None if not fence else f"{fence['key']}={fence['token']}"
         by_fence.setdefault(key, [fence, []])[1].append(migration_id)
     for fence, migration_ids in by_fence.values():
-        known = allocations.get_many(session, migration_ids)
+        known = allocation_reads.get_many(session, migration_ids)
         writes = [ConsumerWrite(m, {}, body.get("project_id"), body.get("user_id"),
                                 body.get("consumer_generation"), body.get("consumer_type"))
                   for m, body in known.items() if body["allocations"]]

@@ -35,15 +35,11 @@ Configuration (``taskflow.persistence.backends.fetch`` or the constructor)::
 from __future__ import annotations
 
 import contextlib
-import json
 
 import sqlalchemy as sa
-from oslo_serialization import jsonutils
 from sqlalchemy import exc as sa_exc
 from taskflow import exceptions as exc
-from taskflow import states
-from taskflow import storage as tf_storage
-from taskflow.persistence import base, models
+from taskflow.persistence import base
 
 from fleetflow.persistence import db, db_retry, migrate
 from fleetflow.persistence.logbook.checkpoint import AtomCheckpoint
@@ -51,8 +47,15 @@ from fleetflow.persistence.logbook.models import (
     ATOM_COLUMNS,
     ATOMDETAILS,
     FLOWDETAILS,
-    JSON_COLUMNS,
     LOGBOOKS,
+)
+from fleetflow.persistence.logbook.rows import (
+    atom_from_row,
+    atom_values,
+    book_from_row,
+    book_values,
+    flow_from_row,
+    flow_values,
 )
 
 SCHEME_PREFIX = "fleetflow+"
@@ -83,76 +86,13 @@ DELETE_FLOWS_OF_BOOK = sa.delete(FLOWDETAILS).where(_fd.parent_uuid == sa.bindpa
 DELETE_ATOMS_OF_BOOK = sa.delete(ATOMDETAILS).where(_ad.parent_uuid.in_(FLOWS_OF_BOOK))
 
 
-# jsonutils.dumps(value) is json.dumps(value, default=to_primitive), which builds
-# a new encoder on every call (four per checkpoint); one encoder gives the same text.
-_ENCODE = json.JSONEncoder(default=jsonutils.to_primitive).encode
-
-
-def _dumps(value):
-    return None if value is None else _ENCODE(value)
-
-
-def _loads(text):
-    return None if text is None else jsonutils.loads(text)
-
-
-def _atom_values(ad) -> dict:
-    """The stored columns of an atom detail (JSON columns encoded)."""
-    data = ad.to_dict()
-    values = {c: (_dumps(data[c]) if c in JSON_COLUMNS else data.get(c))
-              for c in ATOM_COLUMNS if c != "atom_type"}
-    values["atom_type"] = models.atom_detail_type(ad)
-    return values
-
-
-# The atom detail TaskFlow keeps a flow's injected values in.
-INJECTOR_NAME = tf_storage.Storage.injector_name
-
-
-def _atom_from_row(row):
-    data = {c: (_loads(row[c]) if c in JSON_COLUMNS else row[c]) for c in ATOM_COLUMNS}
-    data["uuid"] = row["uuid"]
-    if data["results"] is None and data["name"] == INJECTOR_NAME:
-        # NOTE: TaskFlow's Storage.inject saves a new injector detail in two writes:
-        # the flow detail with the detail empty (no results, no state), then the
-        # detail with its values and SUCCESS. A process killed between the two leaves
-        # the empty one, and every later Storage() of the flow fails on
-        # ``results.keys()``: the flow could never be resumed. Nothing was injected
-        # yet, so it reads as the second write would have left it with nothing in
-        # it, and the next inject (a conductor's fence token) fills it again.
-        data["results"], data["state"] = {}, states.SUCCESS
-    return models.atom_detail_class(row["atom_type"]).from_dict(data)
-
-
-def _flow_values(fd) -> dict:
-    return {"name": fd.name, "state": fd.state, "meta": _dumps(fd.meta)}
-
-
-def _flow_from_row(row):
-    return models.FlowDetail.from_dict({"name": row["name"], "uuid": row["uuid"],
-                                        "state": row["state"], "meta": _loads(row["meta"])})
-
-
-def _book_values(book) -> dict:
-    data = book.to_dict()
-    return {"name": data["name"], "meta": _dumps(data["meta"]),
-            "created_at": data["created_at"], "updated_at": data["updated_at"]}
-
-
-def _book_from_row(row):
-    return models.LogBook.from_dict({"name": row["name"], "uuid": row["uuid"],
-                                     "meta": _loads(row["meta"]),
-                                     "created_at": row["created_at"],
-                                     "updated_at": row["updated_at"]})
-
-
 def _populate_flows(conn, flows: list) -> None:
     """Fill flow details with their atom details (one query for all of them)."""
     if not flows:
         return
     by_uuid = {fd.uuid: fd for fd in flows}
     for row in conn.execute(SELECT_ATOMS_OF, {"parents": list(by_uuid)}).mappings():
-        by_uuid[row["parent_uuid"]].add(_atom_from_row(row))
+        by_uuid[row["parent_uuid"]].add(atom_from_row(row))
 
 
 def _write_flow(conn, fd, parent_uuid, insert_if_missing: bool) -> list:
@@ -161,19 +101,19 @@ def _write_flow(conn, fd, parent_uuid, insert_if_missing: bool) -> list:
     Atom rows that already hold exactly what ``fd`` has are not rewritten: a
     flow's state change otherwise rewrites every atom of the flow.
     """
-    updated = conn.execute(UPDATE_FLOW, {"b_uuid": fd.uuid, **_flow_values(fd)})
+    updated = conn.execute(UPDATE_FLOW, {"b_uuid": fd.uuid, **flow_values(fd)})
     stored = {}
     if updated.rowcount == 0:
         if not insert_if_missing:
             raise exc.NotFound(f"No flow details found with uuid '{fd.uuid}'")
         conn.execute(INSERT_FLOW, {"uuid": fd.uuid, "parent_uuid": parent_uuid,
-                                   **_flow_values(fd)})
+                                   **flow_values(fd)})
     else:
         stored = {row[0]: tuple(row[1:])
                   for row in conn.execute(SELECT_ATOM_TEXT_OF, {"parent": fd.uuid})}
     inserts, updates = [], []
     for ad in fd:
-        values = _atom_values(ad)
+        values = atom_values(ad)
         old = stored.pop(ad.uuid, None)
         if old is None:
             inserts.append({"uuid": ad.uuid, "parent_uuid": fd.uuid, **values})
@@ -187,7 +127,7 @@ def _write_flow(conn, fd, parent_uuid, insert_if_missing: bool) -> list:
         return []
     # Atoms another writer added: return them, as TaskFlow's backends do.
     rows = conn.execute(sa.select(ATOMDETAILS).where(_ad.uuid.in_(list(stored)))).mappings()
-    return [_atom_from_row(row) for row in rows]
+    return [atom_from_row(row) for row in rows]
 
 
 class LogbookBackend(base.Backend):
@@ -282,14 +222,14 @@ class LogbookConnection(base.Connection):
                               "saving a checkpoint")
 
     def _update_atom(self, atom_detail, ignore_missing):
-        values = _atom_values(atom_detail)
+        values = atom_values(atom_detail)
         if self._checkpoint({"b_uuid": atom_detail.uuid, **values}):
             return atom_detail
         if not ignore_missing:
             raise exc.NotFound(f"No atom details found with uuid '{atom_detail.uuid}'")
         with self._transaction(f"inserting atom details '{atom_detail.uuid}'") as conn:
             conn.execute(INSERT_ATOM, {"uuid": atom_detail.uuid, "parent_uuid": None,
-                                       **_atom_values(atom_detail)})
+                                       **atom_values(atom_detail)})
         return atom_detail
 
     def update_atom_details_many(self, atom_details) -> None:
@@ -299,7 +239,7 @@ class LogbookConnection(base.Connection):
         without ``ignore_missing``): those that have are written, then
         NotFound names the others.
         """
-        rows = [{"b_uuid": ad.uuid, **_atom_values(ad)} for ad in atom_details]
+        rows = [{"b_uuid": ad.uuid, **atom_values(ad)} for ad in atom_details]
         if rows:
             self._retrying(lambda: self._update_atoms(rows), "saving checkpoints")
 
@@ -336,7 +276,7 @@ class LogbookConnection(base.Connection):
         """
         def write():
             with self._transaction(f"updating flow '{flow_detail.uuid}'") as conn:
-                values = {"b_uuid": flow_detail.uuid, **_flow_values(flow_detail)}
+                values = {"b_uuid": flow_detail.uuid, **flow_values(flow_detail)}
                 if conn.execute(UPDATE_FLOW, values).rowcount == 0:
                     raise exc.NotFound(f"No flow details found with uuid '{flow_detail.uuid}'")
             return flow_detail
@@ -348,7 +288,7 @@ class LogbookConnection(base.Connection):
 
     def _save_book(self, book):
         with self._transaction(f"saving logbook '{book.uuid}'") as conn:
-            values = _book_values(book)
+            values = book_values(book)
             if conn.execute(UPDATE_BOOK, {"b_uuid": book.uuid, **values}).rowcount == 0:
                 conn.execute(INSERT_BOOK, {"uuid": book.uuid, **values})
             result = book.copy()
@@ -361,7 +301,7 @@ class LogbookConnection(base.Connection):
                     result.add(merged)
             # Flow details of this book saved by someone else come back too.
             known = {fd.uuid for fd in book}
-            others = [_flow_from_row(row)
+            others = [flow_from_row(row)
                       for row in conn.execute(SELECT_FLOWS_OF, {"parents": [book.uuid]})
                       .mappings() if row["uuid"] not in known]
             _populate_flows(conn, others)
@@ -385,9 +325,9 @@ class LogbookConnection(base.Connection):
             row = conn.execute(SELECT_BOOK, {"uuid": book_uuid}).mappings().first()
             if row is None:
                 raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
-            book = _book_from_row(row)
+            book = book_from_row(row)
             if not lazy:
-                flows = [_flow_from_row(r) for r in
+                flows = [flow_from_row(r) for r in
                          conn.execute(SELECT_FLOWS_OF, {"parents": [book_uuid]}).mappings()]
                 _populate_flows(conn, flows)
                 for fd in flows:
@@ -396,12 +336,12 @@ class LogbookConnection(base.Connection):
 
     def get_logbooks(self, lazy=False):
         with self._transaction("getting logbooks") as conn:
-            books = [_book_from_row(r) for r in conn.execute(SELECT_BOOKS).mappings()]
+            books = [book_from_row(r) for r in conn.execute(SELECT_BOOKS).mappings()]
             if not lazy and books:
                 by_uuid = {b.uuid: b for b in books}
                 flows = []
                 for row in conn.execute(SELECT_FLOWS_OF, {"parents": list(by_uuid)}).mappings():
-                    fd = _flow_from_row(row)
+                    fd = flow_from_row(row)
                     by_uuid[row["parent_uuid"]].add(fd)
                     flows.append(fd)
                 _populate_flows(conn, flows)
@@ -409,7 +349,7 @@ class LogbookConnection(base.Connection):
 
     def get_flows_for_book(self, book_uuid, lazy=False):
         with self._transaction(f"getting flow details of logbook '{book_uuid}'") as conn:
-            flows = [_flow_from_row(r) for r in
+            flows = [flow_from_row(r) for r in
                      conn.execute(SELECT_FLOWS_OF, {"parents": [book_uuid]}).mappings()]
             if not lazy:
                 _populate_flows(conn, flows)
@@ -420,7 +360,7 @@ class LogbookConnection(base.Connection):
             row = conn.execute(SELECT_FLOW, {"uuid": fd_uuid}).mappings().first()
             if row is None:
                 raise exc.NotFound(f"No flow details found with uuid '{fd_uuid}'")
-            fd = _flow_from_row(row)
+            fd = flow_from_row(row)
             if not lazy:
                 _populate_flows(conn, [fd])
         return fd
@@ -430,9 +370,9 @@ class LogbookConnection(base.Connection):
             row = conn.execute(SELECT_ATOM, {"uuid": ad_uuid}).mappings().first()
             if row is None:
                 raise exc.NotFound(f"No atom details found with uuid '{ad_uuid}'")
-        return _atom_from_row(row)
+        return atom_from_row(row)
 
     def get_atoms_for_flow(self, fd_uuid):
         with self._transaction(f"getting atom details of flow '{fd_uuid}'") as conn:
             rows = conn.execute(SELECT_ATOMS_OF, {"parents": [fd_uuid]}).mappings().all()
-        yield from (_atom_from_row(row) for row in rows)
+        yield from (atom_from_row(row) for row in rows)

@@ -13,8 +13,8 @@ import time
 
 import sqlalchemy as sa
 
+from fleetflow.persistence.placement import allocation_reads, candidates, providers
 from fleetflow.persistence.placement import allocations as allocs
-from fleetflow.persistence.placement import candidates, providers
 from fleetflow.persistence.placement.allocations import ConsumerWrite
 from fleetflow.persistence.placement.snapshot import SnapshotCache
 
@@ -131,7 +131,7 @@ class PlacementStore:
     # -- allocations -------------------------------------------------------------
     def get_allocations(self, consumer_uuid: str) -> dict:
         """Placement's GET /allocations/{consumer} body (no generation when empty)."""
-        return self._read(allocs.get_allocations, consumer_uuid)
+        return self._read(allocation_reads.get_allocations, consumer_uuid)
 
     def put_allocations(self, consumer_uuid: str, allocations: dict, project_id: str,
                         user_id: str, generation=None, consumer_type: str | None = None,
@@ -151,7 +151,7 @@ class PlacementStore:
 
         def write(session):
             known = {c: ConsumerAllocations.from_placement(body)
-                     for c, body in allocs.get_many(session, consumers).items()}
+                     for c, body in allocation_reads.get_many(session, consumers).items()}
             writes, result = decide(known)
             if writes:
                 allocs.replace_allocations(session, writes, fence)
@@ -186,7 +186,7 @@ class PlacementStore:
     def provider_allocations(self, uuid: str) -> tuple[int, dict]:
         def query(session):
             row = providers.get_provider(session, uuid)
-            return row.generation, allocs.provider_allocations(session, uuid)
+            return row.generation, allocation_reads.provider_allocations(session, uuid)
         return self._read(query)
 
     # -- usages and candidates -------------------------------------------------------
@@ -204,7 +204,7 @@ class PlacementStore:
 
     def project_usages(self, project_id: str, user_id: str | None = None,
                        consumer_type: str | None = None) -> dict:
-        return self._read(allocs.project_usages, project_id, user_id, consumer_type)
+        return self._read(allocation_reads.project_usages, project_id, user_id, consumer_type)
 
     def allocation_candidates(self, resources: dict[str, int], required=(),
                               limit: int | None = None) -> dict:

@@ -404,7 +404,7 @@ def test_watch_takes_a_cluster_gone_as_deleted():
 
 
 def test_a_dry_run_verdict_is_read_bare_or_wrapped():
-    from fleetflow.api.client import _verdict
+    from fleetflow.api.client_vclusters import _verdict
 
     verdict = {"fits": False, "explanation": "no room", "instances": [], "groupings": []}
 
