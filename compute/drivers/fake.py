@@ -40,20 +40,20 @@ from collections.abc import Iterator, Mapping
 
 from fleetflow.common import config, states
 from fleetflow.compute import moves as mv
+from fleetflow.compute.drivers import fake_backends as backends
 from fleetflow.compute.drivers import fake_batch as batch
+from fleetflow.compute.drivers import fake_capacity
 from fleetflow.compute.drivers import fake_faults as faults
 from fleetflow.compute.drivers import fake_moves as moves
 from fleetflow.compute.drivers import fake_storage as storage
 from fleetflow.compute.drivers import fake_store as store
-from fleetflow.compute.exceptions import (
-    BuildFailed,
-    HostNotServed,
-    InstanceNotFound,
-    MoveFailed,
-)
+from fleetflow.compute.drivers.fake_move_calls import MoveCalls
+from fleetflow.compute.exceptions import BuildFailed, HostNotServed, InstanceNotFound
 
 
-class FakeDriver(faults.FaultCalls, storage.StorageCalls, batch.BatchCalls):
+# MoveCalls before FaultCalls: the ``_host_died`` that FaultCalls calls when a
+# host dies must be MoveCalls' (fail its moves), not FaultCalls' empty default.
+class FakeDriver(MoveCalls, faults.FaultCalls, storage.StorageCalls, batch.BatchCalls):
     """The simulated hypervisor of every host a process serves."""
 
     def __init__(self, state_path: str, boot_seconds: float = 0.0,
@@ -69,7 +69,7 @@ class FakeDriver(faults.FaultCalls, storage.StorageCalls, batch.BatchCalls):
         self.store = store.GuestStore(state_path)
         self._inventories: dict[str, Mapping] = {}
         self._faults = faults.FaultBook()
-        self._storage = storage.StorageBook()
+        self._storage = backends.StorageBook()
         self._revived = threading.Condition()
         self._semaphores: dict[str, threading.BoundedSemaphore] = {}
         self._building: dict[str, int] = {}
@@ -107,11 +107,11 @@ class FakeDriver(faults.FaultCalls, storage.StorageCalls, batch.BatchCalls):
             raise HostNotServed(f"host {host} is not served here", host=host) from None
 
     def capacity(self, host: str) -> dict[str, float]:
-        return store.capacity(self._inventory(host))
+        return fake_capacity.capacity(self._inventory(host))
 
     def usage(self, host: str) -> dict[str, int]:
         with self.store.read() as conn:
-            return store.usage(conn, host)
+            return fake_capacity.usage(conn, host)
 
     # -- serialisation and the build slots ---------------------------------
 
@@ -318,80 +318,6 @@ class FakeDriver(faults.FaultCalls, storage.StorageCalls, batch.BatchCalls):
             if not attach:
                 self._release_volumes(conn, [uuid])
             return store.load_guest(conn, host, uuid)
-
-    # -- moves ---------------------------------------------------------------
-
-    def start_move(self, host: str, migration_id: str, kind: str, uuid: str,
-                   source_host: str, resources: Mapping, image: str | None = None,
-                   fence: Mapping | None = None) -> dict:
-        """Start moving ``uuid`` from ``source_host`` to ``host``; returns the move record.
-
-        Idempotent: a move already recorded under ``migration_id`` for ``host``
-        is returned as it stands now. ``image`` is what a rebuild spawns from.
-        """
-        self._check_alive(host)
-        inventory = self._inventory(host)
-        with self.store.write() as conn:
-            now = time.time()  # once the write lock is ours: the queue's order is this
-            store.check_fence(conn, fence)
-            row = moves.load(conn, migration_id, host)
-            if row is None:
-                moves.admit(conn, self.move_rules, migration_id=migration_id, kind=kind,
-                            uuid=uuid, source=source_host, destination=host,
-                            resources=resources, image=image, inventory=inventory, now=now)
-            elif (row["uuid"], row["kind"]) != (uuid, kind):
-                raise MoveFailed(f"move {migration_id} to {host} is the {row['kind']} move "
-                                 f"of {row['uuid']}", migration_id=migration_id, uuid=uuid)
-            moves.advance(conn, self.move_rules, now)
-            return moves.record_dict(moves.load(conn, migration_id, host))
-
-    def get_move(self, host: str, migration_id: str) -> dict | None:
-        """The move as it stands now; None if ``host`` never received it."""
-        self._check_alive(host)
-        with self.store.read() as conn:
-            due = moves.anything_due(conn, time.time())
-            row = None if due else moves.load(conn, migration_id, host)
-        if due:  # any poll moves the whole queue on, not only its own move
-            with self.store.write() as conn:
-                moves.advance(conn, self.move_rules, time.time())
-                row = moves.load(conn, migration_id, host)
-        return moves.record_dict(row) if row is not None else None
-
-    def confirm_move(self, host: str, migration_id: str, fence: Mapping | None = None) -> dict:
-        """End a completed move for good (MoveFailed if it did not complete)."""
-        return self._end_move(host, migration_id, fence, confirm=True)
-
-    def revert_move(self, host: str, migration_id: str,
-                    fence: Mapping | None = None) -> dict | None:
-        """Undo a move not confirmed yet; None if ``host`` never received it."""
-        return self._end_move(host, migration_id, fence, confirm=False)
-
-    def _end_move(self, host, migration_id, fence, confirm: bool) -> dict | None:
-        self._check_alive(host)
-        with self.store.write() as conn:
-            now = time.time()
-            store.check_fence(conn, fence)
-            moves.advance(conn, self.move_rules, now)
-            row = moves.load(conn, migration_id, host)
-            if row is None:
-                if confirm:
-                    raise MoveFailed(f"host {host} has no move {migration_id} to confirm",
-                                     migration_id=migration_id, host=host)
-                return None
-            if confirm:
-                moves.confirm(conn, row, now)
-            else:
-                moves.revert(conn, self.move_rules, row, now,
-                             source_inventory=self._inventories.get(row["source"]))
-            return moves.record_dict(moves.load(conn, migration_id, host))
-
-    def _host_died(self, conn, host: str) -> None:
-        moves.host_died(conn, self.move_rules, host, time.time())
-
-    def move_count(self, uuid: str) -> int:
-        """Moves of ``uuid`` that completed, on every host (a double move stays visible)."""
-        with self.store.read() as conn:
-            return moves.move_count(conn, uuid)
 
     # -- reads -------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from fleetflow.common import states
 from fleetflow.common.exceptions import InvalidInput
 from fleetflow.compute import moves as mv
+from fleetflow.compute.drivers import fake_capacity
 from fleetflow.compute.drivers import fake_faults as faults
 from fleetflow.compute.drivers import fake_store as store
 from fleetflow.compute.exceptions import (
@@ -135,7 +136,7 @@ def admit(conn, rules: MoveRules, *, migration_id: str, kind: str, uuid: str, so
     if store.load_guest(conn, destination, uuid) is not None:
         raise MoveFailed(f"{uuid} is already on {destination}", host=destination, uuid=uuid,
                          migration_id=migration_id)
-    store.check_capacity(conn, destination, inventory, resources)
+    fake_capacity.check_capacity(conn, destination, inventory, resources)
     store.insert_guest(conn, destination, uuid, mv.MIGRATING, image, resources,
                        migrated_from=source, data=data)
     conn.execute(
@@ -320,7 +321,7 @@ def revert(conn, rules: MoveRules, row, now: float,
         arrived = store.load_guest(conn, destination, uuid)
         if arrived is not None and store.load_guest(conn, source, uuid) is None:
             if source_inventory is not None:
-                store.check_capacity(conn, source, source_inventory, arrived["resources"])
+                fake_capacity.check_capacity(conn, source, source_inventory, arrived["resources"])
             store.insert_guest(conn, source, uuid, states.ACTIVE, arrived["image"],
                                arrived["resources"], volumes=arrived["volumes"],
                                migrated_from=destination, data=arrived["data_token"])

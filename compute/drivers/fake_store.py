@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping
 
 from fleetflow.common import states
 from fleetflow.common.exceptions import StaleFence
-from fleetflow.compute.exceptions import CapacityExceeded
+from fleetflow.compute.drivers import fake_capacity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS guests (
@@ -329,7 +329,7 @@ def guest_before_spawn(conn, host: str, uuid: str, inventory: Mapping, resources
     check_fence(conn, fence)
     guest = load_guest(conn, host, uuid)
     if guest is None:
-        check_capacity(conn, host, inventory, resources)
+        fake_capacity.check_capacity(conn, host, inventory, resources)
     return guest
 
 
@@ -380,43 +380,3 @@ def delete_guests(conn, host: str, uuids: list[str], keep_state: str | None = No
         gone += [row[0] for row in conn.execute(f"SELECT uuid FROM guests {where}", args)]
         conn.execute(f"DELETE FROM guests {where}", args)
     return sorted(gone)
-
-
-def capacity(inventory: Mapping) -> dict[str, float]:
-    """Usable amount per resource class, as Placement computes it.
-
-    ``(total - reserved) * allocation_ratio``: the same formula as the placement
-    store, so a correct scheduler is never refused and an overcommitting one is.
-    """
-    usable = {}
-    for rc, inv in inventory.items():
-        if isinstance(inv, Mapping):
-            total = inv.get("total", 0)
-            usable[rc] = (total - inv.get("reserved", 0)) * float(inv.get("allocation_ratio", 1.0))
-        else:
-            usable[rc] = float(inv)
-    return usable
-
-
-def usage(conn, host: str) -> dict[str, int]:
-    # Summed inside SQLite (json_each): no row decoding in Python per build.
-    return {rc: int(used) for rc, used in conn.execute(
-        "SELECT j.key, SUM(j.value) FROM guests g, json_each(g.resources) j "
-        "WHERE g.host = ? GROUP BY j.key", (host,))}
-
-
-def check_capacity(conn, host: str, inventory: Mapping, resources: Mapping) -> None:
-    """Raise CapacityExceeded when ``resources`` do not fit next to the host's guests."""
-    usable = capacity(inventory)
-    used = usage(conn, host)
-    for rc, amount in resources.items():
-        if not amount:
-            continue
-        if rc not in usable:
-            raise CapacityExceeded(f"host {host} has no {rc} inventory", host=host,
-                                   resource_class=rc, requested=amount)
-        if used.get(rc, 0) + amount > usable[rc]:
-            raise CapacityExceeded(
-                f"host {host}: {rc} {used.get(rc, 0)} used + {amount} requested "
-                f"exceeds capacity {usable[rc]:g}", host=host, resource_class=rc,
-                used=used.get(rc, 0), requested=amount, capacity=usable[rc])
