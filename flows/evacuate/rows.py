@@ -62,8 +62,9 @@ def stopping(database, evacuation_id: str) -> str | None:
     now = time.monotonic()
     if seen is not None and now - seen[1] < STOPPING_TTL:
         return seen[0]
-    with database.session() as session:
-        value = session.execute(sa.select(Evacuation.stopping).where(
+    # A read: taking SQLite's write lock for it queued each move behind the others' writes.
+    with database.reading() as conn:
+        value = conn.execute(sa.select(Evacuation.stopping).where(
             Evacuation.id == evacuation_id)).scalar()
     if len(_stopping_seen) > 1024:
         _stopping_seen.clear()

@@ -32,3 +32,16 @@ def test_lists_and_views_read_while_a_writer_holds_the_lock(db, conf):
     assert seen == {"flavors": ["m1.tiny"], "flavor": "f-1", "images": 1,
                     "groups": [group.id], "group": "g", "servers": [], "server": None,
                     "reservations": [], "vclusters": []}
+
+
+def test_a_moves_look_at_its_evacuations_stopping_reads_while_a_writer_holds_the_lock(db):
+    from fleetflow.common import states
+    from fleetflow.flows.evacuate import rows
+    from fleetflow.persistence.models import Evacuation
+
+    with db.session() as session:
+        session.add(Evacuation(id="ev-1", hosts=["h1"], mode=states.MODE_REBUILD,
+                               stopping=states.ON_ERROR_PAUSE))
+    seen = {}
+    assert ends_while_locked(db, lambda: seen.update(stopping=rows.stopping(db, "ev-1")))
+    assert seen == {"stopping": states.ON_ERROR_PAUSE}
