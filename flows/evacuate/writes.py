@@ -16,11 +16,9 @@ import weakref
 
 import sqlalchemy as sa
 
-from fleetflow.persistence import fences
 from fleetflow.persistence.group_commit import GroupCommit
 from fleetflow.persistence.models import Instance, Move, utcnow
-from fleetflow.persistence.placement import allocation_reads, allocations
-from fleetflow.persistence.placement.allocations import ConsumerWrite
+from fleetflow.persistence.placement import allocations
 
 _lock = threading.Lock()
 _row_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -76,14 +74,7 @@ def _apply_releases(session, items) -> None:
         key = None if not fence else f"{fence['key']}={fence['token']}"
         by_fence.setdefault(key, [fence, []])[1].append(migration_id)
     for fence, migration_ids in by_fence.values():
-        known = allocation_reads.get_many(session, migration_ids)
-        writes = [ConsumerWrite(m, {}, body.get("project_id"), body.get("user_id"),
-                                body.get("consumer_generation"), body.get("consumer_type"))
-                  for m, body in known.items() if body["allocations"]]
-        if writes:
-            allocations.replace_allocations(session, writes, fence)
-        elif fence:
-            fences.check(session, fence)
+        allocations.empty_consumers(session, migration_ids, fence)
 
 
 def release_migration(placement, migration_id: str, fence: dict | None = None) -> None:

@@ -143,6 +143,20 @@ def release_allocations(session: orm.Session, consumer_uuid: str,
                                 ANY_GENERATION)], consumers, held, bump_emptied=False)
 
 
+def empty_consumers(session: orm.Session, consumer_uuids, fence: dict | None = None) -> None:
+    """Write no allocations for each of ``consumer_uuids`` that holds some, as a PUT of
+    none at its generation would (its providers gain a generation); those holding none
+    are left as they are. The consumers are read once, for the check and the write."""
+    fences.check(session, fence)
+    conn = session.connection()
+    consumers, held = _read_consumers(conn, consumer_uuids)
+    writes = [ConsumerWrite(uuid, {}, consumers[uuid].project_id, consumers[uuid].user_id,
+                            consumers[uuid].generation)
+              for uuid in sorted(held) if held[uuid]]
+    if writes:
+        _apply(conn, writes, consumers, held)
+
+
 def _read_consumers(conn, consumer_uuids):
     """``({uuid: row}, {uuid: providers it holds allocations on})``."""
     consumers: dict = {}
